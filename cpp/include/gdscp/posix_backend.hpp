@@ -1,0 +1,39 @@
+// gdscp's own path: pread/pwrite on the buffered descriptor (O_DIRECT for the
+// aligned middle where enabled); device memory is staged through pinned
+// buffers, the next chunk's read overlapping the previous chunk's async copy.
+#pragma once
+
+#include <memory>
+
+#include "gdscp/backend.hpp"
+#include "gdscp/file.hpp"
+
+namespace gdscp {
+
+class PosixBackend final : public Backend {
+ public:
+  explicit PosixBackend(std::shared_ptr<File> file) : file_(std::move(file)) {}
+  const char* name() const noexcept override { return "posix"; }
+
+  size_t read(const MemoryTarget& mem, void* dst, size_t size, int64_t file_offset,
+              const Settings& settings, Request* progress) override;
+  size_t write(const MemoryTarget& mem, const void* src, size_t size, int64_t file_offset,
+               const Settings& settings, Request* progress) override;
+
+ private:
+  size_t read_host(char* dst, size_t size, int64_t off, const Settings& s, Request* progress);
+  size_t write_host(const char* src, size_t size, int64_t off, const Settings& s, Request* progress);
+  size_t read_device(const MemoryTarget& mem, void* dst, size_t size, int64_t off, const Settings& s,
+                     Request* progress);
+  size_t write_device(const MemoryTarget& mem, const void* src, size_t size, int64_t off,
+                      const Settings& s, Request* progress);
+
+  std::shared_ptr<File> file_;
+};
+
+// Loops over EINTR and short transfers. Reads stop early only at end of file;
+// writes move every byte or throw. Errors name the file and the offset.
+size_t pread_full(int fd, void* buf, size_t size, int64_t offset, const std::string& path);
+size_t pwrite_full(int fd, const void* buf, size_t size, int64_t offset, const std::string& path);
+
+}  // namespace gdscp

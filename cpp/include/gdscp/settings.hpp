@@ -1,0 +1,19 @@
+// The knobs one request runs with: resolved once by the caller (gdscp.defaults)
+// and passed down by value, so a change never affects a request in flight.
+#pragma once
+
+#include <cstddef>
+
+namespace gdscp {
+
+enum class CompatMode { off = 0, on = 1, automatic = 2 };
+
+struct Settings {
+  size_t task_size = 4u << 20;            // largest piece a worker takes
+  size_t gds_threshold = 1u << 20;        // below this a request runs on the calling thread
+  size_t bounce_buffer_size = 4u << 20;   // pinned staging buffer size
+  size_t min_task_size = 256u << 10;      // medium requests are split down to this
+  bool direct_io = false;                 // O_DIRECT for the aligned middle of host I/O
+};
+
+}  // namespace gdscp

@@ -1,0 +1,45 @@
+// Worker threads fed from one queue. Tasks never wait on each other inside the
+// pool: completion is tracked by the Request they belong to (request.hpp).
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace gdscp {
+
+class ThreadPool {
+ public:
+  explicit ThreadPool(unsigned threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  void submit(std::function<void()> task);
+  void submit_many(std::vector<std::function<void()>> tasks);
+
+  // Safe while work is queued or running: queued tasks stay queued; a shrinking
+  // pool lets surplus workers finish their current task, then joins them.
+  void resize(unsigned threads);
+  unsigned size() const;
+
+  // The process-wide pool (the only one most callers need). It is rebuilt in a
+  // forked child, where the parent's workers do not exist.
+  static ThreadPool& process_default();
+
+ private:
+  void worker_loop(unsigned index);
+  void spawn_locked(unsigned upto);
+
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> queue_;
+  std::vector<std::thread> workers_;
+  unsigned target_ = 0;
+  bool stopping_ = false;
+};
+
+}  // namespace gdscp

@@ -1,0 +1,88 @@
+#include "gdscp/cufile_backend.hpp"
+
+#include <cerrno>
+#include <cstring>
+
+#include "gdscp/cuda_driver.hpp"
+#include "gdscp/error.hpp"
+#include "gdscp/request.hpp"
+
+namespace gdscp {
+
+void throw_cufile_io_error(ssize_t result, const char* what, const std::string& path, int64_t offset) {
+  if (result == -1) throw_os_error(errno, what, path, offset);
+  const int code = static_cast<int>(-result);
+  if (code <= CUFILEOP_BASE_ERR) throw_os_error(code, what, path, offset);  // a negated errno
+  throw Error(ErrorKind::cufile, code,
+              std::string(what) + " '" + path + "' at offset " + std::to_string(offset) + ": " +
+                  CuFileDriver::op_error_text(code),
+              path, offset);
+}
+
+CuFileBackend::CuFileBackend(std::shared_ptr<File> file, const CuFileDriver& driver)
+    : file_(std::move(file)), driver_(driver) {
+  if (file_->direct_fd() < 0)
+    throw Error(ErrorKind::state, 0, "cuFile needs O_DIRECT, which the filesystem of '" + file_->path() + "' refuses");
+  CUfileDescr_t descr{};
+  descr.type = CU_FILE_HANDLE_TYPE_OPAQUE_FD;
+  descr.handle.fd = file_->direct_fd();
+  const CUfileError_t st = driver_.cuFileHandleRegister(&handle_, &descr);
+  if (st.err != CU_FILE_SUCCESS)
+    throw Error(ErrorKind::cufile, st.err,
+                "cuFileHandleRegister '" + file_->path() + "': " + CuFileDriver::status_text(st), file_->path());
+}
+
+CuFileBackend::~CuFileBackend() {
+  if (handle_) driver_.cuFileHandleDeregister(handle_);
+}
+
+size_t CuFileBackend::read(const MemoryTarget& mem, void* dst, size_t size, int64_t off, const Settings&,
+                           Request* progress) {
+  if (!mem.device) throw_invalid("the cuFile backend moves device memory only");
+  const CudaDriver& cuda = CudaDriver::require();
+  ScopedContext scope(cuda, mem.ctx);
+  size_t done = 0;
+  while (done < size) {
+    const ssize_t r = driver_.cuFileRead(handle_, dst, size - done, off + static_cast<off_t>(done),
+                                         static_cast<off_t>(done));
+    if (r < 0) throw_cufile_io_error(r, "cuFileRead", file_->path(), off + static_cast<int64_t>(done));
+    if (r == 0) break;  // end of file
+    done += static_cast<size_t>(r);
+    if (progress) progress->add_progress(static_cast<size_t>(r));
+  }
+  return done;
+}
+
+size_t CuFileBackend::write(const MemoryTarget& mem, const void* src, size_t size, int64_t off,
+                            const Settings&, Request* progress) {
+  if (!mem.device) throw_invalid("the cuFile backend moves device memory only");
+  const CudaDriver& cuda = CudaDriver::require();
+  ScopedContext scope(cuda, mem.ctx);
+  size_t done = 0;
+  while (done < size) {
+    const ssize_t r = driver_.cuFileWrite(handle_, src, size - done, off + static_cast<off_t>(done),
+                                          static_cast<off_t>(done));
+    if (r < 0) throw_cufile_io_error(r, "cuFileWrite", file_->path(), off + static_cast<int64_t>(done));
+    if (r == 0) throw_os_error(EIO, "cuFileWrite wrote nothing to", file_->path(), off + static_cast<int64_t>(done));
+    done += static_cast<size_t>(r);
+    if (progress) progress->add_progress(static_cast<size_t>(r));
+  }
+  return done;
+}
+
+bool CuFileBackend::enqueue(bool write, const MemoryTarget& mem, void* base, CuFileAsyncOp& op, CUstream stream) {
+  if (!has_async()) return false;
+  const CudaDriver& cuda = CudaDriver::require();
+  ScopedContext scope(cuda, mem.ctx);
+  const CUfileError_t st =
+      write ? driver_.cuFileWriteAsync(handle_, base, &op.size, &op.file_offset, &op.buf_offset, &op.bytes, stream)
+            : driver_.cuFileReadAsync(handle_, base, &op.size, &op.file_offset, &op.buf_offset, &op.bytes, stream);
+  if (st.err == CU_FILE_SUCCESS) return true;
+  if (st.err == CU_FILE_ASYNC_NOT_SUPPORTED || st.err == CU_FILE_IO_NOT_SUPPORTED) return false;
+  throw Error(ErrorKind::cufile, st.err,
+              std::string(write ? "cuFileWriteAsync" : "cuFileReadAsync") + " '" + file_->path() +
+                  "': " + CuFileDriver::status_text(st),
+              file_->path(), op.file_offset);
+}
+
+}  // namespace gdscp

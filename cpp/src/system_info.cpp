@@ -1,0 +1,49 @@
+#include "gdscp/system_info.hpp"
+
+#include "gdscp/cuda_driver.hpp"
+#include "gdscp/cufile_driver.hpp"
+
+namespace gdscp {
+
+CudaInfo cuda_info() {
+  CudaInfo info;
+  const CudaDriver* drv = CudaDriver::get();
+  if (!drv) {
+    info.error = CudaDriver::load_error();
+    return info;
+  }
+  info.available = true;
+  info.library = drv->library_path;
+  info.driver_version = drv->version;
+  int count = 0;
+  if (drv->cuDeviceGetCount(&count) != CUDA_SUCCESS) count = 0;
+  for (int i = 0; i < count; ++i) {
+    CUdevice dev{};
+    if (drv->cuDeviceGet(&dev, i) != CUDA_SUCCESS) continue;
+    char name[256] = {};
+    char bus[64] = {};
+    size_t mem = 0;
+    drv->cuDeviceGetName(name, sizeof name, dev);
+    drv->cuDeviceGetPCIBusId(bus, sizeof bus, dev);
+    drv->cuDeviceTotalMem(&mem, dev);
+    info.gpus.push_back({i, name, bus, mem});
+  }
+  return info;
+}
+
+CuFileInfo cufile_info(const std::string& library_hint) {
+  CuFileInfo info;
+  info.nvidia_fs = nvidia_fs_present();
+  info.nvidia_fs_version = nvidia_fs_version();
+  const CuFileDriver* drv = CuFileDriver::get(library_hint);
+  if (!drv) {
+    info.error = CuFileDriver::error();
+    return info;
+  }
+  info.available = true;
+  info.library = drv->library_path;
+  info.version = drv->version;
+  return info;
+}
+
+}  // namespace gdscp

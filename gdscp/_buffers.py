@@ -1,0 +1,99 @@
+"""Buffer normalisation: any array or buffer -> (address, size, device or host).
+
+Device memory comes through ``__cuda_array_interface__`` (CuPy, Numba,
+PyTorch) or ``__dlpack__`` on a CUDA device (JAX, PyTorch, ...); host memory
+through the buffer protocol (numpy, bytearray, memoryview, mmap) or a CPU
+DLPack tensor. The engine learns nothing else about the object.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from . import _core
+
+__all__ = ["Buffer", "resolve"]
+
+# DLPack device types
+_DL_CPU, _DL_CUDA, _DL_CUDA_HOST, _DL_CUDA_MANAGED = 1, 2, 3, 13
+# Stream values of the CUDA array interface that need no synchronisation here:
+# none given, and the legacy / per-thread default streams, which the engine's
+# blocking streams already wait for.
+_NO_SYNC_STREAMS = (None, 1, 2)
+
+
+class Buffer(NamedTuple):
+    ptr: int
+    nbytes: int
+    device: bool
+    keep: Any  # what must stay alive while the engine uses the memory
+
+
+def _from_cai(obj: Any, cai: dict, writable: bool) -> Buffer:
+    ptr, readonly = cai["data"]
+    shape = tuple(cai["shape"])
+    itemsize = int(cai["typestr"][2:])
+    count = 1
+    for extent in shape:
+        count *= extent
+    strides = cai.get("strides")
+    if strides is not None and count > 0:
+        expect = itemsize
+        for extent, stride in zip(reversed(shape), reversed(tuple(strides))):
+            if extent != 1 and stride != expect:
+                raise ValueError("buffer must be C-contiguous (got a strided device array)")
+            expect *= extent
+    if writable and readonly:
+        raise ValueError("cannot read into a read-only device array")
+    stream = cai.get("stream")
+    if stream not in _NO_SYNC_STREAMS:
+        _core.stream_synchronize(stream)  # the producer's pending work on its own stream
+    return Buffer(ptr, count * itemsize, True, obj)
+
+
+def _from_dlpack(obj: Any, writable: bool) -> Buffer | None:
+    try:
+        dev_type, _dev_id = obj.__dlpack_device__()
+    except Exception:
+        return None
+    capsule = obj.__dlpack__()
+    ptr, nbytes, dev_type, _dev_id, contiguous = _core.dlpack_info(capsule)
+    if not contiguous:
+        raise ValueError("buffer must be C-contiguous (got a strided DLPack tensor)")
+    if dev_type in (_DL_CUDA, _DL_CUDA_MANAGED):
+        return Buffer(ptr, nbytes, True, (obj, capsule))
+    if dev_type in (_DL_CPU, _DL_CUDA_HOST):
+        return Buffer(ptr, nbytes, False, (obj, capsule))
+    raise TypeError(f"unsupported DLPack device type {dev_type} (gdscp handles CPU and CUDA memory)")
+
+
+def resolve(obj: Any, *, writable: bool) -> Buffer:
+    """Describe ``obj``'s memory. ``writable``: the engine will write into it (a read)."""
+    try:
+        cai = obj.__cuda_array_interface__
+    except AttributeError:  # also raised by torch for CPU tensors
+        cai = None
+    if cai is not None:
+        return _from_cai(obj, cai, writable)
+
+    try:
+        view = memoryview(obj)
+    except TypeError:
+        view = None
+    if view is not None:
+        if writable and view.readonly:
+            raise ValueError(f"cannot read into a read-only buffer ({type(obj).__name__})")
+        if not view.c_contiguous:
+            raise ValueError(f"buffer must be C-contiguous ({type(obj).__name__} is not)")
+        ptr, nbytes = _core.host_buffer(view, writable)
+        # The view pins the export: a bytearray cannot be resized under the engine.
+        return Buffer(ptr, nbytes, False, (obj, view))
+
+    if hasattr(obj, "__dlpack__"):
+        found = _from_dlpack(obj, writable)
+        if found is not None:
+            return found
+    raise TypeError(
+        f"expected a buffer (buffer protocol, __cuda_array_interface__ or __dlpack__), "
+        f"got {type(obj).__name__}"
+    )

@@ -1,0 +1,288 @@
+"""``CuFile``: a file opened for parallel reads and writes between storage and
+GPU or host memory, call-compatible with ``kvikio.CuFile``."""
+
+from __future__ import annotations
+
+import operator
+import os
+import pathlib
+from typing import Any, Optional, Union
+
+from . import _buffers, _core, _streams, defaults
+from .defaults import CompatMode
+
+__all__ = ["CuFile", "IOFuture", "IOFutureStream"]
+
+
+class IOFuture:
+    """The result of ``CuFile.pread``/``pwrite``: ``get()`` waits and returns the
+    byte count (or raises the first failure). Ctrl-C while waiting cancels the
+    transfer's remaining tasks before the interrupt propagates."""
+
+    __slots__ = ("_handle", "_keep")
+
+    def __init__(self, handle: Any, keep: Any = None):
+        self._handle = handle
+        self._keep = keep  # the buffer and the file, alive until the transfer ends
+
+    def get(self) -> int:
+        """Wait for the transfer; the number of bytes moved."""
+        handle = self._handle
+        try:
+            while not handle.wait(0.1):
+                pass
+        except BaseException:
+            handle.cancel()
+            handle.wait(-1.0)
+            raise
+        return handle.get()
+
+    def done(self) -> bool:
+        """True once every task of the transfer has finished."""
+        return self._handle.done()
+
+    def progress(self) -> int:
+        """Bytes moved so far (for progress reports)."""
+        return self._handle.progress()
+
+    def cancel(self) -> None:
+        """Skip tasks that have not started; ``get()`` still waits for running ones."""
+        self._handle.cancel()
+
+
+class IOFutureStream:
+    """The result of ``raw_read_async``/``raw_write_async``. Keep it alive until
+    ``check_bytes_done()`` has synchronised the stream."""
+
+    __slots__ = ("_handle", "_keep")
+
+    def __init__(self, handle: Any, keep: Any = None):
+        self._handle = handle
+        self._keep = keep
+
+    def check_bytes_done(self) -> int:
+        """Synchronise the stream; the number of bytes moved."""
+        return self._handle.check_bytes_done()
+
+
+def _nonnegative(value: Any, name: str) -> int:
+    try:
+        number = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an integer, not {type(value).__name__}") from None
+    if number < 0:
+        raise ValueError(f"{name} must not be negative (got {number})")
+    return number
+
+
+def _request_size(size: Optional[int], available: int, what: str) -> int:
+    if size is None:
+        return available
+    size = _nonnegative(size, "size")
+    if size > available:
+        raise ValueError(f"size {size} is larger than the {what} ({available} bytes)")
+    return size
+
+
+def _task_size(task_size: Optional[int]) -> int:
+    if task_size is None:
+        return defaults.get("task_size")
+    task_size = _nonnegative(task_size, "task_size")
+    if task_size == 0:
+        raise ValueError("task_size must be positive")
+    return task_size
+
+
+def _cufile_library_hint() -> str:
+    """Where the nvidia-cufile wheel's libcufile is, when cuFile may be used at all
+    (the engine tries the system's libcufile.so.0 first)."""
+    mode = defaults.compat_mode()
+    if mode == CompatMode.ON:
+        return ""
+    if mode == CompatMode.AUTO and not os.path.exists("/proc/driver/nvidia-fs/version"):
+        return ""
+    try:
+        from cuda.pathfinder import load_nvidia_dynamic_lib
+
+        return load_nvidia_dynamic_lib("cufile").abs_path or ""
+    except Exception:
+        return ""
+
+
+class CuFile:
+    """A file open for parallel I/O between storage and device or host memory.
+
+    ``flags`` follow Python's ``open()``: "r", "w", "a", "x", each optionally
+    with "+". In append mode every write lands at the current end of the file
+    and ``file_offset`` is ignored. The file is opened twice, buffered and (where
+    the filesystem allows) with ``O_DIRECT``.
+    """
+
+    def __init__(self, file: Union[pathlib.Path, str], flags: str = "r"):
+        if not isinstance(flags, str):
+            raise TypeError(f"flags must be a string such as 'r' or 'w+', not {type(flags).__name__}")
+        path = os.fsdecode(os.fspath(file))
+        self._handle = _core.Handle(path, flags, int(defaults.compat_mode()), _cufile_library_hint())
+
+    # -- the file ----------------------------------------------------------
+    def close(self) -> None:
+        """Close the file (transfers in flight finish first, on their own)."""
+        self._handle.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._handle.closed()
+
+    def fileno(self) -> int:
+        """The buffered file descriptor."""
+        return self._handle.fileno()
+
+    def open_flags(self) -> int:
+        """The buffered descriptor's flags, as ``fcntl(F_GETFL)`` reports them."""
+        return self._handle.open_flags()
+
+    @property
+    def name(self) -> str:
+        return self._handle.path()
+
+    @property
+    def backend(self) -> str:
+        """What device memory goes through: "cufile" or "posix"."""
+        return self._handle.backend()
+
+    @property
+    def backend_reason(self) -> str:
+        """Why that backend was chosen."""
+        return self._handle.backend_reason()
+
+    def __enter__(self) -> "CuFile":
+        return self
+
+    def __exit__(self, exc_type, exc_val, exc_tb) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else self.backend
+        return f"<gdscp.CuFile {self.name!r} {state}>"
+
+    # -- parallel I/O ----------------------------------------------------------
+    def pread(
+        self,
+        buf: Any,
+        size: Optional[int] = None,
+        file_offset: int = 0,
+        task_size: Optional[int] = None,
+    ) -> IOFuture:
+        """Start reading ``size`` bytes (default: the whole buffer) at
+        ``file_offset`` into ``buf``, device or host memory, in parallel.
+        The future's ``get()`` gives the bytes read: fewer only at end of file."""
+        b = _buffers.resolve(buf, writable=True)
+        size = _request_size(size, b.nbytes, "buffer")
+        offset = _nonnegative(file_offset, "file_offset")
+        future = self._handle.pread(b.ptr, b.device, size, offset, _task_size(task_size), defaults._settings)
+        return IOFuture(future, (b.keep, self))
+
+    def pwrite(
+        self,
+        buf: Any,
+        size: Optional[int] = None,
+        file_offset: int = 0,
+        task_size: Optional[int] = None,
+    ) -> IOFuture:
+        """Start writing ``size`` bytes (default: the whole buffer) of ``buf`` to
+        the file at ``file_offset``, in parallel."""
+        b = _buffers.resolve(buf, writable=False)
+        size = _request_size(size, b.nbytes, "buffer")
+        offset = _nonnegative(file_offset, "file_offset")
+        future = self._handle.pwrite(b.ptr, b.device, size, offset, _task_size(task_size), defaults._settings)
+        return IOFuture(future, (b.keep, self))
+
+    def read(
+        self,
+        buf: Any,
+        size: Optional[int] = None,
+        file_offset: int = 0,
+        task_size: Optional[int] = None,
+    ) -> int:
+        """``pread(...).get()``: the bytes read."""
+        return self.pread(buf, size, file_offset, task_size).get()
+
+    def write(
+        self,
+        buf: Any,
+        size: Optional[int] = None,
+        file_offset: int = 0,
+        task_size: Optional[int] = None,
+    ) -> int:
+        """``pwrite(...).get()``: the bytes written."""
+        return self.pwrite(buf, size, file_offset, task_size).get()
+
+    # -- single transfers on the calling thread (device memory only) -------------
+    def _device(self, buf: Any, writable: bool, size: Optional[int], dev_offset: int, call: str):
+        b = _buffers.resolve(buf, writable=writable)
+        if not b.device:
+            raise ValueError(f"{call} needs device memory; got host memory ({type(buf).__name__})")
+        dev_offset = _nonnegative(dev_offset, "dev_offset")
+        if dev_offset > b.nbytes:
+            raise ValueError(f"dev_offset {dev_offset} is past the end of the buffer ({b.nbytes} bytes)")
+        size = _request_size(size, b.nbytes - dev_offset, "buffer after dev_offset")
+        return b, size, dev_offset
+
+    def raw_read(
+        self,
+        buf: Any,
+        size: Optional[int] = None,
+        file_offset: int = 0,
+        dev_offset: int = 0,
+    ) -> int:
+        """Read into device memory at ``dev_offset`` with one transfer on this
+        thread (one ``cuFileRead``, or one staged read). The bytes read."""
+        b, size, dev_offset = self._device(buf, True, size, dev_offset, "raw_read")
+        offset = _nonnegative(file_offset, "file_offset")
+        return self._handle.raw_read(b.ptr, size, offset, dev_offset, defaults._settings)
+
+    def raw_write(
+        self,
+        buf: Any,
+        size: Optional[int] = None,
+        file_offset: int = 0,
+        dev_offset: int = 0,
+    ) -> int:
+        """Write device memory from ``dev_offset`` with one transfer on this thread."""
+        b, size, dev_offset = self._device(buf, False, size, dev_offset, "raw_write")
+        offset = _nonnegative(file_offset, "file_offset")
+        return self._handle.raw_write(b.ptr, size, offset, dev_offset, defaults._settings)
+
+    def raw_read_async(
+        self,
+        buf: Any,
+        stream: Any,
+        size: Optional[int] = None,
+        file_offset: int = 0,
+        dev_offset: int = 0,
+    ) -> IOFutureStream:
+        """Read into device memory ordered on ``stream`` (``cuFileReadAsync`` where
+        cuFile's stream API works; otherwise the stream is synchronised and the
+        bytes are in place when this returns)."""
+        b, size, dev_offset = self._device(buf, True, size, dev_offset, "raw_read_async")
+        offset = _nonnegative(file_offset, "file_offset")
+        handle = self._handle.raw_read_async(
+            b.ptr, size, offset, dev_offset, _streams.stream_handle(stream), defaults._settings
+        )
+        return IOFutureStream(handle, (b.keep, self, stream))
+
+    def raw_write_async(
+        self,
+        buf: Any,
+        stream: Any,
+        size: Optional[int] = None,
+        file_offset: int = 0,
+        dev_offset: int = 0,
+    ) -> IOFutureStream:
+        """Write device memory ordered on ``stream`` (see ``raw_read_async``)."""
+        b, size, dev_offset = self._device(buf, False, size, dev_offset, "raw_write_async")
+        offset = _nonnegative(file_offset, "file_offset")
+        handle = self._handle.raw_write_async(
+            b.ptr, size, offset, dev_offset, _streams.stream_handle(stream), defaults._settings
+        )
+        return IOFutureStream(handle, (b.keep, self, stream))

@@ -1,5 +1,6 @@
 #include "gdscp/posix_backend.hpp"
 
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,7 +20,7 @@ namespace {
 
 constexpr size_t kDirectAlign = 4096;
 constexpr size_t kDirectMin = 1u << 20;  // below this O_DIRECT costs more than it saves
-constexpr int kDepth = 2;                // staging buffers per worker: read one, copy the other
+constexpr int kMaxDepth = 8;             // staging buffers per worker: read into one while others copy
 
 ssize_t sys_pread(int fd, void* buf, size_t n, int64_t off) {
   if (int err = fault::check(fault::Op::pread)) {
@@ -61,7 +62,7 @@ size_t direct_transfer(int fd, char* buf, size_t size, int64_t off, const std::s
 // wait for work the caller queued on the legacy default stream.
 struct StreamState {
   CUstream stream = nullptr;
-  CUevent events[kDepth] = {};
+  CUevent events[kMaxDepth] = {};
 };
 
 StreamState& stream_state(const CudaDriver& drv, CUcontext ctx) {
@@ -91,6 +92,25 @@ class StreamDrain {
  private:
   const CudaDriver& drv_;
   CUstream s_;
+};
+
+size_t pipeline_depth(const Settings& s) {
+  return static_cast<size_t>(std::clamp(s.pipeline_depth, 2, kMaxDepth));
+}
+
+// A piece of the file mapped and registered with CUDA as read-only host memory.
+struct MappedPiece {
+  const CudaDriver* drv = nullptr;
+  void* base = nullptr;
+  size_t length = 0;
+  bool registered = false;
+  void release() noexcept {
+    if (registered) drv->cuMemHostUnregister(base);
+    if (base) ::munmap(base, length);
+    base = nullptr;
+    registered = false;
+  }
+  ~MappedPiece() { release(); }
 };
 
 }  // namespace
@@ -199,12 +219,13 @@ size_t PosixBackend::write_host(const char* src, size_t size, int64_t off, const
 
 size_t PosixBackend::read_device(const MemoryTarget& mem, void* dst, size_t size, int64_t off,
                                  const Settings& s, Request* progress) {
+  if (s.staging == 1) return read_device_mapped(mem, dst, size, off, s, progress);
   const CudaDriver& drv = CudaDriver::require();
   ScopedContext scope(drv, mem.ctx);
   StreamState& st = stream_state(drv, mem.ctx);
   const size_t chunk = std::min(s.bounce_buffer_size, size);
-  const int depth = size > chunk ? kDepth : 1;
-  BufferPool::Lease bufs[kDepth];
+  const int depth = static_cast<int>(std::min<size_t>(pipeline_depth(s), (size + chunk - 1) / chunk));
+  BufferPool::Lease bufs[kMaxDepth];
   for (int i = 0; i < depth; ++i) bufs[i] = BufferPool::pinned().acquire(s.bounce_buffer_size);
 
   StreamDrain drain(drv, st.stream);
@@ -228,34 +249,80 @@ size_t PosixBackend::read_device(const MemoryTarget& mem, void* dst, size_t size
   return done;
 }
 
+size_t PosixBackend::read_device_mapped(const MemoryTarget& mem, void* dst, size_t size, int64_t off,
+                                        const Settings& s, Request* progress) {
+  const File& f = *file_;
+  const int64_t end = f.size();
+  if (off >= end) return 0;
+  size = std::min<size_t>(size, static_cast<size_t>(end - off));  // pages past EOF cannot be mapped
+  const CudaDriver& drv = CudaDriver::require();
+  ScopedContext scope(drv, mem.ctx);
+  StreamState& st = stream_state(drv, mem.ctx);
+  static const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  const size_t chunk = std::min(s.bounce_buffer_size, size);
+  const int depth = static_cast<int>(std::min<size_t>(pipeline_depth(s), (size + chunk - 1) / chunk));
+  MappedPiece pieces[kMaxDepth];
+  StreamDrain drain(drv, st.stream);
+  const auto base = reinterpret_cast<CUdeviceptr>(dst);
+  size_t done = 0;
+  for (int i = 0; done < size; ++i) {
+    const int slot = i % depth;
+    MappedPiece& piece = pieces[slot];
+    if (i >= depth) {
+      drv.check(drv.cuEventSynchronize(st.events[slot]), "cuEventSynchronize");
+      piece.release();
+    }
+    const size_t n = std::min(chunk, size - done);
+    const size_t at = static_cast<size_t>(off) + done;
+    const size_t map_at = round_down(at, page);
+    const size_t delta = at - map_at;
+    piece.drv = &drv;
+    piece.length = round_up(delta + n, page);
+    void* p = ::mmap(nullptr, piece.length, PROT_READ, MAP_SHARED | MAP_POPULATE, f.fd(), static_cast<off_t>(map_at));
+    if (p == MAP_FAILED) throw_os_error(errno, "mmap", f.path(), static_cast<int64_t>(at));
+    piece.base = p;
+    drv.check(drv.cuMemHostRegister(p, piece.length, CU_MEMHOSTREGISTER_READ_ONLY), "cuMemHostRegister (file mapping)");
+    piece.registered = true;
+    drv.check(drv.cuMemcpyHtoDAsync(base + done, static_cast<char*>(p) + delta, n, st.stream), "cuMemcpyHtoDAsync");
+    drv.check(drv.cuEventRecord(st.events[slot], st.stream), "cuEventRecord");
+    done += n;
+    if (progress) progress->add_progress(n);
+  }
+  drain.finish();
+  return done;
+}
+
 size_t PosixBackend::write_device(const MemoryTarget& mem, const void* src, size_t size, int64_t off,
                                   const Settings& s, Request* progress) {
   const CudaDriver& drv = CudaDriver::require();
   ScopedContext scope(drv, mem.ctx);
   StreamState& st = stream_state(drv, mem.ctx);
   const size_t chunk = std::min(s.bounce_buffer_size, size);
-  const int depth = size > chunk ? kDepth : 1;
-  BufferPool::Lease bufs[kDepth];
+  const int depth = static_cast<int>(std::min<size_t>(pipeline_depth(s), (size + chunk - 1) / chunk));
+  BufferPool::Lease bufs[kMaxDepth];
   for (int i = 0; i < depth; ++i) bufs[i] = BufferPool::pinned().acquire(s.bounce_buffer_size);
 
   StreamDrain drain(drv, st.stream);
   const auto base = reinterpret_cast<CUdeviceptr>(src);
-  auto issue_copy = [&](size_t at, int slot) {
-    const size_t n = std::min(chunk, size - at);
-    drv.check(drv.cuMemcpyDtoHAsync(bufs[slot].get(), base + at, n, st.stream), "cuMemcpyDtoHAsync");
+  const size_t pieces = (size + chunk - 1) / chunk;
+  auto issue_copy = [&](size_t piece) {
+    const int slot = static_cast<int>(piece % depth);
+    const size_t at = piece * chunk;
+    drv.check(drv.cuMemcpyDtoHAsync(bufs[slot].get(), base + at, std::min(chunk, size - at), st.stream),
+              "cuMemcpyDtoHAsync");
     drv.check(drv.cuEventRecord(st.events[slot], st.stream), "cuEventRecord");
   };
-  if (size > 0) issue_copy(0, 0);
+  // Keep `depth` chunks coming off the GPU while earlier ones go to the file.
+  for (size_t k = 0; k < std::min<size_t>(depth, pieces); ++k) issue_copy(k);
   size_t done = 0;
-  for (int i = 0; done < size; ++i) {
-    const int slot = i % depth;
+  for (size_t k = 0; k < pieces; ++k) {
+    const int slot = static_cast<int>(k % depth);
     const size_t n = std::min(chunk, size - done);
-    // Copy the next chunk off the GPU while this one goes to the file.
-    if (done + n < size) issue_copy(done + n, (i + 1) % depth);
     drv.check(drv.cuEventSynchronize(st.events[slot]), "cuEventSynchronize");
     write_host(static_cast<const char*>(bufs[slot].get()), n, off + static_cast<int64_t>(done), s, nullptr);
     done += n;
     if (progress) progress->add_progress(n);
+    if (k + depth < pieces) issue_copy(k + depth);
   }
   drain.finish();
   return done;

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# One call on the GPU machine: build gdscp, run the GPU tests, then the
+# benchmarks. Logs and JSON go to $OUT (or ./device-out).
+#
+#   bash scripts/device_check.sh [tests|sweep|bench|all]...   (default: all)
+#
+# KvikIO, when its wheels were carried in .whl/ (see docs/benchmarks.md), is
+# installed to /tmp/site and measured beside gdscp.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/device-out}
+mkdir -p "$OUT"
+steps=${*:-all}
+export PYTHONUNBUFFERED=1
+export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda-13.0}
+
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+fi
+
+echo "== build"
+t0=$(date +%s)
+python3 -m pip install -q --no-build-isolation --no-deps . >"$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
+echo "built in $(( $(date +%s) - t0 ))s"
+cd /tmp  # import the installed package, not the source tree
+python3 -c "import gdscp, cupy; print('gdscp', gdscp.__version__, 'gpus', cupy.cuda.runtime.getDeviceCount()); print(gdscp._core.cuda_info()); print(gdscp._core.cufile_info(''))"
+cd - >/dev/null
+
+rc=0
+if [[ $steps == *all* || $steps == *tests* ]]; then
+  echo "== GPU tests"
+  repo=$PWD
+  # From /tmp, so that `import gdscp` finds the installed package, not the source tree.
+  (cd /tmp && GDSCP_REQUIRE_GPU=1 timeout 420 python3 -m pytest -q -m gpu -p no:cacheprovider \
+    "$repo/tests" 2>&1) | tee "$OUT/gpu-tests.log" | tail -40
+  rc=${PIPESTATUS[0]}
+fi
+if [[ $steps == *all* || $steps == *sweep* ]]; then
+  echo "== sweep"
+  timeout 400 python3 scripts/gpu_sweep.py "$OUT/sweep.json" --dir /tmp 2>&1 | tee "$OUT/sweep.log" | tail -60
+fi
+if [[ $steps == *all* || $steps == *bench* ]]; then
+  echo "== gdscp benchmark"
+  (cd /tmp && timeout 400 gdscp benchmark --json --dir /tmp > "$OUT/benchmark.json" 2>"$OUT/benchmark.err"; echo "benchmark rc=$?"; tail -5 "$OUT/benchmark.err")
+fi
+exit $rc

@@ -1,0 +1,279 @@
+"""Tuning sweep on a GPU machine: gdscp's settings against the machine's
+ceilings and KvikIO (when importable), measured in one run.
+
+Used to choose gdscp's defaults (docs/benchmarks.md shows the result). Prints a
+table and writes every figure as JSON (argument: output path).
+
+    python scripts/gpu_sweep.py OUT.json [--dir DIR] [--size-gib 4] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import cupy
+import numpy as np
+
+import gdscp
+
+GiB = 1 << 30
+MiB = 1 << 20
+
+
+def median_rate(fn, nbytes: int, runs: int) -> dict:
+    times = []
+    for _ in range(runs):
+        cupy.cuda.runtime.deviceSynchronize()
+        t0 = time.perf_counter()
+        fn()
+        cupy.cuda.runtime.deviceSynchronize()
+        times.append(time.perf_counter() - t0)
+    rates = [nbytes / t / 1e9 for t in times]
+    return {"gbps": statistics.median(rates), "min": min(rates), "max": max(rates), "runs": runs}
+
+
+def make_file(path: str, size: int) -> None:
+    chunk = np.random.default_rng(0).integers(0, 256, size=64 * MiB, dtype=np.uint8)
+    with open(path, "wb") as f:
+        for done in range(0, size, chunk.nbytes):
+            f.write(chunk[: min(chunk.nbytes, size - done)])
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def drop_cache(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def warm(path: str) -> None:
+    with open(path, "rb") as f:
+        while f.read(64 * MiB):
+            pass
+
+
+def pinned_h2d(nbytes: int, runs: int) -> dict:
+    host = cupy.cuda.alloc_pinned_memory(nbytes)
+    src = np.frombuffer(host, dtype=np.uint8, count=nbytes)
+    dst = cupy.empty(nbytes, dtype=cupy.uint8)
+    return median_rate(lambda: dst.set(src), nbytes, runs)
+
+
+def odirect_read(path: str, nbytes: int, threads: int, req: int = 16 * MiB) -> float:
+    import mmap
+    from concurrent.futures import ThreadPoolExecutor
+
+    drop_cache(path)
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+    bufs = [mmap.mmap(-1, req) for _ in range(threads)]
+    offsets = list(range(0, nbytes, req))
+
+    def work(i):
+        buf = bufs[i]
+        for off in offsets[i::threads]:
+            os.preadv(fd, [buf], off)
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(threads) as ex:
+        list(ex.map(work, range(threads)))
+    dt = time.perf_counter() - t0
+    os.close(fd)
+    return nbytes / dt / 1e9
+
+
+def buffered_cold_read(path: str, nbytes: int) -> float:
+    drop_cache(path)
+    buf = bytearray(16 * MiB)
+    t0 = time.perf_counter()
+    with open(path, "rb", buffering=0) as f:
+        while f.readinto(buf):
+            pass
+    return nbytes / (time.perf_counter() - t0) / 1e9
+
+
+def latencies(read_one, path_size: int, io: int, samples: int = 300) -> dict:
+    rng = np.random.default_rng(1)
+    offs = rng.integers(0, (path_size - io) // 4096, size=samples) * 4096
+    out = []
+    for off in offs:
+        t0 = time.perf_counter()
+        read_one(int(off))
+        out.append((time.perf_counter() - t0) * 1e6)
+    out.sort()
+    return {"p50_us": out[len(out) // 2], "p99_us": out[int(len(out) * 0.99)], "samples": samples}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("--dir", default=".")
+    ap.add_argument("--size-gib", type=float, default=4)
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+
+    try:
+        import kvikio
+    except Exception as e:  # noqa: BLE001
+        kvikio = None
+        print("kvikio not importable:", e, file=sys.stderr)
+
+    size = int(args.size_gib * GiB)
+    path = os.path.join(args.dir, "gdscp-sweep.bin")
+    results: dict = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "size": size,
+                     "gpu": cupy.cuda.runtime.getDeviceProperties(0)["name"].decode(),
+                     "cpus": os.cpu_count(), "gdscp": gdscp.__version__,
+                     "kvikio": getattr(kvikio, "__version__", None)}
+    runs = 3
+    t_start = time.perf_counter()
+    make_file(path, size)
+    results["ceiling_pinned_h2d"] = pinned_h2d(1 * GiB, 5)
+    print("pinned h2d", results["ceiling_pinned_h2d"], flush=True)
+
+    dev = cupy.empty(size, dtype=cupy.uint8)
+    host = np.empty(size, dtype=np.uint8)
+    warm(path)
+    ref = np.fromfile(path, dtype=np.uint8, count=64 * MiB)
+
+    # --- hot file -> GPU, gdscp sweep
+    sweep = []
+    threads_list = [8, 16, 24, 32] if not args.quick else [16, 32]
+    configs = []
+    for threads in threads_list:
+        for task in (4 * MiB, 16 * MiB):
+            for bounce in (1 * MiB, 4 * MiB, 16 * MiB):
+                if bounce > task:
+                    continue
+                for depth in (2, 4):
+                    configs.append(dict(num_threads=threads, task_size=task, bounce_buffer_size=bounce,
+                                        pipeline_depth=depth, staging="pinned"))
+        for task in (16 * MiB, 64 * MiB):
+            configs.append(dict(num_threads=threads, task_size=task, bounce_buffer_size=task,
+                                pipeline_depth=2, staging="mmap"))
+    for cfg in configs:
+        try:
+            with gdscp.defaults.set(cfg):
+                with gdscp.CuFile(path) as f:
+                    f.read(dev)  # warm-up (pools, streams)
+                    r = median_rate(lambda: f.read(dev), size, runs)
+        except Exception as e:  # noqa: BLE001
+            r = {"error": str(e)}
+        sweep.append({**cfg, **r})
+        print("gdscp hot->gpu", cfg, r, flush=True)
+    assert (dev[: 64 * MiB].get() == ref).all(), "gdscp read wrong bytes"
+    results["gdscp_hot_gpu_sweep"] = sweep
+
+    # defaults as shipped
+    with gdscp.CuFile(path) as f:
+        f.read(dev)
+        results["gdscp_hot_gpu_default"] = median_rate(lambda: f.read(dev), size, runs)
+    print("gdscp default hot->gpu", results["gdscp_hot_gpu_default"], flush=True)
+
+    # --- hot file -> host
+    hs = []
+    for threads in (8, 16, 32):
+        with gdscp.defaults.set("num_threads", threads), gdscp.CuFile(path) as f:
+            f.read(host)
+            hs.append({"num_threads": threads, **median_rate(lambda: f.read(host), size, runs)})
+        print("gdscp hot->host", hs[-1], flush=True)
+    results["gdscp_hot_host"] = hs
+
+    if kvikio is not None:
+        kv = []
+        for threads in (8, 16, 32):
+            kvikio.defaults.set("num_threads", threads)
+            with kvikio.CuFile(path, "r") as f:
+                f.read(dev)
+                kv.append({"num_threads": threads, **median_rate(lambda: f.read(dev), size, runs)})
+            print("kvikio hot->gpu", kv[-1], flush=True)
+        results["kvikio_hot_gpu"] = kv
+        kh = []
+        for threads in (16, 32):
+            kvikio.defaults.set("num_threads", threads)
+            with kvikio.CuFile(path, "r") as f:
+                f.read(host)
+                kh.append({"num_threads": threads, **median_rate(lambda: f.read(host), size, runs)})
+            print("kvikio hot->host", kh[-1], flush=True)
+        results["kvikio_hot_host"] = kh
+        kvikio.defaults.set("num_threads", 16)
+
+    # --- latency of single random reads, hot
+    lat = {}
+    for io in (4096, 64 * 1024, MiB):
+        buf = cupy.empty(io, dtype=cupy.uint8)
+        with gdscp.CuFile(path) as f:
+            for _ in range(20):
+                f.read(buf, io, 0)
+            lat[f"gdscp_{io}"] = latencies(lambda off: f.read(buf, io, off), size, io)
+        if kvikio is not None:
+            with kvikio.CuFile(path, "r") as f:
+                for _ in range(20):
+                    f.read(buf, io, 0)
+                lat[f"kvikio_{io}"] = latencies(lambda off: f.read(buf, io, off), size, io)
+        print("latency", io, {k: v for k, v in lat.items() if k.endswith(f"_{io}")}, flush=True)
+    results["latency"] = lat
+
+    # --- cold reads (2 GiB prefix) and the disk's own rates
+    cold = min(size, 2 * GiB)
+    cdev = dev[:cold]
+    results["disk_odirect"] = {t: odirect_read(path, cold, t) for t in (4, 16)}
+    results["disk_buffered"] = buffered_cold_read(path, cold)
+    print("disk", results["disk_odirect"], results["disk_buffered"], flush=True)
+    cg = []
+    for direct in (False, True):
+        for threads in (16, 32):
+            with gdscp.defaults.set({"num_threads": threads, "direct_io": direct}), gdscp.CuFile(path) as f:
+                drop_cache(path)
+                t0 = time.perf_counter()
+                f.read(cdev)
+                cg.append({"direct_io": direct, "num_threads": threads,
+                           "gbps": cold / (time.perf_counter() - t0) / 1e9})
+            print("gdscp cold->gpu", cg[-1], flush=True)
+    results["gdscp_cold_gpu"] = cg
+    if kvikio is not None:
+        with kvikio.CuFile(path, "r") as f:
+            drop_cache(path)
+            t0 = time.perf_counter()
+            f.read(cdev)
+            results["kvikio_cold_gpu"] = cold / (time.perf_counter() - t0) / 1e9
+        print("kvikio cold->gpu", results["kvikio_cold_gpu"], flush=True)
+
+    # --- GPU -> file with fsync
+    wpath = os.path.join(args.dir, "gdscp-sweep-w.bin")
+    wr = []
+    for direct in (False, True):
+        with gdscp.defaults.set({"num_threads": 16, "direct_io": direct}):
+            t0 = time.perf_counter()
+            with gdscp.CuFile(wpath, "w") as f:
+                f.write(cdev)
+                os.fsync(f.fileno())
+            wr.append({"direct_io": direct, "gbps": cold / (time.perf_counter() - t0) / 1e9})
+        print("gdscp gpu->file", wr[-1], flush=True)
+    results["gdscp_write"] = wr
+    if kvikio is not None:
+        t0 = time.perf_counter()
+        with kvikio.CuFile(wpath, "w") as f:
+            f.write(cdev)
+            os.fsync(f.fileno())
+        results["kvikio_write"] = cold / (time.perf_counter() - t0) / 1e9
+        print("kvikio gpu->file", results["kvikio_write"], flush=True)
+    os.unlink(wpath)
+    os.unlink(path)
+    results["seconds"] = time.perf_counter() - t_start
+    with open(args.out, "w") as f:
+        json.dump(results, f, indent=1)
+    best = max((s for s in sweep if "gbps" in s), key=lambda s: s["gbps"])
+    print("BEST hot->gpu", best)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -27,6 +27,10 @@ python3 -c "import gdscp, cupy; print('gdscp', gdscp.__version__, 'gpus', cupy.c
 cd - >/dev/null
 
 rc=0
+if [[ $steps == *all* || $steps == *smoke* ]]; then
+  echo "== smoke"
+  (cd /tmp && timeout 120 python3 "$OLDPWD/scripts/gpu_smoke.py") 2>&1 | tee "$OUT/smoke.log" | tail -30
+fi
 if [[ $steps == *all* || $steps == *tests* ]]; then
   echo "== GPU tests"
   repo=$PWD

@@ -122,8 +122,7 @@ NB_MODULE(_core, m) {
       .def_rw("bounce_buffer_size", &Settings::bounce_buffer_size)
       .def_rw("min_task_size", &Settings::min_task_size)
       .def_rw("direct_io", &Settings::direct_io)
-      .def_rw("pipeline_depth", &Settings::pipeline_depth)
-      .def_rw("staging", &Settings::staging);
+      .def_rw("pipeline_depth", &Settings::pipeline_depth);
 
   nb::class_<gdscp::Future>(m, "Future")
       .def("get", &gdscp::Future::get, release())

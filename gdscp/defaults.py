@@ -12,10 +12,7 @@ pool), ``task_size`` (largest piece of a request one worker takes),
 ``bounce_buffer_size`` (pinned staging buffer size), and gdscp's own
 ``direct_io`` (O_DIRECT for the aligned middle of host I/O) and
 ``min_task_size`` (medium requests are split down to this size so every
-worker gets a share), ``pipeline_depth`` (staging buffers in flight per worker)
-and ``staging`` ("pinned": copy through pinned staging buffers; "mmap":
-experimental, register the file's page-cache pages with CUDA and copy from
-them directly).
+worker gets a share), and ``pipeline_depth`` (staging buffers in flight per worker).
 """
 
 from __future__ import annotations
@@ -99,15 +96,6 @@ def _parse_bool(name: str, value: Any) -> bool:
     raise ValueError(f"invalid value for {name}: {value!r} (expected true or false)")
 
 
-_STAGING = ("pinned", "mmap")
-
-
-def _parse_staging(name: str, value: Any) -> str:
-    if isinstance(value, str) and value.strip().lower() in _STAGING:
-        return value.strip().lower()
-    raise ValueError(f"invalid value for {name}: {value!r} (expected one of {', '.join(_STAGING)})")
-
-
 def _parse_depth(name: str, value: Any) -> int:
     depth = _int_parser(2)(name, value)
     if depth > 8:
@@ -131,7 +119,6 @@ _SPEC: dict[str, tuple[Callable[[str, Any], Any], Any]] = {
     "min_task_size": (_int_parser(4096), 256 << 10),
     "direct_io": (_parse_bool, False),
     "pipeline_depth": (_parse_depth, 2),
-    "staging": (_parse_staging, "pinned"),
 }
 
 # The engine's view, passed with every request; never read by the engine otherwise.
@@ -143,8 +130,6 @@ def _apply(name: str, value: Any) -> None:
     _values[name] = value
     if name == "num_threads":
         _core.set_num_threads(value)
-    elif name == "staging":
-        _settings.staging = _STAGING.index(value)
     elif name != "compat_mode":
         setattr(_settings, name, value)
 

@@ -30,6 +30,9 @@ rc=0
 if [[ $steps == *all* || $steps == *smoke* ]]; then
   echo "== smoke"
   (cd /tmp && timeout 120 python3 "$OLDPWD/scripts/gpu_smoke.py") 2>&1 | tee "$OUT/smoke.log" | tail -30
+  # libcufile logs why it refused a file here (cufile.json's logging settings).
+  [ -f /tmp/cufile.log ] && tail -20 /tmp/cufile.log | tee "$OUT/cufile.log"
+  df -hT /tmp / | tee -a "$OUT/smoke.log"
 fi
 if [[ $steps == *all* || $steps == *tests* ]]; then
   echo "== GPU tests"

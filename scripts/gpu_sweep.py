@@ -122,6 +122,7 @@ def main() -> int:
 
     try:
         import kvikio
+        import kvikio.defaults
     except Exception as e:  # noqa: BLE001
         kvikio = None
         print("kvikio not importable:", e, file=sys.stderr)
@@ -145,19 +146,13 @@ def main() -> int:
 
     # --- hot file -> GPU, gdscp sweep
     sweep = []
-    threads_list = [8, 16, 24, 32] if not args.quick else [16, 32]
     configs = []
-    for threads in threads_list:
-        for task in (4 * MiB, 16 * MiB):
-            for bounce in (1 * MiB, 4 * MiB, 16 * MiB):
-                if bounce > task:
-                    continue
-                for depth in (2, 4):
-                    configs.append(dict(num_threads=threads, task_size=task, bounce_buffer_size=bounce,
-                                        pipeline_depth=depth, staging="pinned"))
+    for threads in ([12, 16, 20] if not args.quick else [16]):
         for task in (16 * MiB, 64 * MiB):
-            configs.append(dict(num_threads=threads, task_size=task, bounce_buffer_size=task,
-                                pipeline_depth=2, staging="mmap"))
+            for bounce in (512 << 10, 1 * MiB, 2 * MiB, 4 * MiB, 8 * MiB):
+                for depth in (2, 3, 4):
+                    configs.append(dict(num_threads=threads, task_size=task, bounce_buffer_size=bounce,
+                                        pipeline_depth=depth))
     for cfg in configs:
         try:
             with gdscp.defaults.set(cfg):

@@ -1,6 +1,5 @@
 #include "gdscp/posix_backend.hpp"
 
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -97,21 +96,6 @@ class StreamDrain {
 size_t pipeline_depth(const Settings& s) {
   return static_cast<size_t>(std::clamp(s.pipeline_depth, 2, kMaxDepth));
 }
-
-// A piece of the file mapped and registered with CUDA as read-only host memory.
-struct MappedPiece {
-  const CudaDriver* drv = nullptr;
-  void* base = nullptr;
-  size_t length = 0;
-  bool registered = false;
-  void release() noexcept {
-    if (registered) drv->cuMemHostUnregister(base);
-    if (base) ::munmap(base, length);
-    base = nullptr;
-    registered = false;
-  }
-  ~MappedPiece() { release(); }
-};
 
 }  // namespace
 
@@ -219,7 +203,6 @@ size_t PosixBackend::write_host(const char* src, size_t size, int64_t off, const
 
 size_t PosixBackend::read_device(const MemoryTarget& mem, void* dst, size_t size, int64_t off,
                                  const Settings& s, Request* progress) {
-  if (s.staging == 1) return read_device_mapped(mem, dst, size, off, s, progress);
   const CudaDriver& drv = CudaDriver::require();
   ScopedContext scope(drv, mem.ctx);
   StreamState& st = stream_state(drv, mem.ctx);
@@ -244,49 +227,6 @@ size_t PosixBackend::read_device(const MemoryTarget& mem, void* dst, size_t size
     done += got;
     if (progress) progress->add_progress(got);
     if (got < n) break;  // end of file
-  }
-  drain.finish();
-  return done;
-}
-
-size_t PosixBackend::read_device_mapped(const MemoryTarget& mem, void* dst, size_t size, int64_t off,
-                                        const Settings& s, Request* progress) {
-  const File& f = *file_;
-  const int64_t end = f.size();
-  if (off >= end) return 0;
-  size = std::min<size_t>(size, static_cast<size_t>(end - off));  // pages past EOF cannot be mapped
-  const CudaDriver& drv = CudaDriver::require();
-  ScopedContext scope(drv, mem.ctx);
-  StreamState& st = stream_state(drv, mem.ctx);
-  static const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
-  const size_t chunk = std::min(s.bounce_buffer_size, size);
-  const int depth = static_cast<int>(std::min<size_t>(pipeline_depth(s), (size + chunk - 1) / chunk));
-  MappedPiece pieces[kMaxDepth];
-  StreamDrain drain(drv, st.stream);
-  const auto base = reinterpret_cast<CUdeviceptr>(dst);
-  size_t done = 0;
-  for (int i = 0; done < size; ++i) {
-    const int slot = i % depth;
-    MappedPiece& piece = pieces[slot];
-    if (i >= depth) {
-      drv.check(drv.cuEventSynchronize(st.events[slot]), "cuEventSynchronize");
-      piece.release();
-    }
-    const size_t n = std::min(chunk, size - done);
-    const size_t at = static_cast<size_t>(off) + done;
-    const size_t map_at = round_down(at, page);
-    const size_t delta = at - map_at;
-    piece.drv = &drv;
-    piece.length = round_up(delta + n, page);
-    void* p = ::mmap(nullptr, piece.length, PROT_READ, MAP_SHARED | MAP_POPULATE, f.fd(), static_cast<off_t>(map_at));
-    if (p == MAP_FAILED) throw_os_error(errno, "mmap", f.path(), static_cast<int64_t>(at));
-    piece.base = p;
-    drv.check(drv.cuMemHostRegister(p, piece.length, CU_MEMHOSTREGISTER_READ_ONLY), "cuMemHostRegister (file mapping)");
-    piece.registered = true;
-    drv.check(drv.cuMemcpyHtoDAsync(base + done, static_cast<char*>(p) + delta, n, st.stream), "cuMemcpyHtoDAsync");
-    drv.check(drv.cuEventRecord(st.events[slot], st.stream), "cuEventRecord");
-    done += n;
-    if (progress) progress->add_progress(n);
   }
   drain.finish();
   return done;

@@ -25,8 +25,6 @@ class PosixBackend final : public Backend {
   size_t write_host(const char* src, size_t size, int64_t off, const Settings& s, Request* progress);
   size_t read_device(const MemoryTarget& mem, void* dst, size_t size, int64_t off, const Settings& s,
                      Request* progress);
-  size_t read_device_mapped(const MemoryTarget& mem, void* dst, size_t size, int64_t off,
-                            const Settings& s, Request* progress);
   size_t write_device(const MemoryTarget& mem, const void* src, size_t size, int64_t off,
                       const Settings& s, Request* progress);
 

@@ -15,10 +15,6 @@ struct Settings {
   size_t min_task_size = 256u << 10;      // medium requests are split down to this
   bool direct_io = false;                 // O_DIRECT for the aligned middle of host I/O
   int pipeline_depth = 2;                 // staging buffers in flight per worker (2..8)
-  // How file data reaches device memory on the POSIX path: 0 copies it into
-  // pinned staging buffers; 1 maps the file and registers the page-cache pages
-  // with CUDA, so the GPU copies straight out of the page cache (experimental).
-  int staging = 0;
 };
 
 }  // namespace gdscp

@@ -115,6 +115,11 @@ NB_MODULE(_core, m) {
   m.doc() = "gdscp's C++ engine (private: use the gdscp package)";
   nb::register_exception_translator(translate);
 
+  nb::enum_<gdscp::DirectIO>(m, "DirectIO")
+      .value("off", gdscp::DirectIO::off)
+      .value("on", gdscp::DirectIO::on)
+      .value("auto", gdscp::DirectIO::automatic);
+
   nb::class_<Settings>(m, "Settings")
       .def(nb::init<>())
       .def_rw("task_size", &Settings::task_size)

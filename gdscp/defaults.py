@@ -10,7 +10,9 @@ cuFile where GPUDirect Storage really works), ``num_threads`` (the worker
 pool), ``task_size`` (largest piece of a request one worker takes),
 ``gds_threshold`` (requests below it run on the calling thread),
 ``bounce_buffer_size`` (pinned staging buffer size), and gdscp's own
-``direct_io`` (O_DIRECT for the aligned middle of host I/O) and
+``direct_io`` ("auto": O_DIRECT for reads of 1 MiB and more that the page
+cache does not hold; "on": O_DIRECT for the aligned middle of every large
+read and write; "off": never) and
 ``min_task_size`` (medium requests are split down to this size so every
 worker gets a share), and ``pipeline_depth`` (staging buffers in flight per worker).
 """
@@ -103,6 +105,15 @@ def _parse_depth(name: str, value: Any) -> int:
     return depth
 
 
+def _parse_direct_io(name: str, value: Any) -> str:
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return "auto"
+    try:
+        return "on" if _parse_bool(name, value) else "off"
+    except ValueError:
+        raise ValueError(f"invalid value for {name}: {value!r} (expected on, off or auto)") from None
+
+
 def _default_num_threads() -> int:
     # One worker per core, at least 4 so that a small machine still overlaps
     # I/O waits, at most 16 (past that, measured gains vanish).
@@ -117,7 +128,7 @@ _SPEC: dict[str, tuple[Callable[[str, Any], Any], Any]] = {
     "gds_threshold": (_int_parser(0), 1 << 20),
     "bounce_buffer_size": (_int_parser(4096), 4 << 20),
     "min_task_size": (_int_parser(4096), 256 << 10),
-    "direct_io": (_parse_bool, False),
+    "direct_io": (_parse_direct_io, "auto"),
     "pipeline_depth": (_parse_depth, 2),
 }
 
@@ -130,6 +141,8 @@ def _apply(name: str, value: Any) -> None:
     _values[name] = value
     if name == "num_threads":
         _core.set_num_threads(value)
+    elif name == "direct_io":
+        _settings.direct_io = getattr(_core.DirectIO, value)
     elif name != "compat_mode":
         setattr(_settings, name, value)
 

@@ -36,38 +36,46 @@ CuFileBackend::~CuFileBackend() {
   if (handle_) driver_.cuFileHandleDeregister(handle_);
 }
 
-size_t CuFileBackend::read(const MemoryTarget& mem, void* dst, size_t size, int64_t off, const Settings&,
+size_t CuFileBackend::read(const MemoryTarget& mem, char* base, ChunkQueue& work, const Settings&,
                            Request* progress) {
   if (!mem.device) throw_invalid("the cuFile backend moves device memory only");
   const CudaDriver& cuda = CudaDriver::require();
   ScopedContext scope(cuda, mem.ctx);
-  size_t done = 0;
-  while (done < size) {
-    const ssize_t r = driver_.cuFileRead(handle_, dst, size - done, off + static_cast<off_t>(done),
-                                         static_cast<off_t>(done));
-    if (r < 0) throw_cufile_io_error(r, "cuFileRead", file_->path(), off + static_cast<int64_t>(done));
-    if (r == 0) break;  // end of file
-    done += static_cast<size_t>(r);
-    if (progress) progress->add_progress(static_cast<size_t>(r));
+  size_t total = 0;
+  Chunk c;
+  while (work.next(c)) {
+    for (size_t done = 0; done < c.size;) {
+      const off_t at = c.file_offset + static_cast<off_t>(done);
+      const ssize_t r = driver_.cuFileRead(handle_, base, c.size - done, at, static_cast<off_t>(c.buf_offset + done));
+      if (r < 0) throw_cufile_io_error(r, "cuFileRead", file_->path(), at);
+      if (r == 0) break;  // end of file
+      done += static_cast<size_t>(r);
+      total += static_cast<size_t>(r);
+      if (progress) progress->add_progress(static_cast<size_t>(r));
+    }
   }
-  return done;
+  return total;
 }
 
-size_t CuFileBackend::write(const MemoryTarget& mem, const void* src, size_t size, int64_t off,
-                            const Settings&, Request* progress) {
+size_t CuFileBackend::write(const MemoryTarget& mem, const char* base, ChunkQueue& work, const Settings&,
+                            Request* progress) {
   if (!mem.device) throw_invalid("the cuFile backend moves device memory only");
   const CudaDriver& cuda = CudaDriver::require();
   ScopedContext scope(cuda, mem.ctx);
-  size_t done = 0;
-  while (done < size) {
-    const ssize_t r = driver_.cuFileWrite(handle_, src, size - done, off + static_cast<off_t>(done),
-                                          static_cast<off_t>(done));
-    if (r < 0) throw_cufile_io_error(r, "cuFileWrite", file_->path(), off + static_cast<int64_t>(done));
-    if (r == 0) throw_os_error(EIO, "cuFileWrite wrote nothing to", file_->path(), off + static_cast<int64_t>(done));
-    done += static_cast<size_t>(r);
-    if (progress) progress->add_progress(static_cast<size_t>(r));
+  size_t total = 0;
+  Chunk c;
+  while (work.next(c)) {
+    for (size_t done = 0; done < c.size;) {
+      const off_t at = c.file_offset + static_cast<off_t>(done);
+      const ssize_t r = driver_.cuFileWrite(handle_, base, c.size - done, at, static_cast<off_t>(c.buf_offset + done));
+      if (r < 0) throw_cufile_io_error(r, "cuFileWrite", file_->path(), at);
+      if (r == 0) throw_os_error(EIO, "cuFileWrite wrote nothing to", file_->path(), at);
+      done += static_cast<size_t>(r);
+      total += static_cast<size_t>(r);
+      if (progress) progress->add_progress(static_cast<size_t>(r));
+    }
   }
-  return done;
+  return total;
 }
 
 bool CuFileBackend::enqueue(bool write, const MemoryTarget& mem, void* base, CuFileAsyncOp& op, CUstream stream) {

@@ -101,45 +101,34 @@ std::unique_ptr<Future> Handle::submit(bool write, uintptr_t buf, bool device, s
   if (write && st->file->mode().append) offset = st->file->reserve_append(size);
   const MemoryTarget mem = target_for(buf, device);
   Backend* backend = mem.device ? st->device_backend() : st->posix.get();
-
-  auto run = [st, backend, mem, s, write, buf](Request* req, const Chunk& c) -> size_t {
-    char* p = reinterpret_cast<char*>(buf) + c.buf_offset;
-    return write ? backend->write(mem, p, c.size, c.file_offset, s, req)
-                 : backend->read(mem, p, c.size, c.file_offset, s, req);
-  };
+  char* base = reinterpret_cast<char*>(buf);
 
   ThreadPool& pool = ThreadPool::process_default();
   const size_t piece = effective_task_size(size, task_size, pool.size(), s.min_task_size);
-  const std::vector<Chunk> chunks = split(offset, size, piece);
-  auto req = std::make_shared<Request>(chunks.size());
-
+  std::vector<Chunk> chunks = split(offset, size, piece);
+  const size_t workers = std::min<size_t>(pool.size(), chunks.size());
   // Small requests run here: a hand-off to a worker would cost more than it saves.
-  if (size < s.gds_threshold || chunks.size() == 1) {
+  const bool inline_run = size < s.gds_threshold || workers == 1;
+  auto req = std::make_shared<Request>(inline_run ? 1 : workers);
+  auto work = std::make_shared<ChunkQueue>(std::move(chunks), req->cancel_flag());
+
+  // Every worker of the request runs this over the shared queue; `st` keeps
+  // the file open until the last one ends.
+  auto run = [st, backend, mem, s, write, base, req, work] {
     try {
-      req->task_done(run(req.get(), chunks.front()));
+      const size_t n = write ? backend->write(mem, base, *work, s, req.get())
+                             : backend->read(mem, base, *work, s, req.get());
+      req->task_done(n);
     } catch (...) {
       req->task_failed(std::current_exception());
     }
-    return std::make_unique<Future>(std::move(req));
+  };
+  if (inline_run) {
+    run();
+  } else {
+    std::vector<std::function<void()>> tasks(workers, run);
+    pool.submit_many(std::move(tasks));
   }
-
-  std::vector<std::function<void()>> tasks;
-  tasks.reserve(chunks.size());
-  for (const Chunk& c : chunks) {
-    tasks.emplace_back([req, run, c] {
-      if (req->cancelled()) {
-        req->task_done(0);
-        return;
-      }
-      try {
-        const size_t n = run(req.get(), c);
-        req->task_done(n);
-      } catch (...) {
-        req->task_failed(std::current_exception());
-      }
-    });
-  }
-  pool.submit_many(std::move(tasks));
   return std::make_unique<Future>(std::move(req));
 }
 
@@ -161,9 +150,10 @@ size_t Handle::raw(bool write, uintptr_t base, size_t size, int64_t file_offset,
   if (!mem.device) throw_invalid("raw I/O needs device memory; this buffer is host memory");
   if (size == 0) return 0;
   if (write && st->file->mode().append) file_offset = st->file->reserve_append(size);
-  char* p = reinterpret_cast<char*>(base) + dev_offset;
+  ChunkQueue one({Chunk{static_cast<size_t>(dev_offset), file_offset, size}});
+  char* p = reinterpret_cast<char*>(base);
   Backend* b = st->device_backend();
-  return write ? b->write(mem, p, size, file_offset, s, nullptr) : b->read(mem, p, size, file_offset, s, nullptr);
+  return write ? b->write(mem, p, one, s, nullptr) : b->read(mem, p, one, s, nullptr);
 }
 
 size_t Handle::raw_read(uintptr_t base, size_t size, int64_t file_offset, int64_t dev_offset, const Settings& s) {

@@ -1,8 +1,10 @@
 #include "gdscp/posix_backend.hpp"
 
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <unordered_map>
@@ -93,6 +95,40 @@ class StreamDrain {
   CUstream s_;
 };
 
+#ifndef __NR_cachestat
+#define __NR_cachestat 451  // the same on every architecture (Linux 6.5+)
+#endif
+struct CacheStatRange {
+  uint64_t off;
+  uint64_t len;
+};
+struct CacheStat {
+  uint64_t nr_cache, nr_dirty, nr_writeback, nr_evicted, nr_recently_evicted;
+};
+
+// Whether the page cache holds every page of the range (cachestat(2), which,
+// unlike a RWF_NOWAIT read, starts no readahead). Where the kernel lacks
+// cachestat the answer is yes, which keeps reads buffered.
+bool fully_cached(int fd, size_t size, int64_t off) {
+  static std::atomic<bool> unsupported{false};
+  if (unsupported.load(std::memory_order_relaxed)) return true;
+  static const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  CacheStatRange range{static_cast<uint64_t>(off), size};
+  CacheStat stat{};
+  if (::syscall(__NR_cachestat, fd, &range, &stat, 0) != 0) {
+    if (errno == ENOSYS) unsupported.store(true, std::memory_order_relaxed);
+    return true;
+  }
+  const size_t first = static_cast<size_t>(off) / page;
+  const size_t last = (static_cast<size_t>(off) + size + page - 1) / page;
+  return stat.nr_cache >= last - first;
+}
+
+size_t finish(size_t bytes, Request* progress) {
+  if (progress) progress->add_progress(bytes);
+  return bytes;
+}
+
 size_t pipeline_depth(const Settings& s) {
   return static_cast<size_t>(std::clamp(s.pipeline_depth, 2, kMaxDepth));
 }
@@ -129,28 +165,40 @@ size_t pwrite_full(int fd, const void* buf, size_t size, int64_t offset, const s
   return done;
 }
 
-size_t PosixBackend::read(const MemoryTarget& mem, void* dst, size_t size, int64_t off,
-                          const Settings& s, Request* progress) {
-  return mem.device ? read_device(mem, dst, size, off, s, progress)
-                    : read_host(static_cast<char*>(dst), size, off, s, progress);
+size_t PosixBackend::read(const MemoryTarget& mem, char* base, ChunkQueue& work, const Settings& s,
+                          Request* progress) {
+  if (mem.device) return read_device(mem, base, work, s, progress);
+  size_t total = 0;
+  Chunk c;
+  while (work.next(c)) total += read_host(base + c.buf_offset, c.size, c.file_offset, s, progress);
+  return total;
 }
 
-size_t PosixBackend::write(const MemoryTarget& mem, const void* src, size_t size, int64_t off,
-                           const Settings& s, Request* progress) {
-  return mem.device ? write_device(mem, src, size, off, s, progress)
-                    : write_host(static_cast<const char*>(src), size, off, s, progress);
+size_t PosixBackend::write(const MemoryTarget& mem, const char* base, ChunkQueue& work, const Settings& s,
+                           Request* progress) {
+  if (mem.device) return write_device(mem, base, work, s, progress);
+  size_t total = 0;
+  Chunk c;
+  while (work.next(c)) total += write_host(base + c.buf_offset, c.size, c.file_offset, s, progress);
+  return total;
 }
 
 size_t PosixBackend::read_host(char* dst, size_t size, int64_t off, const Settings& s, Request* progress) {
   const File& f = *file_;
+  const bool may_direct = s.direct_io != DirectIO::off && f.direct_fd() >= 0 && size >= kDirectMin;
   size_t done = 0;
-  if (s.direct_io && f.direct_fd() >= 0 && size >= kDirectMin) {
-    const AlignedSplit part = align_split(off, size, kDirectAlign);
+  // In automatic mode O_DIRECT is only for ranges the page cache lacks: cached
+  // data is served from memory, cold data skips the cache's extra copy.
+  if (may_direct && (s.direct_io == DirectIO::on || !fully_cached(f.fd(), size, off))) {
+    const size_t rest = size - done;
+    const int64_t rest_off = off + static_cast<int64_t>(done);
+    const AlignedSplit part = align_split(rest_off, rest, kDirectAlign);
     if (part.middle >= kDirectMin) {
-      done = pread_full(f.fd(), dst, part.head, off, f.path());
-      if (done < part.head) return done;  // end of file inside the head
-      char* mid = dst + part.head;
-      const int64_t mid_off = off + static_cast<int64_t>(part.head);
+      const size_t head = pread_full(f.fd(), dst + done, part.head, rest_off, f.path());
+      done += head;
+      if (head < part.head) return finish(done, progress);  // end of file inside the head
+      char* mid = dst + done;
+      const int64_t mid_off = off + static_cast<int64_t>(done);
       size_t moved = 0;
       if (reinterpret_cast<uintptr_t>(mid) % kDirectAlign == 0) {
         moved = direct_transfer<false>(f.direct_fd(), mid, part.middle, mid_off, f.path());
@@ -160,29 +208,25 @@ size_t PosixBackend::read_host(char* dst, size_t size, int64_t off, const Settin
         while (moved < part.middle) {
           const size_t n = std::min(bounce.size(), part.middle - moved);
           const size_t got = direct_transfer<false>(f.direct_fd(), static_cast<char*>(bounce.get()), n,
-                                                    mid_off + moved, f.path());
+                                                    mid_off + static_cast<int64_t>(moved), f.path());
           std::memcpy(mid + moved, bounce.get(), got);
           moved += got;
           if (got < n) break;
         }
       }
       done += moved;
-      if (progress) progress->add_progress(done);
-      const size_t rest = size - done;
-      const size_t got = pread_full(f.fd(), dst + done, rest, off + static_cast<int64_t>(done), f.path());
-      if (progress) progress->add_progress(got);
-      return done + got;
     }
   }
-  done = pread_full(f.fd(), dst, size, off, f.path());
-  if (progress) progress->add_progress(done);
-  return done;
+  // Whatever is left (all of it when O_DIRECT is off): the buffered descriptor,
+  // which also finishes a short O_DIRECT read at end of file.
+  done += pread_full(f.fd(), dst + done, size - done, off + static_cast<int64_t>(done), f.path());
+  return finish(done, progress);
 }
 
 size_t PosixBackend::write_host(const char* src, size_t size, int64_t off, const Settings& s,
                                 Request* progress) {
   const File& f = *file_;
-  if (s.direct_io && f.direct_fd() >= 0 && size >= kDirectMin) {
+  if (s.direct_io == DirectIO::on && f.direct_fd() >= 0 && size >= kDirectMin) {
     const AlignedSplit part = align_split(off, size, kDirectAlign);
     const char* mid = src + part.head;
     if (part.middle >= kDirectMin && reinterpret_cast<uintptr_t>(mid) % kDirectAlign == 0) {
@@ -192,80 +236,106 @@ size_t PosixBackend::write_host(const char* src, size_t size, int64_t off, const
                                                  mid_off, f.path());
       const size_t done = part.head + moved;
       pwrite_full(f.fd(), src + done, size - done, off + static_cast<int64_t>(done), f.path());
-      if (progress) progress->add_progress(size);
-      return size;
+      return finish(size, progress);
     }
   }
   pwrite_full(f.fd(), src, size, off, f.path());
-  if (progress) progress->add_progress(size);
-  return size;
+  return finish(size, progress);
 }
 
-size_t PosixBackend::read_device(const MemoryTarget& mem, void* dst, size_t size, int64_t off,
-                                 const Settings& s, Request* progress) {
+namespace {
+
+// A request's claimed chunks cut into staging-buffer-sized pieces, claiming the
+// next chunk only when the current one is used up.
+class PieceStream {
+ public:
+  PieceStream(ChunkQueue& work, size_t piece) : work_(work), piece_(piece) {}
+  bool next(Chunk& out) {
+    while (pos_ >= current_.size) {
+      if (!work_.next(current_)) return false;
+      pos_ = 0;
+    }
+    const size_t n = std::min(piece_, current_.size - pos_);
+    out = {current_.buf_offset + pos_, current_.file_offset + static_cast<int64_t>(pos_), n};
+    pos_ += n;
+    return true;
+  }
+
+ private:
+  ChunkQueue& work_;
+  size_t piece_;
+  Chunk current_{0, 0, 0};
+  size_t pos_ = 0;
+};
+
+}  // namespace
+
+size_t PosixBackend::read_device(const MemoryTarget& mem, char* base, ChunkQueue& work, const Settings& s,
+                                 Request* progress) {
   const CudaDriver& drv = CudaDriver::require();
   ScopedContext scope(drv, mem.ctx);
   StreamState& st = stream_state(drv, mem.ctx);
-  const size_t chunk = std::min(s.bounce_buffer_size, size);
-  const int depth = static_cast<int>(std::min<size_t>(pipeline_depth(s), (size + chunk - 1) / chunk));
+  const size_t depth = pipeline_depth(s);
   BufferPool::Lease bufs[kMaxDepth];
-  for (int i = 0; i < depth; ++i) bufs[i] = BufferPool::pinned().acquire(s.bounce_buffer_size);
-
   StreamDrain drain(drv, st.stream);
-  const auto base = reinterpret_cast<CUdeviceptr>(dst);
-  size_t done = 0;
-  for (int i = 0; done < size; ++i) {
-    const int slot = i % depth;
+  const auto dev = reinterpret_cast<CUdeviceptr>(base);
+  PieceStream pieces(work, s.bounce_buffer_size);
+  size_t total = 0;
+  Chunk p;
+  // Read piece i into slot i % depth while the copies of the pieces before it
+  // are still running; the pipeline runs on across chunks, draining once.
+  for (size_t i = 0; pieces.next(p); ++i) {
+    const size_t slot = i % depth;
     if (i >= depth) drv.check(drv.cuEventSynchronize(st.events[slot]), "cuEventSynchronize");
-    const size_t n = std::min(chunk, size - done);
+    if (!bufs[slot].get()) bufs[slot] = BufferPool::pinned().acquire(s.bounce_buffer_size);
     char* staging = static_cast<char*>(bufs[slot].get());
-    const size_t got = read_host(staging, n, off + static_cast<int64_t>(done), s, nullptr);
+    const size_t got = read_host(staging, p.size, p.file_offset, s, nullptr);
     if (got > 0) {
-      drv.check(drv.cuMemcpyHtoDAsync(base + done, staging, got, st.stream), "cuMemcpyHtoDAsync");
+      drv.check(drv.cuMemcpyHtoDAsync(dev + p.buf_offset, staging, got, st.stream), "cuMemcpyHtoDAsync");
       drv.check(drv.cuEventRecord(st.events[slot], st.stream), "cuEventRecord");
     }
-    done += got;
+    total += got;
     if (progress) progress->add_progress(got);
-    if (got < n) break;  // end of file
   }
   drain.finish();
-  return done;
+  return total;
 }
 
-size_t PosixBackend::write_device(const MemoryTarget& mem, const void* src, size_t size, int64_t off,
+size_t PosixBackend::write_device(const MemoryTarget& mem, const char* base, ChunkQueue& work,
                                   const Settings& s, Request* progress) {
   const CudaDriver& drv = CudaDriver::require();
   ScopedContext scope(drv, mem.ctx);
   StreamState& st = stream_state(drv, mem.ctx);
-  const size_t chunk = std::min(s.bounce_buffer_size, size);
-  const int depth = static_cast<int>(std::min<size_t>(pipeline_depth(s), (size + chunk - 1) / chunk));
+  const size_t depth = pipeline_depth(s);
   BufferPool::Lease bufs[kMaxDepth];
-  for (int i = 0; i < depth; ++i) bufs[i] = BufferPool::pinned().acquire(s.bounce_buffer_size);
-
+  Chunk pending[kMaxDepth];
   StreamDrain drain(drv, st.stream);
-  const auto base = reinterpret_cast<CUdeviceptr>(src);
-  const size_t pieces = (size + chunk - 1) / chunk;
-  auto issue_copy = [&](size_t piece) {
-    const int slot = static_cast<int>(piece % depth);
-    const size_t at = piece * chunk;
-    drv.check(drv.cuMemcpyDtoHAsync(bufs[slot].get(), base + at, std::min(chunk, size - at), st.stream),
-              "cuMemcpyDtoHAsync");
+  const auto dev = reinterpret_cast<CUdeviceptr>(base);
+  PieceStream pieces(work, s.bounce_buffer_size);
+  auto issue_copy = [&](size_t slot) {
+    if (!bufs[slot].get()) bufs[slot] = BufferPool::pinned().acquire(s.bounce_buffer_size);
+    const Chunk& p = pending[slot];
+    drv.check(drv.cuMemcpyDtoHAsync(bufs[slot].get(), dev + p.buf_offset, p.size, st.stream), "cuMemcpyDtoHAsync");
     drv.check(drv.cuEventRecord(st.events[slot], st.stream), "cuEventRecord");
   };
-  // Keep `depth` chunks coming off the GPU while earlier ones go to the file.
-  for (size_t k = 0; k < std::min<size_t>(depth, pieces); ++k) issue_copy(k);
-  size_t done = 0;
-  for (size_t k = 0; k < pieces; ++k) {
-    const int slot = static_cast<int>(k % depth);
-    const size_t n = std::min(chunk, size - done);
+  // Keep `depth` pieces coming off the GPU while earlier ones go to the file.
+  size_t issued = 0;
+  while (issued < depth && pieces.next(pending[issued])) issue_copy(issued++);
+  size_t total = 0;
+  for (size_t written = 0; written < issued; ++written) {
+    const size_t slot = written % depth;
     drv.check(drv.cuEventSynchronize(st.events[slot]), "cuEventSynchronize");
-    write_host(static_cast<const char*>(bufs[slot].get()), n, off + static_cast<int64_t>(done), s, nullptr);
-    done += n;
-    if (progress) progress->add_progress(n);
-    if (k + depth < pieces) issue_copy(k + depth);
+    const Chunk& p = pending[slot];
+    write_host(static_cast<const char*>(bufs[slot].get()), p.size, p.file_offset, s, nullptr);
+    total += p.size;
+    if (progress) progress->add_progress(p.size);
+    if (pieces.next(pending[slot])) {
+      issue_copy(slot);
+      ++issued;
+    }
   }
   drain.finish();
-  return done;
+  return total;
 }
 
 }  // namespace gdscp

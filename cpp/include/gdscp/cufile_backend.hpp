@@ -29,10 +29,10 @@ class CuFileBackend final : public Backend {
   ~CuFileBackend() override;
   const char* name() const noexcept override { return "cufile"; }
 
-  size_t read(const MemoryTarget& mem, void* dst, size_t size, int64_t file_offset,
-              const Settings& settings, Request* progress) override;
-  size_t write(const MemoryTarget& mem, const void* src, size_t size, int64_t file_offset,
-               const Settings& settings, Request* progress) override;
+  size_t read(const MemoryTarget& mem, char* base, ChunkQueue& work, const Settings& settings,
+              Request* progress) override;
+  size_t write(const MemoryTarget& mem, const char* base, ChunkQueue& work, const Settings& settings,
+               Request* progress) override;
 
   bool has_async() const noexcept { return driver_.cuFileReadAsync && driver_.cuFileWriteAsync; }
   // Queues the operation on `stream`; false where cuFile refuses stream I/O here.

@@ -2,6 +2,7 @@
 // No threads, no CUDA, no I/O.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -16,6 +17,29 @@ struct Chunk {
 
 // Cuts [file_offset, file_offset + size) into pieces of at most `piece` bytes.
 std::vector<Chunk> split(int64_t file_offset, size_t size, size_t piece);
+
+// The chunks of one request, claimed one at a time by the workers sharing the
+// request: whoever is free takes the next chunk, so the work balances itself,
+// and each worker can keep its staging pipeline full across chunks.
+class ChunkQueue {
+ public:
+  explicit ChunkQueue(std::vector<Chunk> chunks, const std::atomic<bool>* cancelled = nullptr)
+      : chunks_(std::move(chunks)), cancelled_(cancelled) {}
+  // The next unclaimed chunk; false once none is left or the request was cancelled.
+  bool next(Chunk& out) noexcept {
+    if (cancelled_ && cancelled_->load(std::memory_order_relaxed)) return false;
+    const size_t i = next_.fetch_add(1, std::memory_order_relaxed);
+    if (i >= chunks_.size()) return false;
+    out = chunks_[i];
+    return true;
+  }
+  size_t size() const noexcept { return chunks_.size(); }
+
+ private:
+  std::vector<Chunk> chunks_;
+  std::atomic<size_t> next_{0};
+  const std::atomic<bool>* cancelled_;
+};
 
 // The task size actually used: never above `task_size`; for a request that
 // would otherwise run as few tasks, smaller pieces (not below `min_task`) so

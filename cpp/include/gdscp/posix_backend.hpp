@@ -15,18 +15,18 @@ class PosixBackend final : public Backend {
   explicit PosixBackend(std::shared_ptr<File> file) : file_(std::move(file)) {}
   const char* name() const noexcept override { return "posix"; }
 
-  size_t read(const MemoryTarget& mem, void* dst, size_t size, int64_t file_offset,
-              const Settings& settings, Request* progress) override;
-  size_t write(const MemoryTarget& mem, const void* src, size_t size, int64_t file_offset,
-               const Settings& settings, Request* progress) override;
+  size_t read(const MemoryTarget& mem, char* base, ChunkQueue& work, const Settings& settings,
+              Request* progress) override;
+  size_t write(const MemoryTarget& mem, const char* base, ChunkQueue& work, const Settings& settings,
+               Request* progress) override;
 
  private:
   size_t read_host(char* dst, size_t size, int64_t off, const Settings& s, Request* progress);
   size_t write_host(const char* src, size_t size, int64_t off, const Settings& s, Request* progress);
-  size_t read_device(const MemoryTarget& mem, void* dst, size_t size, int64_t off, const Settings& s,
+  size_t read_device(const MemoryTarget& mem, char* base, ChunkQueue& work, const Settings& s,
                      Request* progress);
-  size_t write_device(const MemoryTarget& mem, const void* src, size_t size, int64_t off,
-                      const Settings& s, Request* progress);
+  size_t write_device(const MemoryTarget& mem, const char* base, ChunkQueue& work, const Settings& s,
+                      Request* progress);
 
   std::shared_ptr<File> file_;
 };

@@ -23,6 +23,7 @@ class Request {
   // Tasks not yet started skip their I/O once this is set.
   void cancel() noexcept { cancelled_.store(true, std::memory_order_relaxed); }
   bool cancelled() const noexcept { return cancelled_.load(std::memory_order_relaxed); }
+  const std::atomic<bool>* cancel_flag() const noexcept { return &cancelled_; }
 
   // Progress for pollers (CLI progress bars): bytes of finished tasks plus
   // what running tasks have reported so far.

@@ -8,12 +8,16 @@ namespace gdscp {
 
 enum class CompatMode { off = 0, on = 1, automatic = 2 };
 
+// O_DIRECT for host-side transfers of 1 MiB and more: never, always (aligned
+// middle only), or for reads of ranges the page cache does not hold.
+enum class DirectIO { off = 0, on = 1, automatic = 2 };
+
 struct Settings {
   size_t task_size = 4u << 20;            // largest piece a worker takes
   size_t gds_threshold = 1u << 20;        // below this a request runs on the calling thread
   size_t bounce_buffer_size = 4u << 20;   // pinned staging buffer size
   size_t min_task_size = 256u << 10;      // medium requests are split down to this
-  bool direct_io = false;                 // O_DIRECT for the aligned middle of host I/O
+  DirectIO direct_io = DirectIO::automatic;
   int pipeline_depth = 2;                 // staging buffers in flight per worker (2..8)
 };
 

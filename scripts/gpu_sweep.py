@@ -90,6 +90,30 @@ def odirect_read(path: str, nbytes: int, threads: int, req: int = 16 * MiB) -> f
     return nbytes / dt / 1e9
 
 
+def odirect_write(path: str, nbytes: int, threads: int = 4, req: int = 16 * MiB) -> float:
+    import mmap
+    from concurrent.futures import ThreadPoolExecutor
+
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_DIRECT, 0o644)
+    bufs = [mmap.mmap(-1, req) for _ in range(threads)]
+    for b in bufs:
+        b.write(os.urandom(req))
+    offsets = list(range(0, nbytes, req))
+
+    def work(i):
+        for off in offsets[i::threads]:
+            os.pwritev(fd, [bufs[i]], off)
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(threads) as ex:
+        list(ex.map(work, range(threads)))
+    os.fsync(fd)
+    dt = time.perf_counter() - t0
+    os.close(fd)
+    os.unlink(path)
+    return nbytes / dt / 1e9
+
+
 def buffered_cold_read(path: str, nbytes: int) -> float:
     drop_cache(path)
     buf = bytearray(16 * MiB)
@@ -147,12 +171,13 @@ def main() -> int:
     # --- hot file -> GPU, gdscp sweep
     sweep = []
     configs = []
-    for threads in ([12, 16, 20] if not args.quick else [16]):
-        for task in (16 * MiB, 64 * MiB):
-            for bounce in (512 << 10, 1 * MiB, 2 * MiB, 4 * MiB, 8 * MiB):
-                for depth in (2, 3, 4):
-                    configs.append(dict(num_threads=threads, task_size=task, bounce_buffer_size=bounce,
-                                        pipeline_depth=depth))
+    for threads in ([16, 20, 24] if not args.quick else [16]):
+        for task in (4 * MiB, 16 * MiB, 64 * MiB):
+            for bounce in (2 * MiB, 4 * MiB):
+                for depth in (2, 3):
+                    if bounce <= task:
+                        configs.append(dict(num_threads=threads, task_size=task, bounce_buffer_size=bounce,
+                                            pipeline_depth=depth))
     for cfg in configs:
         try:
             with gdscp.defaults.set(cfg):
@@ -174,10 +199,11 @@ def main() -> int:
 
     # --- hot file -> host
     hs = []
-    for threads in (8, 16, 32):
-        with gdscp.defaults.set("num_threads", threads), gdscp.CuFile(path) as f:
-            f.read(host)
-            hs.append({"num_threads": threads, **median_rate(lambda: f.read(host), size, runs)})
+    for threads in (16, 24, 32):
+        for task in (4 * MiB, 16 * MiB, 64 * MiB):
+            with gdscp.defaults.set({"num_threads": threads, "task_size": task}), gdscp.CuFile(path) as f:
+                f.read(host)
+                hs.append({"num_threads": threads, "task_size": task, **median_rate(lambda: f.read(host), size, runs)})
         print("gdscp hot->host", hs[-1], flush=True)
     results["gdscp_hot_host"] = hs
 
@@ -223,7 +249,7 @@ def main() -> int:
     results["disk_buffered"] = buffered_cold_read(path, cold)
     print("disk", results["disk_odirect"], results["disk_buffered"], flush=True)
     cg = []
-    for direct in (False, True):
+    for direct in ("off", "auto"):
         for threads in (16, 32):
             with gdscp.defaults.set({"num_threads": threads, "direct_io": direct}), gdscp.CuFile(path) as f:
                 drop_cache(path)
@@ -244,7 +270,9 @@ def main() -> int:
     # --- GPU -> file with fsync
     wpath = os.path.join(args.dir, "gdscp-sweep-w.bin")
     wr = []
-    for direct in (False, True):
+    results["disk_write_odirect"] = odirect_write(wpath, cold)
+    print("disk write (O_DIRECT + fsync)", results["disk_write_odirect"], flush=True)
+    for direct in ("off", "on"):
         with gdscp.defaults.set({"num_threads": 16, "direct_io": direct}):
             t0 = time.perf_counter()
             with gdscp.CuFile(wpath, "w") as f:

@@ -171,10 +171,10 @@ def main() -> int:
     # --- hot file -> GPU, gdscp sweep
     sweep = []
     configs = []
-    for threads in ([16, 20, 24] if not args.quick else [16]):
-        for task in (4 * MiB, 16 * MiB, 64 * MiB):
-            for bounce in (2 * MiB, 4 * MiB):
-                for depth in (2, 3):
+    for threads in ([16, 24] if not args.quick else [16]):
+        for task in (4 * MiB, 8 * MiB, 16 * MiB):
+            for bounce in (4 * MiB,):
+                for depth in (2,):
                     if bounce <= task:
                         configs.append(dict(num_threads=threads, task_size=task, bounce_buffer_size=bounce,
                                             pipeline_depth=depth))
@@ -200,7 +200,7 @@ def main() -> int:
     # --- hot file -> host
     hs = []
     for threads in (16, 24, 32):
-        for task in (4 * MiB, 16 * MiB, 64 * MiB):
+        for task in (4 * MiB,):
             with gdscp.defaults.set({"num_threads": threads, "task_size": task}), gdscp.CuFile(path) as f:
                 f.read(host)
                 hs.append({"num_threads": threads, "task_size": task, **median_rate(lambda: f.read(host), size, runs)})

@@ -187,8 +187,6 @@ NB_MODULE(_core, m) {
     gdscp::BufferPool::pinned().trim();
     gdscp::BufferPool::aligned().trim();
   }, release());
-  m.def("_pinned_huge_pages", [](bool on) { gdscp::BufferPool::pinned().use_huge_pages(on); }, "on"_a,
-        release());
   m.def("stream_synchronize", [](uintptr_t stream) {
     const auto& drv = gdscp::CudaDriver::require();
     drv.check(drv.cuStreamSynchronize(reinterpret_cast<CUstream>(stream)), "cuStreamSynchronize");

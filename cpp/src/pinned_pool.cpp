@@ -1,9 +1,6 @@
 #include "gdscp/pinned_pool.hpp"
 
-#include <sys/mman.h>
-
 #include <cstdlib>
-#include <cstring>
 #include <new>
 
 #include "gdscp/cuda_driver.hpp"
@@ -36,35 +33,7 @@ void BufferPool::Lease::release() noexcept {
 
 BufferPool::~BufferPool() { trim(); }
 
-void BufferPool::use_huge_pages(bool on) {
-  trim();
-  std::lock_guard<std::mutex> lock(mutex_);
-  huge_pages_ = on;
-}
-
 void* BufferPool::allocate(size_t size) {
-  if (kind_ == Kind::pinned && huge_pages_) {
-    const CudaDriver& drv = CudaDriver::require();
-    constexpr size_t kHuge = 2u << 20;
-    const size_t length = (size + kHuge - 1) / kHuge * kHuge;
-    void* raw = ::mmap(nullptr, length + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (raw == MAP_FAILED) throw std::bad_alloc();
-    // Keep a 2 MiB-aligned window; give the rest back.
-    char* p = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(raw) + kHuge - 1) / kHuge * kHuge);
-    const size_t before = static_cast<size_t>(p - static_cast<char*>(raw));
-    if (before) ::munmap(raw, before);
-    if (kHuge - before) ::munmap(p + length, kHuge - before);
-    ::madvise(p, length, MADV_HUGEPAGE);
-    std::memset(p, 0, length);
-    const CUresult r = drv.cuMemHostRegister(p, length, CU_MEMHOSTREGISTER_PORTABLE);
-    if (r != CUDA_SUCCESS) {
-      ::munmap(p, length);
-      drv.check(r, "cuMemHostRegister (pinned staging buffer)");
-    }
-    std::lock_guard<std::mutex> lock(mutex_);
-    huge_[p] = length;
-    return p;
-  }
   if (kind_ == Kind::pinned) {
     const CudaDriver& drv = CudaDriver::require();
     void* p = nullptr;
@@ -77,41 +46,24 @@ void* BufferPool::allocate(size_t size) {
 }
 
 void BufferPool::deallocate(void* ptr) noexcept {
-  if (kind_ != Kind::pinned) {
+  if (kind_ == Kind::pinned) {
+    const CudaDriver* drv = CudaDriver::get();
+    if (!drv) return;
+    CUcontext current = nullptr;
+    if (drv->cuCtxGetCurrent(&current) == CUDA_SUCCESS && current == nullptr) {
+      // Portable pinned memory may be freed under any context, but some context
+      // must be current: borrow GPU 0's primary one.
+      try {
+        ScopedContext scope(*drv, primary_context(0));
+        drv->cuMemFreeHost(ptr);
+      } catch (...) {
+      }
+      return;
+    }
+    drv->cuMemFreeHost(ptr);
+  } else {
     std::free(ptr);
-    return;
   }
-  const CudaDriver* drv = CudaDriver::get();
-  if (!drv) return;
-  size_t huge_length = 0;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = huge_.find(ptr);
-    if (it != huge_.end()) {
-      huge_length = it->second;
-      huge_.erase(it);
-    }
-  }
-  auto release = [&] {
-    if (huge_length) {
-      drv->cuMemHostUnregister(ptr);
-      ::munmap(ptr, huge_length);
-    } else {
-      drv->cuMemFreeHost(ptr);
-    }
-  };
-  CUcontext current = nullptr;
-  if (drv->cuCtxGetCurrent(&current) == CUDA_SUCCESS && current == nullptr) {
-    // Portable pinned memory may be released under any context, but some
-    // context must be current: borrow GPU 0's primary one.
-    try {
-      ScopedContext scope(*drv, primary_context(0));
-      release();
-    } catch (...) {
-    }
-    return;
-  }
-  release();
 }
 
 BufferPool::Lease BufferPool::acquire(size_t size) {

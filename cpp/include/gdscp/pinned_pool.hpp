@@ -41,10 +41,6 @@ class BufferPool {
 
   size_t bytes_allocated() const;  // idle + leased
 
-  // Pinned buffers from cuMemHostAlloc (false) or from 2 MiB-page anonymous
-  // memory registered with cuMemHostRegister (true). Trims the idle buffers.
-  void use_huge_pages(bool on);
-
   static BufferPool& pinned();
   static BufferPool& aligned();
 
@@ -54,8 +50,6 @@ class BufferPool {
   void deallocate(void* ptr) noexcept;
 
   Kind kind_;
-  bool huge_pages_ = false;
-  std::unordered_map<void*, size_t> huge_;  // registered huge-page buffers and their mapped length
   mutable std::mutex mutex_;
   std::unordered_map<size_t, std::vector<void*>> idle_;
   size_t allocated_ = 0;

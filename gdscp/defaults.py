@@ -11,8 +11,8 @@ pool), ``task_size`` (largest piece of a request one worker takes),
 ``gds_threshold`` (requests below it run on the calling thread),
 ``bounce_buffer_size`` (pinned staging buffer size), and gdscp's own
 ``direct_io`` ("auto": O_DIRECT for reads of 1 MiB and more that the page
-cache does not hold; "on": O_DIRECT for the aligned middle of every large
-read and write; "off": never) and
+cache does not hold, and for writes of 4 MiB and more; "on": O_DIRECT for
+the aligned middle of every transfer of 1 MiB and more; "off": never) and
 ``min_task_size`` (medium requests are split down to this size so every
 worker gets a share), and ``pipeline_depth`` (staging buffers in flight per worker).
 """
@@ -115,18 +115,17 @@ def _parse_direct_io(name: str, value: Any) -> str:
 
 
 def _default_num_threads() -> int:
-    # 1.5 workers per core: on the 16-core H200 machine 24 workers read hot files
-    # into host memory 13% faster than 16 and into GPU memory within 1.5% of the
-    # best (docs/benchmarks.md). At least 4, so a small machine still overlaps
-    # I/O waits; at most 32.
-    return max(4, min(round(1.5 * (os.cpu_count() or 1)), 32))
+    # One worker per core: on the 16-core H200 machine 16 workers read hot files
+    # into GPU memory fastest; 24 lost up to 9% (docs/benchmarks.md). At least 4,
+    # so a small machine still overlaps I/O waits; at most 32.
+    return max(4, min(os.cpu_count() or 1, 32))
 
 
 # name -> (parser, built-in default)
 _SPEC: dict[str, tuple[Callable[[str, Any], Any], Any]] = {
     "compat_mode": (_parse_compat_mode, CompatMode.AUTO),
     "num_threads": (_int_parser(1), _default_num_threads()),
-    "task_size": (_int_parser(1), 4 << 20),
+    "task_size": (_int_parser(1), 16 << 20),
     "gds_threshold": (_int_parser(0), 1 << 20),
     "bounce_buffer_size": (_int_parser(4096), 4 << 20),
     "min_task_size": (_int_parser(4096), 256 << 10),

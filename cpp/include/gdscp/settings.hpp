@@ -13,7 +13,7 @@ enum class CompatMode { off = 0, on = 1, automatic = 2 };
 enum class DirectIO { off = 0, on = 1, automatic = 2 };
 
 struct Settings {
-  size_t task_size = 4u << 20;            // largest piece a worker takes
+  size_t task_size = 16u << 20;           // largest chunk a worker claims at once
   size_t gds_threshold = 1u << 20;        // below this a request runs on the calling thread
   size_t bounce_buffer_size = 4u << 20;   // pinned staging buffer size
   size_t min_task_size = 256u << 10;      // medium requests are split down to this

@@ -10,6 +10,7 @@ table and writes every figure as JSON (argument: output path).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -171,13 +172,9 @@ def main() -> int:
     # --- hot file -> GPU, gdscp sweep
     sweep = []
     configs = []
-    for threads in ([16, 24] if not args.quick else [16]):
-        for task in (4 * MiB, 8 * MiB, 16 * MiB):
-            for bounce in (4 * MiB,):
-                for depth in (2,):
-                    if bounce <= task:
-                        configs.append(dict(num_threads=threads, task_size=task, bounce_buffer_size=bounce,
-                                            pipeline_depth=depth))
+    for threads in (16, 20):
+        for task in (8 * MiB, 16 * MiB):
+            configs.append(dict(num_threads=threads, task_size=task, bounce_buffer_size=4 * MiB, pipeline_depth=2))
     for cfg in configs:
         try:
             with gdscp.defaults.set(cfg):
@@ -199,12 +196,14 @@ def main() -> int:
 
     # --- hot file -> host
     hs = []
-    for threads in (16, 24, 32):
-        for task in (4 * MiB,):
-            with gdscp.defaults.set({"num_threads": threads, "task_size": task}), gdscp.CuFile(path) as f:
-                f.read(host)
-                hs.append({"num_threads": threads, "task_size": task, **median_rate(lambda: f.read(host), size, runs)})
-        print("gdscp hot->host", hs[-1], flush=True)
+    for direct in ("auto", "off"):
+        for threads in (16, 24):
+            for task in (4 * MiB, 16 * MiB):
+                cfg = {"num_threads": threads, "task_size": task, "direct_io": direct}
+                with gdscp.defaults.set(cfg), gdscp.CuFile(path) as f:
+                    f.read(host)
+                    hs.append({**cfg, **median_rate(lambda: f.read(host), size, runs)})
+                print("gdscp hot->host", hs[-1], flush=True)
     results["gdscp_hot_host"] = hs
 
     if kvikio is not None:
@@ -270,16 +269,17 @@ def main() -> int:
     # --- GPU -> file with fsync
     wpath = os.path.join(args.dir, "gdscp-sweep-w.bin")
     wr = []
-    results["disk_write_odirect"] = odirect_write(wpath, cold)
+    results["disk_write_odirect"] = {t: odirect_write(wpath, cold, t) for t in (1, 4)}
     print("disk write (O_DIRECT + fsync)", results["disk_write_odirect"], flush=True)
-    for direct in ("off", "on"):
-        with gdscp.defaults.set({"num_threads": 16, "direct_io": direct}):
+    for cfg in ({}, {"direct_io": "off"}, {"num_threads": 8}):
+        with gdscp.defaults.set(cfg) if cfg else contextlib.nullcontext():
             t0 = time.perf_counter()
             with gdscp.CuFile(wpath, "w") as f:
                 f.write(cdev)
                 os.fsync(f.fileno())
-            wr.append({"direct_io": direct, "gbps": cold / (time.perf_counter() - t0) / 1e9})
+            wr.append({**cfg, "gbps": cold / (time.perf_counter() - t0) / 1e9})
         print("gdscp gpu->file", wr[-1], flush=True)
+        os.unlink(wpath)
     results["gdscp_write"] = wr
     if kvikio is not None:
         t0 = time.perf_counter()

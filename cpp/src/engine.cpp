@@ -105,7 +105,7 @@ std::unique_ptr<Future> Handle::submit(bool write, uintptr_t buf, bool device, s
 
   ThreadPool& pool = ThreadPool::process_default();
   const size_t piece = effective_task_size(size, task_size, pool.size(), s.min_task_size);
-  std::vector<Chunk> chunks = plan_chunks(offset, size, piece, pool.size(), s.min_task_size);
+  std::vector<Chunk> chunks = split(offset, size, piece);
   const size_t workers = std::min<size_t>(pool.size(), chunks.size());
   // Small requests run here: a hand-off to a worker would cost more than it saves.
   const bool inline_run = size < s.gds_threshold || workers == 1;

@@ -15,23 +15,6 @@ std::vector<Chunk> split(int64_t file_offset, size_t size, size_t piece) {
   return out;
 }
 
-std::vector<Chunk> plan_chunks(int64_t file_offset, size_t size, size_t piece, size_t workers,
-                               size_t min_piece) {
-  piece = std::max<size_t>(piece, 1);
-  const size_t small = std::max(min_piece, round_up(piece / 4, 4096));
-  const size_t ramp = workers * small;
-  const size_t tail = workers * piece;
-  if (workers <= 1 || small >= piece || size < 2 * (ramp + tail)) return split(file_offset, size, piece);
-  std::vector<Chunk> out = split(file_offset, ramp, small);
-  auto append = [&](size_t from, size_t length, size_t step) {
-    for (const Chunk& c : split(file_offset + static_cast<int64_t>(from), length, step))
-      out.push_back({c.buf_offset + from, c.file_offset, c.size});
-  };
-  append(ramp, size - ramp - tail, piece);
-  append(size - tail, tail, small);
-  return out;
-}
-
 size_t effective_task_size(size_t size, size_t task_size, unsigned workers, size_t min_task) {
   task_size = std::max<size_t>(task_size, 1);
   if (workers <= 1 || size <= min_task) return std::min(task_size, std::max<size_t>(size, 1));

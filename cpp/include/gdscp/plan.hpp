@@ -18,12 +18,6 @@ struct Chunk {
 // Cuts [file_offset, file_offset + size) into pieces of at most `piece` bytes.
 std::vector<Chunk> split(int64_t file_offset, size_t size, size_t piece);
 
-// The chunks of a request run by `workers` workers: pieces of `piece` bytes,
-// except at both ends, where pieces a quarter that size (not below `min_piece`)
-// let every worker start its first GPU copy sooner and finish together.
-std::vector<Chunk> plan_chunks(int64_t file_offset, size_t size, size_t piece, size_t workers,
-                               size_t min_piece);
-
 // The chunks of one request, claimed one at a time by the workers sharing the
 // request: whoever is free takes the next chunk, so the work balances itself,
 // and each worker can keep its staging pipeline full across chunks.

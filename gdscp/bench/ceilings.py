@@ -1,0 +1,365 @@
+"""The machine's own limits, measured without gdscp: what no file reader can beat.
+
+* ``pinned_h2d`` / ``pinned_d2h``: copies between pinned host memory and the
+  GPU (CuPy, timed with CUDA events): the ceiling for any file <-> GPU
+  transfer that passes through host memory.
+* ``host_memcpy``: copying host memory with several threads: the ceiling for
+  reading a cached file into host memory (the kernel copies out of the page cache).
+* ``disk_direct_read`` / ``disk_buffered_read``: the disk itself, cold, with
+  ``O_DIRECT`` (our own reader: aligned mmap buffers, 16 MiB requests (less
+  on small files, so every thread has work), several threads) and through the
+  page cache with readahead (one thread).
+* ``disk_direct_write`` / ``disk_buffered_write``: the same for writes, ``fsync``
+  included.
+
+Each function returns a JSON-ready dict: ``available`` and, if not, ``reason``;
+otherwise ``what``, ``bytes``, ``threads``, ``seconds`` (one per run) and
+``gb_per_s`` (median/min/max). A filesystem that refuses ``O_DIRECT`` (tmpfs,
+some FUSE and network filesystems) gives ``available: false`` with the reason.
+"""
+
+from __future__ import annotations
+
+import errno
+import mmap
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+
+from .files import drop_cache
+from .stats import GB, spread, threads_text
+
+__all__ = [
+    "CEILING_NAMES",
+    "unavailable",
+    "pinned_copy_rate",
+    "host_memcpy_rate",
+    "direct_read_rate",
+    "buffered_read_rate",
+    "direct_write_rate",
+    "buffered_write_rate",
+]
+
+CEILING_NAMES = (
+    "pinned_h2d",
+    "pinned_d2h",
+    "host_memcpy",
+    "disk_direct_read",
+    "disk_buffered_read",
+    "disk_direct_write",
+    "disk_buffered_write",
+)
+
+REQUEST = 16 << 20
+_MIN_REQUEST = 1 << 20
+_ALIGN = 4096
+
+
+def request_size(size: int, threads: int) -> int:
+    """16 MiB requests, as disk benchmarks use, but small enough that every
+    thread gets several of them on a small file (at least 1 MiB)."""
+    share = size // (4 * threads) // _ALIGN * _ALIGN
+    return max(_MIN_REQUEST, min(REQUEST, share))
+
+
+def _mib(n: int) -> str:
+    return f"{n >> 20} MiB" if n % (1 << 20) == 0 else f"{n >> 10} KiB"
+
+
+def unavailable(reason: str, what: str = "") -> dict:
+    entry = {"available": False, "reason": reason}
+    if what:
+        entry["what"] = what
+    return entry
+
+
+def _figure(what: str, nbytes: int, seconds: Sequence[float], threads: Optional[int], **extra) -> dict:
+    entry = {
+        "available": True,
+        "what": what,
+        "bytes": int(nbytes),
+        "threads": threads,
+        "runs": len(seconds),
+        "seconds": [round(s, 9) for s in seconds],
+        "gb_per_s": spread(nbytes / s / GB for s in seconds),
+    }
+    entry.update(extra)
+    return entry
+
+
+def pinned_copy_rate(nbytes: int, runs: int, direction: str = "h2d", device: int = 0) -> dict:
+    """Pinned host <-> GPU copy rate: one ``cudaMemcpyAsync`` of ``nbytes`` per run
+    on a non-blocking stream, timed with CUDA events (after one untimed copy)."""
+    what = (
+        f"cudaMemcpyAsync {'pinned host -> GPU' if direction == 'h2d' else 'GPU -> pinned host'}, "
+        "CuPy, timed with CUDA events"
+    )
+    try:
+        import cupy
+        import cupyx
+    except Exception as exc:
+        return unavailable(f"cupy is not importable ({type(exc).__name__}: {exc})", what)
+    runtime = cupy.cuda.runtime
+    try:
+        with cupy.cuda.Device(device):
+            host = cupyx.empty_pinned((nbytes,), dtype=np.uint8)
+            host.fill(1)
+            dev = cupy.empty(nbytes, dtype=cupy.uint8)
+            stream = cupy.cuda.Stream(non_blocking=True)
+            start, end = cupy.cuda.Event(), cupy.cuda.Event()
+            if direction == "h2d":
+                dst, src, kind = dev.data.ptr, host.ctypes.data, runtime.memcpyHostToDevice
+            else:
+                dst, src, kind = host.ctypes.data, dev.data.ptr, runtime.memcpyDeviceToHost
+            seconds = []
+            for i in range(runs + 1):
+                start.record(stream)
+                runtime.memcpyAsync(dst, src, nbytes, kind, stream.ptr)
+                end.record(stream)
+                end.synchronize()
+                if i:
+                    seconds.append(cupy.cuda.get_elapsed_time(start, end) / 1e3)
+            del dev, host
+            # Hand the 2 x nbytes back, so the measurements that follow have the memory.
+            cupy.get_default_memory_pool().free_all_blocks()
+            cupy.get_default_pinned_memory_pool().free_all_blocks()
+    except Exception as exc:
+        return unavailable(f"CUDA copy failed ({type(exc).__name__}: {exc})", what)
+    return _figure(what, nbytes, seconds, None)
+
+
+def host_memcpy_rate(nbytes: int, threads: int, runs: int) -> dict:
+    """Host memory copy rate with ``threads`` threads, each copying its own slice
+    (numpy releases the GIL while it copies)."""
+    what = f"numpy.copyto between two host buffers, {threads_text(threads)}"
+    try:
+        src = np.empty(nbytes, dtype=np.uint8)
+        dst = np.empty(nbytes, dtype=np.uint8)
+        src.fill(1)
+        dst.fill(0)
+    except MemoryError:
+        return unavailable(f"not enough host memory for two {nbytes}-byte buffers", what)
+    bounds = np.linspace(0, nbytes, threads + 1, dtype=np.int64) // _ALIGN * _ALIGN
+    bounds[-1] = nbytes
+    slices = [slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
+
+    def copy(part: slice) -> None:
+        np.copyto(dst[part], src[part])
+
+    seconds = []
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        for i in range(runs + 1):
+            start = time.perf_counter()
+            list(pool.map(copy, slices))
+            if i:
+                seconds.append(time.perf_counter() - start)
+    return _figure(what, nbytes, seconds, threads)
+
+
+class _Buffers:
+    """One page-aligned (anonymous mmap, as O_DIRECT needs) request buffer per
+    thread, touched before any clock starts."""
+
+    def __init__(self, count: int, request: int, fill: bool = False):
+        self.request = request
+        self._maps = [mmap.mmap(-1, request) for _ in range(count)]
+        self.views = [memoryview(m) for m in self._maps]
+        for view in self.views:
+            array = np.frombuffer(view, dtype=np.uint8)
+            if fill:
+                array[:] = np.random.default_rng(len(self.views)).integers(0, 256, len(array), dtype=np.uint8)
+            else:
+                array.fill(0)
+            del array
+
+    def close(self) -> None:
+        for view in self.views:
+            view.release()
+        for m in self._maps:
+            m.close()
+
+    def __enter__(self) -> "_Buffers":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _parallel_chunks(
+    nbytes: int, request: int, buffers: Sequence[memoryview], work: Callable[[int, memoryview, int], int]
+) -> int:
+    """Run ``work(offset, buffer, length)`` over ``request``-sized chunks of
+    ``nbytes``, one thread per buffer; the bytes moved. Chunks are handed out in
+    order from a shared counter, as a thread pool would."""
+    lock = threading.Lock()
+    next_chunk = [0]
+    chunks = (nbytes + request - 1) // request
+    failure: list[BaseException] = []
+
+    def worker(view: memoryview) -> int:
+        moved = 0
+        try:
+            while not failure:
+                with lock:
+                    index = next_chunk[0]
+                    next_chunk[0] += 1
+                if index >= chunks:
+                    break
+                offset = index * request
+                moved += work(offset, view, min(request, nbytes - offset))
+        except BaseException as exc:
+            failure.append(exc)
+        return moved
+
+    with ThreadPoolExecutor(max_workers=len(buffers)) as pool:
+        futures = [pool.submit(worker, view) for view in buffers]
+        try:
+            total = sum(f.result() for f in futures)
+        except BaseException as exc:
+            failure.append(exc)  # Ctrl-C: the workers stop at their next chunk
+            raise
+    if failure:
+        raise failure[0]
+    return total
+
+
+def _open_direct(path: str, flags: int) -> int:
+    if not hasattr(os, "O_DIRECT"):
+        raise OSError(errno.EINVAL, "O_DIRECT is not supported on this platform")
+    return os.open(path, flags | os.O_DIRECT, 0o600)
+
+
+def _direct_refused(exc: OSError) -> bool:
+    return exc.errno in (errno.EINVAL, errno.EOPNOTSUPP, errno.ENOTSUP)
+
+
+def direct_read_rate(path: str, size: int, threads: int, runs: int) -> dict:
+    """The disk's cold read rate with O_DIRECT: ``threads`` threads, 16 MiB
+    requests, the file's cached pages dropped before each run."""
+    request = request_size(size, threads)
+    what = f"O_DIRECT pread, {_mib(request)} requests, {threads_text(threads)}, cold"
+    try:
+        os.close(_open_direct(path, os.O_RDONLY))
+    except OSError as exc:
+        if _direct_refused(exc):
+            return unavailable(f"the filesystem refuses O_DIRECT ({exc.strerror})", what)
+        raise
+
+    def run(fd: int, buffers: _Buffers) -> int:
+        def work(offset: int, view: memoryview, length: int) -> int:
+            # O_DIRECT lengths must be whole blocks; the kernel stops at end of file.
+            want = (length + _ALIGN - 1) // _ALIGN * _ALIGN
+            return min(os.preadv(fd, [view[:want]], offset), length)
+
+        return _parallel_chunks(size, request, buffers.views, work)
+
+    seconds = []
+    with _Buffers(threads, request) as buffers:
+        for _ in range(runs):
+            drop_cache(path)
+            fd = _open_direct(path, os.O_RDONLY)
+            try:
+                start = time.perf_counter()
+                moved = run(fd, buffers)
+                seconds.append(time.perf_counter() - start)
+            except OSError as exc:
+                if _direct_refused(exc):
+                    return unavailable(f"O_DIRECT reads fail here ({exc.strerror})", what)
+                raise
+            finally:
+                os.close(fd)
+            if moved != size:
+                return unavailable(f"the O_DIRECT reader got {moved} of {size} bytes", what)
+    return _figure(what, size, seconds, threads)
+
+
+def buffered_read_rate(path: str, size: int, runs: int) -> dict:
+    """The disk's cold read rate through the page cache (kernel readahead), one
+    thread reading 16 MiB at a time."""
+    request = request_size(size, 1)
+    what = f"buffered read(), {_mib(request)} requests, 1 thread, cold (kernel readahead)"
+    seconds = []
+    with _Buffers(1, request) as buffers:
+        view = buffers.views[0]
+        for _ in range(runs):
+            drop_cache(path)
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                start = time.perf_counter()
+                moved = 0
+                while moved < size:
+                    n = os.readv(fd, [view[: min(request, size - moved)]])
+                    if not n:
+                        break
+                    moved += n
+                seconds.append(time.perf_counter() - start)
+            finally:
+                os.close(fd)
+            if moved != size:
+                return unavailable(f"the buffered reader got {moved} of {size} bytes", what)
+    return _figure(what, size, seconds, 1)
+
+
+def direct_write_rate(path: str, size: int, threads: int, runs: int) -> dict:
+    """The disk's write rate with O_DIRECT, ``threads`` threads, 16 MiB requests,
+    then ``fsync`` (inside the clock). The size is rounded down to whole 4 KiB
+    blocks, as O_DIRECT needs."""
+    nbytes = size // _ALIGN * _ALIGN
+    request = request_size(nbytes, threads)
+    what = f"O_DIRECT pwrite, {_mib(request)} requests, {threads_text(threads)}, then fsync"
+    if nbytes == 0:
+        return unavailable("the file is smaller than one 4 KiB block", what)
+    seconds = []
+    with _Buffers(threads, request, fill=True) as buffers:
+        for _ in range(runs):
+            try:
+                fd = _open_direct(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            except OSError as exc:
+                if _direct_refused(exc):
+                    return unavailable(f"the filesystem refuses O_DIRECT ({exc.strerror})", what)
+                raise
+
+            def work(offset: int, view: memoryview, length: int) -> int:
+                done = 0
+                while done < length:
+                    done += os.pwritev(fd, [view[done:length]], offset + done)
+                return done
+
+            try:
+                start = time.perf_counter()
+                _parallel_chunks(nbytes, request, buffers.views, work)
+                os.fsync(fd)
+                seconds.append(time.perf_counter() - start)
+            except OSError as exc:
+                if _direct_refused(exc):
+                    return unavailable(f"O_DIRECT writes fail here ({exc.strerror})", what)
+                raise
+            finally:
+                os.close(fd)
+    return _figure(what, nbytes, seconds, threads)
+
+
+def buffered_write_rate(path: str, size: int, runs: int) -> dict:
+    """The disk's write rate through the page cache, one thread, 16 MiB
+    requests, ``fsync`` inside the clock."""
+    request = request_size(size, 1)
+    what = f"buffered write(), {_mib(request)} requests, 1 thread, then fsync"
+    seconds = []
+    with _Buffers(1, request, fill=True) as buffers:
+        view = buffers.views[0]
+        for _ in range(runs):
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                start = time.perf_counter()
+                done = 0
+                while done < size:
+                    done += os.write(fd, view[: min(request, size - done)])
+                os.fsync(fd)
+                seconds.append(time.perf_counter() - start)
+            finally:
+                os.close(fd)
+    return _figure(what, size, seconds, 1)

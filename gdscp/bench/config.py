@@ -1,0 +1,290 @@
+"""What a benchmark run measures, checked once, and the defaults chosen from the machine."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Optional, Sequence
+
+from .. import defaults as gdscp_defaults
+from .. import memory
+from .files import available_memory, free_disk
+
+__all__ = [
+    "MODES",
+    "DEFAULT_SIZE",
+    "DEFAULT_IO_SIZES",
+    "DEFAULT_RUNS",
+    "DEFAULT_RANDOM_OPS",
+    "BenchConfig",
+    "Plan",
+    "BenchConfigError",
+    "default_threads",
+    "default_size",
+    "resolve",
+]
+
+MODES = ("read", "write", "randread")
+DEFAULT_SIZE = 1 << 30
+MIN_DEFAULT_SIZE = 16 << 20
+MIN_SIZE = 4096
+DEFAULT_IO_SIZES = (4 << 10, 64 << 10, 1 << 20)
+DEFAULT_RUNS = 3
+DEFAULT_RANDOM_OPS = 1000
+MIN_TASK_SIZE = 4096
+MAX_THREADS = 1024
+MAX_RUNS = 1000
+MIN_RANDOM_OPS = 100  # a p99 needs at least 100 samples
+MAX_RANDOM_OPS = 1_000_000
+
+
+class BenchConfigError(ValueError):
+    """A bad benchmark setting. ``option`` names it as the command line does
+    ("size", "threads", "io_size", ...); the message is one line."""
+
+    def __init__(self, option: str, message: str):
+        super().__init__(message)
+        self.option = option
+
+
+@dataclass
+class BenchConfig:
+    """The benchmark's inputs. ``None`` means "choose from the machine".
+
+    ``memory``: "auto" (GPU ``device`` when one is usable, else host memory),
+    "gpu" or "host". ``task_size`` None lets gdscp and KvikIO each use their
+    own default (the record says which value that was).
+    """
+
+    size: Optional[int] = None
+    memory: str = "auto"
+    device: int = 0
+    modes: Sequence[str] = MODES
+    threads: Optional[Sequence[int]] = None
+    task_size: Optional[int] = None
+    io_sizes: Sequence[int] = DEFAULT_IO_SIZES
+    runs: int = DEFAULT_RUNS
+    random_ops: int = DEFAULT_RANDOM_OPS
+    drop_cache: bool = False
+    dir: str = "."
+    ceilings: bool = True
+    baselines: bool = True
+    seed: int = 0
+
+
+@dataclass
+class Plan:
+    """A checked configuration with every default filled in."""
+
+    size: int
+    size_reason: str
+    memory: str  # "gpu" or "host"
+    memory_reason: str
+    device: Optional[int]
+    modes: list[str]
+    threads: list[int]
+    threads_reason: str
+    task_size: Optional[int]
+    io_sizes: list[int]
+    runs: int
+    random_ops: int
+    drop_cache: bool
+    dir: str
+    ceilings: bool
+    baselines: bool
+    seed: int
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data.pop("warnings")
+        return data
+
+
+def default_threads(cpus: Optional[int] = None) -> tuple[list[int], str]:
+    """Thread counts to sweep: 1 (no parallelism), 4 (a few), gdscp's default
+    (one per core, 4 to 16) and 16 where there are 16 cores (where KvikIO and
+    gdscp peak on the reference H200)."""
+    if cpus is None:
+        try:
+            cpus = len(os.sched_getaffinity(0))
+        except (AttributeError, OSError):
+            cpus = os.cpu_count() or 1
+    counts = {1, 4, int(gdscp_defaults.get("num_threads"))}
+    if cpus >= 16:
+        counts.add(16)
+    return sorted(counts), f"1, 4, gdscp's default num_threads and 16 if there are 16 cores ({cpus} usable cores)"
+
+
+def human(n: int) -> str:
+    """Bytes for a message: "4 KiB", "1.5 GiB", "100 bytes"."""
+    for unit, scale in (("PiB", 1 << 50), ("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            value = n / scale
+            return f"{value:.0f} {unit}" if value == int(value) else f"{value:.1f} {unit}"
+    return "1 byte" if n == 1 else f"{n} bytes"
+
+
+def default_size(directory: str, memory_kind: str, device: Optional[int]) -> tuple[int, str]:
+    """1 GiB, or less where a quarter of the free disk (the data file and the
+    write target), of the available host memory (buffers plus page cache) or of
+    the free GPU memory (the buffer plus the copy ``cupy.asarray`` makes) is smaller."""
+    limits = [(DEFAULT_SIZE, "the default 1 GiB")]
+    limits.append((free_disk(directory) // 4, f"a quarter of the free disk in {directory}"))
+    limits.append((available_memory() // 4, "a quarter of the available host memory"))
+    if memory_kind == "gpu" and device is not None:
+        limits.append((memory.device_memory(device)[0] // 4, f"a quarter of GPU {device}'s free memory"))
+    size, reason = min(limits, key=lambda item: item[0])
+    size -= size % (1 << 20)
+    if size < MIN_DEFAULT_SIZE:
+        raise BenchConfigError(
+            "size",
+            f"not enough room for a benchmark file ({reason} is {human(max(size, 0))}; "
+            f"needs {human(MIN_DEFAULT_SIZE)})",
+        )
+    return size, reason
+
+
+def _check(option: str, value: int, low: int, high: int, what: str, size: bool = False) -> int:
+    """``value`` if it is an integer within ``low``..``high``; else a one-line error."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BenchConfigError(option, f"{value!r} is not an integer")
+    show = human if size else str
+    if value < low:
+        raise BenchConfigError(option, f"{show(value)} is too small: {what} must be at least {show(low)}")
+    if value > high:
+        raise BenchConfigError(option, f"{show(value)} is too large: {what} must be at most {show(high)}")
+    return value
+
+
+def _check_list(option: str, values: Sequence[int], low: int, high: int, what: str, size: bool = False) -> list[int]:
+    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
+        raise BenchConfigError(option, f"expected a list of integers, got {values!r}")
+    if not values:
+        raise BenchConfigError(option, "the list is empty")
+    out: list[int] = []
+    for value in values:
+        value = _check(option, value, low, high, what, size)
+        if value not in out:
+            out.append(value)
+    return out
+
+
+def _choose_memory(config: BenchConfig) -> tuple[str, Optional[int], str]:
+    if config.memory not in ("auto", "gpu", "host"):
+        raise BenchConfigError("device", f"unknown memory {config.memory!r} (expected auto, gpu or host)")
+    if config.memory == "host":
+        return "host", None, "host memory was asked for"
+    device = _check("device", config.device, 0, 1 << 16, "a GPU index")
+    status = memory.gpu_available()
+    if config.memory == "gpu":
+        try:
+            memory.check_device(device)
+        except memory.DeviceError as exc:
+            raise BenchConfigError("device", str(exc)) from None
+        return "gpu", device, f"GPU {device} was asked for"
+    if not status:
+        return "host", None, f"no usable GPU ({status.reason})"
+    try:
+        memory.check_device(device)
+    except memory.DeviceError as exc:
+        raise BenchConfigError("device", str(exc)) from None
+    return "gpu", device, f"GPU {device} is usable"
+
+
+def resolve(config: BenchConfig) -> Plan:
+    """Check ``config`` and fill in its defaults; ``BenchConfigError`` names the
+    first bad setting."""
+    directory = os.path.abspath(os.fspath(config.dir))
+    if not os.path.exists(directory):
+        raise BenchConfigError("dir", f"{config.dir}: no such directory")
+    if not os.path.isdir(directory):
+        raise BenchConfigError("dir", f"{config.dir}: not a directory")
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise BenchConfigError("dir", f"{config.dir}: not writable")
+
+    if isinstance(config.modes, (str, bytes)):
+        raise BenchConfigError("mode", "modes must be a list such as ['read', 'write']")
+    modes: list[str] = []
+    for mode in config.modes:
+        if mode not in MODES:
+            raise BenchConfigError("mode", f"unknown mode {mode!r} (choose from {', '.join(MODES)})")
+        if mode not in modes:
+            modes.append(mode)
+    if not modes:
+        raise BenchConfigError("mode", f"needs at least one mode ({', '.join(MODES)})")
+
+    if config.threads is None:
+        threads, threads_reason = default_threads()
+    else:
+        threads = sorted(_check_list("threads", config.threads, 1, MAX_THREADS, "a thread count"))
+        threads_reason = "given"
+
+    task_size = config.task_size
+    if task_size is not None:
+        task_size = _check("task_size", task_size, MIN_TASK_SIZE, 1 << 40, "the task size", size=True)
+
+    runs = _check("runs", config.runs, 3, MAX_RUNS, "the number of runs (a median with a min and a max needs 3)")
+    random_ops = _check(
+        "random_ops", config.random_ops, MIN_RANDOM_OPS, MAX_RANDOM_OPS, "the random reads per run (a p99 needs 100)"
+    )
+    io_sizes = _check_list("io_size", config.io_sizes, 1, 1 << 34, "an I/O size", size=True)
+
+    kind, device, memory_reason = _choose_memory(config)
+
+    warnings: list[str] = []
+    if config.size is None:
+        size, size_reason = default_size(directory, kind, device)
+    else:
+        size = _check("size", config.size, MIN_SIZE, 1 << 50, "the file size", size=True)
+        size_reason = "given"
+        disk = free_disk(directory)
+        if 2 * size > disk:
+            raise BenchConfigError(
+                "size",
+                f"{human(size)} needs {human(2 * size)} of disk (a data file and a write target); "
+                f"{directory} has {human(disk)} free",
+            )
+        host = available_memory()
+        host_need = size * (2 if kind == "gpu" else 1)
+        if host_need > host * 0.8:
+            raise BenchConfigError(
+                "size", f"{human(size)} needs {human(host_need)} of host memory; {human(host)} is available"
+            )
+        if host_need + size > host:
+            warnings.append(
+                f"the {human(size)} file may not stay in the page cache ({human(host)} of memory available): "
+                "hot reads may touch the disk"
+            )
+        if kind == "gpu":
+            free = memory.device_memory(device)[0]
+            if 2 * size > free:
+                raise BenchConfigError(
+                    "size",
+                    f"{human(size)} needs {human(2 * size)} of GPU memory (buffer and cupy.asarray's copy); "
+                    f"GPU {device} has {human(free)} free",
+                )
+    too_big = [s for s in io_sizes if s > size]
+    if too_big and "randread" in modes:
+        raise BenchConfigError("io_size", f"{human(too_big[0])} is larger than the file ({human(size)})")
+
+    return Plan(
+        size=size,
+        size_reason=size_reason,
+        memory=kind,
+        memory_reason=memory_reason,
+        device=device,
+        modes=modes,
+        threads=threads,
+        threads_reason=threads_reason,
+        task_size=task_size,
+        io_sizes=sorted(io_sizes),
+        runs=runs,
+        random_ops=random_ops,
+        drop_cache=bool(config.drop_cache),
+        dir=directory,
+        ceilings=bool(config.ceilings),
+        baselines=bool(config.baselines),
+        seed=int(config.seed),
+        warnings=warnings,
+    )

@@ -1,0 +1,168 @@
+"""The benchmark's files: creating them, warming and dropping their cached
+pages, and removing them whatever happens."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Optional
+
+import numpy as np
+
+__all__ = [
+    "BenchFiles",
+    "make_file",
+    "drop_cache",
+    "warm_cache",
+    "free_disk",
+    "available_memory",
+    "total_memory",
+]
+
+_BLOCK = 16 << 20
+
+
+def make_file(path: str, size: int, seed: int = 0) -> None:
+    """Write ``size`` bytes of pseudo-random data to ``path`` and fsync it.
+
+    One random 16 MiB block is reused with its first 8 bytes replaced by the
+    block number, so no two blocks are equal (dedup and compression cannot
+    flatter the disk) without generating gigabytes of random numbers.
+    """
+    block = np.frombuffer(np.random.default_rng(seed).bytes(min(size, _BLOCK) or 1), dtype=np.uint8).copy()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        offset = 0
+        index = 0
+        while offset < size:
+            n = min(len(block), size - offset)
+            if n >= 8:
+                block[:8] = np.frombuffer(index.to_bytes(8, "little"), dtype=np.uint8)
+            view = memoryview(block)[:n]
+            while view:
+                written = os.pwrite(fd, view, offset)
+                view = view[written:]
+                offset += written
+            index += 1
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def expected_bytes(path: str, offset: int, nbytes: int) -> bytes:
+    """The file's bytes at ``offset`` (what a correct read must have delivered)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return os.pread(fd, nbytes, offset)
+    finally:
+        os.close(fd)
+
+
+def drop_cache(path: str, use_drop_caches: bool = True) -> str:
+    """Evict ``path``'s pages from the page cache; returns how.
+
+    Dirty pages are written first (``fsync``), since ``POSIX_FADV_DONTNEED``
+    only drops clean ones. As root, ``/proc/sys/vm/drop_caches`` is written
+    as well (clean page cache, the whole machine's), where the kernel allows it.
+    """
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    method = "posix_fadvise(POSIX_FADV_DONTNEED)"
+    if use_drop_caches and os.geteuid() == 0:
+        try:
+            with open("/proc/sys/vm/drop_caches", "w") as f:
+                f.write("1")
+            method += " + /proc/sys/vm/drop_caches"
+        except OSError:
+            pass  # containers often mount /proc/sys read-only
+    return method
+
+
+def warm_cache(path: str, size: Optional[int] = None) -> None:
+    """Read the file once so that its pages are in the page cache."""
+    buf = bytearray(_BLOCK)
+    view = memoryview(buf)
+    with open(path, "rb", buffering=0) as f:
+        remaining = size if size is not None else os.fstat(f.fileno()).st_size
+        while remaining > 0:
+            n = f.readinto(view[: min(len(view), remaining)])
+            if not n:
+                break
+            remaining -= n
+
+
+def free_disk(directory: str) -> int:
+    """Bytes an unprivileged user may still write in ``directory``'s filesystem."""
+    st = os.statvfs(directory)
+    return st.f_bavail * st.f_frsize
+
+
+def _meminfo(key: str) -> Optional[int]:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def available_memory() -> int:
+    """Host memory available without swapping (``MemAvailable``)."""
+    value = _meminfo("MemAvailable")
+    if value is None:
+        value = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    return value
+
+
+def total_memory() -> int:
+    value = _meminfo("MemTotal")
+    if value is None:
+        value = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    return value
+
+
+class BenchFiles:
+    """The data file and the write target, created in ``directory`` and removed
+    on exit, also when the run is interrupted (Ctrl-C raises KeyboardInterrupt,
+    which passes through ``__exit__``)."""
+
+    def __init__(self, directory: str, size: int, seed: int = 0):
+        self.directory = directory
+        self.size = size
+        self.seed = seed
+        self.data_path = ""
+        self.write_path = ""
+        self._paths: list[str] = []
+
+    def _reserve(self, suffix: str) -> str:
+        fd, path = tempfile.mkstemp(prefix=".gdscp-bench-", suffix=suffix, dir=self.directory)
+        os.close(fd)
+        self._paths.append(path)
+        return path
+
+    def __enter__(self) -> "BenchFiles":
+        try:
+            self.data_path = self._reserve(".data")
+            self.write_path = self._reserve(".write")
+            make_file(self.data_path, self.size, self.seed)
+        except BaseException:
+            self.remove()
+            raise
+        return self
+
+    def remove(self) -> None:
+        for path in self._paths:
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+        self._paths.clear()
+
+    def __exit__(self, *exc: object) -> None:
+        self.remove()

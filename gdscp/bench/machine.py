@@ -1,0 +1,116 @@
+"""A description of the machine a benchmark ran on, for the JSON record."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+from typing import Optional
+
+from .files import available_memory, free_disk, total_memory
+
+__all__ = ["describe_machine", "filesystem_of", "now_iso"]
+
+
+def now_iso() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def filesystem_of(directory: str) -> dict:
+    """The mount holding ``directory``: mount point, type, source device, and
+    for a block device whether it is rotational (from /proc/self/mountinfo and sysfs)."""
+    path = os.path.realpath(directory)
+    best: Optional[list[str]] = None
+    try:
+        with open("/proc/self/mountinfo") as f:
+            for line in f:
+                fields = line.split()
+                mount_point = fields[4].replace("\\040", " ")
+                inside = path == mount_point or path.startswith(mount_point.rstrip("/") + "/")
+                if inside and (best is None or len(mount_point) >= len(best[4])):
+                    best = fields
+    except OSError:
+        best = None
+    info: dict = {"dir": path, "free_bytes": free_disk(path)}
+    if best is None:
+        return info
+    tail = best[best.index("-") + 1 :]
+    info.update({"mount_point": best[4], "type": tail[0], "source": tail[1] if len(tail) > 1 else ""})
+    rotational = f"/sys/dev/block/{best[2]}/queue/rotational"
+    try:
+        with open(rotational) as f:
+            info["rotational"] = f.read().strip() == "1"
+    except OSError:
+        pass
+    return info
+
+
+def _gpus(device: Optional[int]) -> dict:
+    try:
+        import cupy
+    except Exception as exc:
+        return {"available": False, "reason": f"cupy is not importable ({type(exc).__name__}: {exc})"}
+    runtime = cupy.cuda.runtime
+    try:
+        count = runtime.getDeviceCount()
+        devices = []
+        for index in range(count):
+            props = runtime.getDeviceProperties(index)
+            name = props.get("name", b"")
+            devices.append(
+                {
+                    "index": index,
+                    "name": name.decode() if isinstance(name, bytes) else str(name),
+                    "memory_bytes": int(props.get("totalGlobalMem", 0)),
+                    "pci_bus_id": f"{props.get('pciDomainID', 0):04x}:{props.get('pciBusID', 0):02x}:"
+                    f"{props.get('pciDeviceID', 0):02x}",
+                }
+            )
+        info = {
+            "available": count > 0,
+            "count": count,
+            "devices": devices,
+            "used": device,
+            "cuda_driver_api": runtime.driverGetVersion(),
+            "cuda_runtime": runtime.runtimeGetVersion(),
+            "cupy": cupy.__version__,
+        }
+    except Exception as exc:
+        return {"available": False, "reason": f"no usable CUDA device ({type(exc).__name__}: {exc})"}
+    try:
+        with open("/proc/driver/nvidia/version") as f:
+            first = f.readline()
+        # "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.95.05  ..."
+        words = first.split("Kernel Module")[-1].split()
+        info["driver"] = words[0] if words else first.strip()
+    except OSError:
+        pass
+    return info
+
+
+def describe_machine(directory: str, device: Optional[int] = None) -> dict:
+    """CPU, memory, GPUs (through CuPy, when importable), OS and the filesystem of ``directory``."""
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        usable = os.cpu_count() or 1
+    return {
+        "cpu": {"count": os.cpu_count() or 1, "usable": usable, "model": _cpu_model()},
+        "memory": {"total_bytes": total_memory(), "available_bytes": available_memory()},
+        "gpu": _gpus(device),
+        "os": {"system": platform.system(), "release": platform.release(), "machine": platform.machine()},
+        "python": platform.python_version(),
+        "filesystem": filesystem_of(directory),
+        "nvidia_fs": os.path.exists("/proc/driver/nvidia-fs/version"),
+    }

@@ -1,0 +1,47 @@
+"""Summaries of repeated measurements: median with min and max, percentiles."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Iterable, Sequence
+
+__all__ = ["spread", "percentile", "GB", "threads_text"]
+
+GB = 1e9  # figures are decimal GB/s, as disk and PCIe rates are quoted
+
+
+def spread(values: Iterable[float], digits: int = 4) -> dict:
+    """``{"median", "min", "max"}`` of ``values`` (rounded to ``digits`` significant digits)."""
+    data = [float(v) for v in values]
+    if not data:
+        raise ValueError("spread() needs at least one value")
+    return {
+        "median": _round(statistics.median(data), digits),
+        "min": _round(min(data), digits),
+        "max": _round(max(data), digits),
+    }
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile (0..100) of already sorted values, by linear interpolation."""
+    if not sorted_values:
+        raise ValueError("percentile() needs at least one value")
+    if not 0 <= q <= 100:
+        raise ValueError(f"percentile must be within 0..100, got {q}")
+    position = (len(sorted_values) - 1) * q / 100.0
+    low = math.floor(position)
+    high = min(low + 1, len(sorted_values) - 1)
+    fraction = position - low
+    return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * fraction
+
+
+def _round(value: float, digits: int) -> float:
+    if value == 0 or not math.isfinite(value):
+        return value
+    return round(value, digits - 1 - int(math.floor(math.log10(abs(value)))))
+
+
+def threads_text(count: int) -> str:
+    """ "1 thread", "4 threads"."""
+    return f"{count} thread" if count == 1 else f"{count} threads"

@@ -1,0 +1,372 @@
+"""``gdscp benchmark``: how fast this machine moves files into GPU (or host)
+memory with gdscp, next to plain Python, numpy + CuPy, KvikIO and the
+machine's own ceilings. The measuring lives in ``gdscp.bench``; this module
+parses options, shows progress and prints the table, the JSON or the plot."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Any, Callable, Optional
+
+import typer
+from rich import box
+from rich.console import Group
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from ..bench.config import DEFAULT_RANDOM_OPS, DEFAULT_RUNS, MODES, BenchConfig, BenchConfigError
+from ..bench.plot import PLOT_SUFFIXES, PlotUnavailable, plot, require_matplotlib
+from ..bench.runner import run_benchmark
+from . import options
+from .output import Output, UsageError
+from .units import format_bytes, parse_size
+
+__all__ = ["benchmark"]
+
+_MEASURE = "Measurement"
+_OPTION_NAMES = {"random_ops": "--ops"}  # the rest are "--" + the name with dashes
+_TOOL_NAMES = {"gdscp": "gdscp", "python": "python", "numpy_cupy": "numpy+cupy", "kvikio": "kvikio"}
+
+
+def _list(option: str, text: str, parse: Callable[[str], Any]) -> list:
+    items = [item.strip() for item in text.split(",")]
+    if not text.strip() or any(not item for item in items):
+        raise UsageError(f"{option}: expected a comma-separated list, got {text!r}")
+    values = []
+    for item in items:
+        try:
+            values.append(parse(item))
+        except ValueError as exc:
+            raise UsageError(f"{option}: {exc}") from None
+    return values
+
+
+def _count(text: str) -> int:
+    try:
+        return int(text, 10)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a whole number") from None
+
+
+def _size(option: str, text: Optional[str]) -> Optional[int]:
+    if text is None:
+        return None
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise UsageError(f"{option}: {exc}") from None
+
+
+def _check_plot(path: Optional[Path]) -> None:
+    if path is None:
+        return
+    if path.suffix.lower() not in PLOT_SUFFIXES:
+        raise UsageError(f"--plot: {str(path)!r} must end in {', '.join(PLOT_SUFFIXES)}")
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise UsageError(f"--plot: directory {str(parent)!r} does not exist")
+    try:
+        require_matplotlib()
+    except PlotUnavailable as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _pct(value: Optional[float]) -> str:
+    return "-" if value is None else f"{value * 100:.0f}%"
+
+
+def _times(value: Optional[float]) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def _num(value: float) -> str:
+    return f"{value:.2f}" if value < 100 else f"{value:.0f}"
+
+
+def _size_label(n: Optional[int]) -> str:
+    if n is None:
+        return ""
+    return format_bytes(n).replace(".00 ", " ")
+
+
+def _table(title: str) -> Table:
+    return Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+
+
+def _compared(doc: dict) -> list[str]:
+    return [b for b in ("python", "numpy_cupy", "kvikio") if doc["baselines"].get(b, {}).get("available")]
+
+
+def _fill(table: Table, records: list[dict], cells: Callable[[dict, bool], list[str]]) -> Table:
+    previous = None
+    for r in records:
+        key = (r["mode"], r["cache"], r["io_size"])
+        if previous is not None and key != previous:
+            table.add_section()
+        table.add_row(*cells(r, key != previous), style="bold" if r["tool"] == "gdscp" else None)
+        previous = key
+    return table
+
+
+def _factors(doc: dict, r: dict) -> list[str]:
+    factor = r.get("factor", {})
+    return [_times(factor.get(b)) if r["tool"] == "gdscp" else "" for b in _compared(doc)]
+
+
+def _sequential_table(doc: dict, records: list[dict]) -> Table:
+    table = _table(f"sequential: GB/s, median of {doc['config']['runs']} runs (min-max)")
+    for name in ("test", "tool", "threads", "GB/s", "min-max", "of ceiling"):
+        table.add_column(name, justify="left" if name in ("test", "tool") else "right")
+    for b in _compared(doc):
+        table.add_column(f"x {_TOOL_NAMES[b]}", justify="right")
+
+    def cells(r: dict, first: bool) -> list[str]:
+        g = r["gb_per_s"]
+        return [
+            (r["mode"] + (f" {r['cache']}" if r["cache"] else "")) if first else "",
+            _TOOL_NAMES[r["tool"]],
+            "-" if r["threads"] is None else str(r["threads"]),
+            _num(g["median"]),
+            f"{_num(g['min'])}-{_num(g['max'])}",
+            _pct(r.get("share_of_ceiling")),
+        ] + _factors(doc, r)
+
+    return _fill(table, records, cells)
+
+
+def _random_table(doc: dict, records: list[dict]) -> Table:
+    config = doc["config"]
+    table = _table(f"random reads, one at a time, {config['random_ops']} per run: median of {config['runs']} runs")
+    for name in ("size", "tool", "threads", "p50 us", "p99 us", "IOPS", "GB/s"):
+        table.add_column(name, justify="left" if name in ("size", "tool") else "right")
+    for b in _compared(doc):
+        table.add_column(f"x {_TOOL_NAMES[b]}", justify="right")
+
+    def cells(r: dict, first: bool) -> list[str]:
+        p50, p99 = r["latency_us"]["p50"]["median"], r["latency_us"]["p99"]["median"]
+        return [
+            f"{_size_label(r['io_size'])} {r['cache']}" if first else "",
+            _TOOL_NAMES[r["tool"]],
+            "-" if r["threads"] is None else str(r["threads"]),
+            f"{p50:.1f}" if p50 < 10 else f"{p50:.0f}",
+            f"{p99:.1f}" if p99 < 10 else f"{p99:.0f}",
+            f"{r['iops']['median']:.0f}",
+            _num(r["gb_per_s"]["median"]),
+        ] + _factors(doc, r)
+
+    return _fill(table, records, cells)
+
+
+def _ceilings_table(doc: dict) -> Table:
+    table = _table("the machine's ceilings, measured in this run")
+    table.add_column("ceiling")
+    table.add_column("GB/s", justify="right")
+    table.add_column("min-max", justify="right")
+    table.add_column("how")
+    for name, entry in doc["ceilings"].items():
+        if entry.get("applies") is False:
+            continue
+        if entry.get("available"):
+            g = entry["gb_per_s"]
+            table.add_row(name, _num(g["median"]), f"{_num(g['min'])}-{_num(g['max'])}", entry["what"])
+        else:
+            table.add_row(name, "-", "", f"not measured: {entry['reason']}", style="dim")
+    return table
+
+
+def _headline(doc: dict) -> str:
+    config, machine = doc["config"], doc["machine"]
+    fs = machine["filesystem"]
+    where = f"GPU {config['device']}" if config["memory"] == "gpu" else "host memory"
+    gpu = machine["gpu"]
+    if config["memory"] == "gpu" and gpu.get("devices"):
+        where += f" ({gpu['devices'][config['device']]['name']})"
+    lines = [
+        f"gdscp benchmark: a {_size_label(config['size'])} file in {fs['dir']} ({fs.get('type', '?')} on "
+        f"{fs.get('source', '?')}) into {where}; gdscp {doc['gdscp']['version']}, {doc['gdscp']['backend']} backend; "
+        f"took {doc['duration_s']:.0f} s"
+    ]
+    for name, entry in doc["baselines"].items():
+        if not entry.get("available") and not (name == "numpy_cupy" and config["memory"] == "host"):
+            lines.append(f"not compared with {_TOOL_NAMES[name]}: {entry['reason']}")
+    return "\n".join(lines)
+
+
+def _render(doc: dict) -> Group:
+    parts: list[Any] = [_headline(doc)]
+    sequential = [r for r in doc["results"] if r["mode"] != "randread"]
+    random = [r for r in doc["results"] if r["mode"] == "randread"]
+    if sequential:
+        parts += ["", _sequential_table(doc, sequential)]
+    if random:
+        parts += ["", _random_table(doc, random)]
+    parts += ["", _ceilings_table(doc)]
+    if _compared(doc):
+        parts.append(
+            "x tool: how many times faster gdscp is (GB/s; for random reads, p50 latency); "
+            "KvikIO at the same thread count. of ceiling: GB/s over the ceiling that bounds the test."
+        )
+    return Group(*parts)
+
+
+class _Bar:
+    """The run's steps as one Rich bar on stderr (only for a person watching)."""
+
+    def __init__(self, out: Output):
+        self._enabled = out.show_progress
+        self._progress: Optional[Progress] = None
+        self._task: Any = None
+        self._console = out.stderr
+
+    def __call__(self, completed: int, total: int, description: str) -> None:
+        if not self._enabled:
+            return
+        if self._progress is None:
+            self._progress = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=self._console,
+                transient=True,
+            )
+            self._task = self._progress.add_task(description, total=total)
+            self._progress.start()
+        self._progress.update(self._task, completed=completed, total=total, description=description)
+
+    def __enter__(self) -> "_Bar":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+
+
+def benchmark(
+    size: Annotated[
+        Optional[str],
+        typer.Option(
+            "--size",
+            metavar="SIZE",
+            help="Test file size (default: 1GiB, less where disk or memory is short).",
+            rich_help_panel=_MEASURE,
+        ),
+    ] = None,
+    mode: Annotated[
+        str,
+        typer.Option(
+            "--mode",
+            metavar="MODES",
+            help=f"What to measure, comma-separated: {', '.join(MODES)}.",
+            rich_help_panel=_MEASURE,
+        ),
+    ] = ",".join(MODES),
+    threads: Annotated[
+        Optional[str],
+        typer.Option(
+            "--threads",
+            metavar="N,N,...",
+            help="Thread counts for gdscp and KvikIO (default: 1, 4, gdscp's default and 16 on 16+ cores).",
+            rich_help_panel=_MEASURE,
+        ),
+    ] = None,
+    io_size: Annotated[
+        str,
+        typer.Option(
+            "--io-size",
+            metavar="SIZE,...",
+            help="Sizes of the random reads (randread), comma-separated.",
+            rich_help_panel=_MEASURE,
+        ),
+    ] = "4K,64K,1M",
+    ops: Annotated[
+        int,
+        typer.Option(
+            "--ops",
+            metavar="N",
+            help="Random reads per run, one at a time (at least 100, for a p99).",
+            rich_help_panel=_MEASURE,
+        ),
+    ] = DEFAULT_RANDOM_OPS,
+    runs: Annotated[
+        int,
+        typer.Option(
+            "--runs",
+            metavar="N",
+            help="Runs of each measurement (at least 3): median, min and max are shown.",
+            rich_help_panel=_MEASURE,
+        ),
+    ] = DEFAULT_RUNS,
+    drop_cache: Annotated[
+        bool,
+        typer.Option(
+            "--drop-cache",
+            help="Also measure cold reads: drop the file's cached pages before each run "
+            "(posix_fadvise; drop_caches as root).",
+            rich_help_panel=_MEASURE,
+        ),
+    ] = False,
+    directory: Annotated[
+        Path,
+        typer.Option(
+            "--dir",
+            metavar="DIR",
+            help="Where the temporary test files go (removed afterwards).",
+            rich_help_panel=_MEASURE,
+        ),
+    ] = Path("."),
+    device: options.Device = None,
+    host: options.Host = False,
+    task_size: options.TaskSize = None,
+    compat_mode: options.CompatModeOpt = None,
+    json: options.Json = False,
+    plot_file: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--plot",
+            metavar="FILE.png",
+            help="Also draw GB/s against threads to FILE (.png, .svg or .pdf; needs matplotlib).",
+            rich_help_panel="Output",
+        ),
+    ] = None,
+    quiet: options.Quiet = False,
+    debug: options.Debug = False,
+) -> None:
+    """Measure gdscp's reads and writes against plain Python, numpy + CuPy, KvikIO and this machine's limits.
+
+    With no options: a temporary 1 GiB file in the current directory, read
+    into the GPU (host memory without one), at several thread counts, three
+    runs each. The table gives GB/s, the share of the ceiling (pinned
+    host-to-GPU copy for hot reads, the disk for cold reads and writes) and
+    how many times faster gdscp is than each baseline.
+
+    Example: gdscp benchmark --size 4G --drop-cache --json > bench.json
+    """
+    out = Output("benchmark", json=json, quiet=quiet, debug=debug)
+    with out.guard(), options.settings(None, None, compat_mode):
+        config = BenchConfig(
+            size=_size("--size", size),
+            modes=_list("--mode", mode, str.strip),
+            threads=None if threads is None else _list("--threads", threads, _count),
+            task_size=task_size,
+            io_sizes=_list("--io-size", io_size, parse_size),
+            runs=runs,
+            random_ops=ops,
+            drop_cache=drop_cache,
+            dir=os.fspath(directory),
+        )
+        _check_plot(plot_file)
+        where = options.choose_memory(out, host, device)
+        config.memory = "host" if where is None else "gpu"
+        config.device = 0 if where is None else where
+        try:
+            with _Bar(out) as bar:
+                document = run_benchmark(config, progress=bar, warn=out.warn)
+        except BenchConfigError as exc:
+            option = _OPTION_NAMES.get(exc.option, "--" + exc.option.replace("_", "-"))
+            raise UsageError(f"{option}: {exc}") from None
+        out.result({"command": "benchmark", "ok": True, **document}, lambda: _render(document))
+        if plot_file is not None:  # after the result, so a failing plot loses no figures
+            plot(document, os.fspath(plot_file))
+            out.note(f"plot written to {plot_file}")

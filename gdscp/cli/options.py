@@ -1,0 +1,168 @@
+"""Options shared by the commands, declared once, and what they turn into:
+engine settings for the duration of a command, and the memory to use."""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+from typing import Annotated, ContextManager, Optional
+
+import typer
+
+from .. import defaults, memory
+from .output import Output, UsageError
+from .units import size_option
+
+__all__ = [
+    "CompatModeChoice",
+    "Threads",
+    "TaskSize",
+    "CompatModeOpt",
+    "Device",
+    "Host",
+    "ChunkSize",
+    "Json",
+    "Quiet",
+    "Debug",
+    "settings",
+    "choose_memory",
+    "memory_name",
+    "chunk_size",
+]
+
+_TUNING = "Tuning"
+_MEMORY = "Memory"
+_OUTPUT = "Output"
+
+
+class CompatModeChoice(str, enum.Enum):
+    on = "on"
+    off = "off"
+    auto = "auto"
+
+
+Threads = Annotated[
+    Optional[int],
+    typer.Option(
+        "--threads",
+        min=1,
+        metavar="N",
+        help="Worker threads (default: GDSCP_NUM_THREADS, else one per core, 4 to 16).",
+        rich_help_panel=_TUNING,
+    ),
+]
+TaskSize = Annotated[
+    Optional[int],
+    typer.Option(
+        "--task-size",
+        parser=size_option,
+        metavar="SIZE",
+        help="Largest piece of a transfer one worker takes (default: GDSCP_TASK_SIZE, else 4MiB).",
+        rich_help_panel=_TUNING,
+    ),
+]
+CompatModeOpt = Annotated[
+    Optional[CompatModeChoice],
+    typer.Option(
+        "--compat-mode",
+        case_sensitive=False,
+        help="on: never use cuFile; off: cuFile or fail; auto: cuFile where GPUDirect Storage works "
+        "(default: GDSCP_COMPAT_MODE, else auto).",
+        rich_help_panel=_TUNING,
+    ),
+]
+Device = Annotated[
+    Optional[int],
+    typer.Option(
+        "--device",
+        min=0,
+        metavar="N",
+        help="GPU to use (default: GPU 0, or host memory when there is no usable GPU).",
+        rich_help_panel=_MEMORY,
+    ),
+]
+Host = Annotated[
+    bool,
+    typer.Option("--host", help="Use host memory instead of a GPU.", rich_help_panel=_MEMORY),
+]
+ChunkSize = Annotated[
+    Optional[int],
+    typer.Option(
+        "--chunk-size",
+        parser=size_option,
+        metavar="SIZE",
+        help="Buffer per transfer; larger files move through in chunks of this size "
+        "(default: up to 1GiB, at most an eighth of free memory).",
+        rich_help_panel=_MEMORY,
+    ),
+]
+Json = Annotated[
+    bool,
+    typer.Option("--json", help="Print one JSON document on stdout instead of a table.", rich_help_panel=_OUTPUT),
+]
+Quiet = Annotated[
+    bool,
+    typer.Option(
+        "--quiet", "-q", help="No progress bar and no notes (warnings and errors still show).", rich_help_panel=_OUTPUT
+    ),
+]
+Debug = Annotated[
+    bool,
+    typer.Option("--debug", help="Show the traceback of an error.", rich_help_panel=_OUTPUT),
+]
+
+
+def settings(
+    threads: Optional[int] = None,
+    task_size: Optional[int] = None,
+    compat_mode: Optional[CompatModeChoice] = None,
+) -> ContextManager[None]:
+    """The engine settings named on the command line, in force inside ``with``."""
+    changes: dict[str, object] = {}
+    if threads is not None:
+        changes["num_threads"] = threads
+    if task_size is not None:
+        if task_size == 0:
+            raise UsageError("--task-size must be at least 1 byte")
+        changes["task_size"] = task_size
+    if compat_mode is not None:
+        changes["compat_mode"] = compat_mode.value
+    if not changes:
+        return contextlib.nullcontext()
+    return defaults.set(changes)
+
+
+def choose_memory(out: Output, host: bool, device: Optional[int]) -> Optional[int]:
+    """The GPU to use, or None for host memory. Without --device and without a
+    usable GPU this falls back to host memory and says so; an explicit
+    --device that cannot be used is a usage error."""
+    if host:
+        if device is not None:
+            raise UsageError("--host and --device exclude each other")
+        return None
+    if device is not None:
+        memory.check_device(device)
+        return device
+    status = memory.gpu_available()
+    if status:
+        return 0
+    out.warn(f"no usable GPU ({status.reason}); using host memory instead")
+    return None
+
+
+def memory_name(device: Optional[int]) -> str:
+    """"GPU 0" or "host memory", for messages."""
+    return "host memory" if device is None else f"GPU {device}"
+
+
+def chunk_size(requested: Optional[int], largest: int, device: Optional[int], buffers: int) -> int:
+    """Bytes per buffer when ``buffers`` buffers move files of up to ``largest`` bytes:
+    ``requested`` if given, else enough for the largest file, but at most 1GiB
+    and an eighth of the free memory divided among the buffers."""
+    if requested is not None:
+        if requested == 0:
+            raise UsageError("--chunk-size must be at least 1 byte")
+        return max(1, min(requested, largest)) if largest else 1
+    cap = min(1 << 30, max(memory.available_bytes(device) // (8 * buffers), 16 << 20))
+    cap -= cap % memory.PAGE_SIZE
+    return max(1, min(largest, cap))

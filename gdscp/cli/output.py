@@ -1,0 +1,196 @@
+"""The one output object of a command, and the table that turns exceptions
+into one-line messages and exit codes.
+
+Results go to stdout: a Rich table for people, or exactly one JSON document
+with ``--json``. Everything else (progress, notes, warnings, errors) goes to
+stderr, so ``gdscp read f --json | jq`` always sees valid JSON.
+
+Exit codes: 0 success, 1 failure (missing file, I/O error, a file not copied),
+2 usage error (bad option value, unknown GPU), 130 interrupted (SIGINT),
+143 terminated (SIGTERM).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import sys
+import threading
+from typing import Any, Callable, Iterator, Optional, Union
+
+import typer
+from rich.console import Console, RenderableType
+
+from .. import memory
+from .. import CudaError, CuFileError
+
+__all__ = [
+    "EXIT_OK",
+    "EXIT_FAILURE",
+    "EXIT_USAGE",
+    "EXIT_INTERRUPTED",
+    "EXIT_TERMINATED",
+    "UsageError",
+    "Failure",
+    "Terminated",
+    "describe",
+    "Output",
+]
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
+EXIT_TERMINATED = 143  # 128 + SIGTERM
+
+
+class UsageError(Exception):
+    """The command line asks for something impossible (exit 2)."""
+
+
+class Failure(Exception):
+    """The work failed; the message is complete as it stands (exit 1)."""
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived. A BaseException, like KeyboardInterrupt, so that only
+    cleanup code (``finally``) runs on its way out."""
+
+
+def _os_message(exc: OSError) -> str:
+    # The engine's OS errors already carry a full sentence with the path.
+    if type(exc).__module__ == "gdscp":
+        return str(exc)
+    reason = exc.strerror or str(exc)
+    if exc.filename is not None and exc.filename2 is not None:
+        return f"'{os.fsdecode(exc.filename)}' -> '{os.fsdecode(exc.filename2)}': {reason}"
+    if exc.filename is not None:
+        return f"'{os.fsdecode(exc.filename)}': {reason}"
+    return reason
+
+
+def _memory_message(exc: BaseException) -> str:
+    text = str(exc)
+    return f"out of memory: {text}" if text else "out of memory"
+
+
+# Checked in order; the first matching type wins.
+_TABLE: list[tuple[Union[type, tuple[type, ...]], int, Callable[[Any], str]]] = [
+    (UsageError, EXIT_USAGE, str),
+    (memory.DeviceError, EXIT_USAGE, str),
+    (Failure, EXIT_FAILURE, str),
+    (OSError, EXIT_FAILURE, _os_message),
+    (MemoryError, EXIT_FAILURE, _memory_message),
+    (CudaError, EXIT_FAILURE, lambda e: f"CUDA error: {e}"),
+    (CuFileError, EXIT_FAILURE, lambda e: f"cuFile error: {e}"),
+    (KeyboardInterrupt, EXIT_INTERRUPTED, lambda e: "interrupted"),
+    (Terminated, EXIT_TERMINATED, lambda e: "terminated"),
+]
+
+
+def describe(exc: BaseException) -> tuple[str, int]:
+    """(one-line message, exit code) for an exception raised by a command."""
+    for types, code, message in _TABLE:
+        if isinstance(exc, types):
+            text = message(exc)
+            break
+    else:
+        # Anything else is unexpected; name its type so that a bug report says something.
+        text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        code = EXIT_FAILURE
+    return " ".join(text.split()), code
+
+
+@contextlib.contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """While inside, SIGTERM raises ``Terminated`` in the main thread, so that
+    ``finally`` blocks (temporary files, cancelled transfers) run."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+class Output:
+    """Where a command's words go. ``json``: stdout gets one JSON document;
+    ``quiet``: no progress and no notes (warnings and errors still show);
+    ``debug``: errors come with their traceback."""
+
+    def __init__(self, command: str, *, json: bool = False, quiet: bool = False, debug: bool = False):
+        self.command = command
+        self.json = json
+        self.quiet = quiet
+        self.debug = debug
+        self.stdout = Console(highlight=False, soft_wrap=False)
+        self.stderr = Console(stderr=True, highlight=False)
+        self._result_written = False
+
+    # -- stderr -------------------------------------------------------------------
+    @property
+    def prefix(self) -> str:
+        return f"gdscp {self.command}" if self.command else "gdscp"
+
+    @property
+    def show_progress(self) -> bool:
+        """Progress bars only for a person watching: stderr is a terminal, not --quiet."""
+        return not self.quiet and self.stderr.is_terminal
+
+    def note(self, message: str) -> None:
+        """Something worth knowing, not a problem (hidden by --quiet)."""
+        if not self.quiet:
+            self.stderr.print(f"{self.prefix}: {message}", markup=False, style="dim", soft_wrap=True)
+
+    def warn(self, message: str) -> None:
+        self.stderr.print(f"{self.prefix}: warning: {message}", markup=False, style="yellow", soft_wrap=True)
+
+    def error(self, message: str) -> None:
+        self.stderr.print(f"{self.prefix}: error: {message}", markup=False, style="bold red", soft_wrap=True)
+
+    # -- stdout -------------------------------------------------------------------
+    def result(self, data: dict[str, Any], render: Optional[Callable[[], RenderableType]] = None) -> None:
+        """The command's result: ``data`` as JSON with --json, else what ``render()``
+        returns (a table, a line) on stdout. Called once per command."""
+        if self._result_written:
+            raise RuntimeError("a command writes one result")
+        self._result_written = True
+        if self.json:
+            sys.stdout.write(json.dumps(data, indent=2) + "\n")
+            sys.stdout.flush()
+        elif render is not None:
+            self.stdout.print(render())
+
+    # -- failures -----------------------------------------------------------------
+    def fail(self, exc: BaseException) -> int:
+        """Report ``exc`` on stderr (and as the JSON result with --json); its exit code."""
+        message, code = describe(exc)
+        if self.debug and not isinstance(exc, (KeyboardInterrupt, Terminated)):
+            self.stderr.print_exception()
+        self.error(message)
+        if self.json and not self._result_written:
+            self.result({"command": self.command, "ok": False, "error": message, "exit_code": code})
+        return code
+
+    @contextlib.contextmanager
+    def guard(self) -> Iterator["Output"]:
+        """Run a command body: any exception becomes one line on stderr and
+        ``typer.Exit`` with its code; SIGTERM is turned into ``Terminated``
+        meanwhile. ``typer.Exit`` raised inside passes through."""
+        try:
+            with _sigterm_raises():
+                yield self
+        except (typer.Exit, typer.Abort):
+            raise
+        except BaseException as exc:  # noqa: BLE001 - this is the one place that reports
+            if isinstance(exc, (SystemExit, GeneratorExit)):
+                raise
+            raise typer.Exit(self.fail(exc)) from None

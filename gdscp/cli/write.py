@@ -1,0 +1,197 @@
+"""``gdscp write``: fill GPU (or host) memory with a pattern and write it to a file."""
+
+from __future__ import annotations
+
+import collections
+import enum
+import os
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from .. import CuFile, memory
+from . import options
+from .output import Failure, Output, UsageError
+from .progress import TransferProgress
+from .units import format_bytes, format_rate, format_seconds, gb_per_s, size_option
+
+__all__ = ["write", "drop_cache", "verify_pattern"]
+
+_VERIFY_BLOCK = 4 << 20
+
+
+class Pattern(str, enum.Enum):
+    zeros = "zeros"
+    random = "random"
+    seq = "seq"
+
+
+def drop_cache(fd: int) -> None:
+    """Ask the kernel to forget the file's clean cached pages, so that a check
+    reads what storage holds rather than what memory still remembers."""
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    except (OSError, AttributeError):
+        pass  # advice only
+
+
+def verify_pattern(path: str, size: int, kind: str, seed: int) -> None:
+    """Raise ``Failure`` unless ``path`` holds exactly ``size`` bytes of the pattern."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        drop_cache(fd)
+        actual = os.fstat(fd).st_size
+        if actual != size:
+            raise Failure(f"verify failed: '{path}' has {actual} bytes, expected {size}")
+        block = bytearray(min(_VERIFY_BLOCK, max(size, 1)))
+        pos = 0
+        while pos < size:
+            n = min(len(block), size - pos)
+            view = memoryview(block)[:n]
+            got = os.preadv(fd, [view], pos)
+            if got != n:
+                raise Failure(f"verify failed: '{path}' ended at offset {pos + got}")
+            where = memory.first_difference(view, memory.pattern(n, kind, seed, pos))
+            if where is not None:
+                raise Failure(f"verify failed: '{path}' differs from the {kind} pattern at offset {pos + where}")
+            pos += n
+    finally:
+        os.close(fd)
+
+
+def write(
+    file: Annotated[Path, typer.Argument(metavar="FILE", help="File to create or overwrite.")],
+    size: Annotated[
+        int,
+        typer.Option(
+            "--size", "-s", parser=size_option, metavar="SIZE", help="Bytes to write (4096, 4K, 1M, 1.5GiB...)."
+        ),
+    ],
+    pattern: Annotated[
+        Pattern,
+        typer.Option(
+            "--pattern",
+            case_sensitive=False,
+            help="zeros; random (splitmix64 of --seed and position); seq (each 8-byte word holds its offset).",
+        ),
+    ] = Pattern.zeros,
+    seed: Annotated[int, typer.Option("--seed", min=0, help="Seed of the random pattern.")] = 0,
+    fsync: Annotated[
+        bool, typer.Option("--fsync/--no-fsync", help="fsync before reporting (the time includes it).")
+    ] = True,
+    verify: Annotated[
+        bool,
+        typer.Option("--verify", help="Read the file back and check every byte (past the page cache, once fsynced)."),
+    ] = False,
+    device: options.Device = None,
+    host: options.Host = False,
+    chunk_size: options.ChunkSize = None,
+    threads: options.Threads = None,
+    task_size: options.TaskSize = None,
+    compat_mode: options.CompatModeOpt = None,
+    json: options.Json = False,
+    quiet: options.Quiet = False,
+    debug: options.Debug = False,
+) -> None:
+    """Fill GPU memory with a pattern and write SIZE bytes of it to FILE, like dd.
+
+    FILE is created or truncated. Sizes larger than the buffer are written in
+    chunks, the next chunk filled while the previous one is written; the bytes
+    depend only on pattern, seed and position, so they are the same however the
+    file was written. Without a GPU, or with --host, host memory is used.
+
+    Example: gdscp write /data/test.bin --size 10G --pattern random --seed 7 --verify
+    """
+    out = Output("write", json=json, quiet=quiet, debug=debug)
+    with out.guard(), options.settings(threads, task_size, compat_mode):
+        where = options.choose_memory(out, host, device)
+        path = os.fsdecode(file)
+        if seed >= 1 << 64:
+            raise UsageError(f"--seed {seed} does not fit in 64 bits")
+        chunk = options.chunk_size(chunk_size, size, where, 2)
+        pieces = [(pos, min(chunk, size - pos)) for pos in range(0, size, chunk)]
+        nslots = min(2, len(pieces))
+        buffer = memory.allocate(chunk * nslots, where)
+        slots = [buffer[i * chunk : (i + 1) * chunk] for i in range(nslots)]
+        kind = pattern.value
+        filled = [False] * nslots
+
+        def fill(slot: int, pos: int, n: int) -> None:
+            if kind == "zeros" and filled[slot]:
+                return  # zeros do not depend on the position
+            memory.fill(slots[slot][:n], kind, seed, pos)
+            filled[slot] = True
+
+        with CuFile(path, "w") as cf:
+            backend = "posix" if where is None else cf.backend
+            reason = "host memory always takes the POSIX path" if where is None else cf.backend_reason
+            if pieces:
+                fill(0, *pieces[0])  # before the clock starts: the first fill is not a write
+            pending: collections.deque = collections.deque()
+            with TransferProgress(out.stderr, size, 1, "write", enabled=out.show_progress) as progress:
+                start = time.perf_counter()
+                try:
+                    for k, (pos, n) in enumerate(pieces):
+                        slot = k % 2
+                        if len(pending) == nslots:
+                            _finish(progress, pending.popleft(), path)
+                        if k:
+                            fill(slot, pos, n)
+                        pending.append((cf.pwrite(slots[slot][:n], n, pos), pos, n))
+                    while pending:
+                        _finish(progress, pending.popleft(), path)
+                finally:
+                    for future, _pos, _n in pending:
+                        future.cancel()
+                    for future, _pos, _n in pending:
+                        try:
+                            future.get()
+                        except BaseException:  # noqa: BLE001 - the first error is the one reported
+                            pass
+                if fsync:
+                    os.fsync(cf.fileno())
+                seconds = time.perf_counter() - start
+                progress.file_done()
+
+        if verify:
+            verify_pattern(path, size, kind, seed)
+        data = {
+            "command": "write",
+            "ok": True,
+            "path": path,
+            "bytes": size,
+            "seconds": seconds,
+            "gb_per_s": gb_per_s(size, seconds),
+            "pattern": kind,
+            "seed": seed,
+            "fsync": fsync,
+            "memory": "host" if where is None else "gpu",
+            "device": where,
+            "backend": backend,
+            "backend_reason": reason,
+            "verified": verify,
+        }
+
+        def render() -> Table:
+            table = Table(title=f"write from {options.memory_name(where)}", title_justify="left")
+            for name in ("file", "bytes", "time", "rate", "backend"):
+                table.add_column(name, justify="right" if name in ("bytes", "time", "rate") else "left")
+            table.add_row(path, format_bytes(size), format_seconds(seconds), format_rate(size, seconds), backend)
+            notes = [f"pattern {kind}" + (f", seed {seed}" if kind == "random" else "")]
+            notes.append("fsynced" if fsync else "not fsynced")
+            if verify:
+                notes.append("verified")
+            table.caption = "; ".join(notes)
+            return table
+
+        out.result(data, render)
+
+
+def _finish(progress: TransferProgress, item, path: str) -> None:
+    future, pos, n = item
+    moved = progress.wait(future)
+    if moved != n:
+        raise Failure(f"short write to '{path}' at offset {pos + moved}")

@@ -1,0 +1,262 @@
+"""Buffers for the command line and benchmarks: GPU memory (CuPy) or host memory.
+
+``allocate(n, device)`` gives a C-contiguous ``uint8`` array of ``n`` bytes on
+GPU ``device`` (a CuPy array) or, with ``device=None``, in page-aligned host
+memory (a numpy array). ``fill`` writes a test pattern, ``to_host`` copies back
+and ``first_difference`` compares. CuPy is imported only when a GPU is asked
+for, so all of this works on a machine without CUDA.
+
+Patterns depend only on the byte's position in the file (``offset``) and on
+the seed, and come out the same on the GPU and on the host: a file written in
+chunks equals one written at once, and a reader can check any range of it.
+
+- ``zeros``: every byte 0.
+- ``seq``: each aligned 8-byte word holds its own byte offset (little endian),
+  so a misplaced block is easy to spot.
+- ``random``: each aligned 8-byte word is splitmix64 of (seed, word index).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import numpy as np
+
+__all__ = [
+    "PATTERNS",
+    "DeviceError",
+    "GpuStatus",
+    "gpu_available",
+    "device_count",
+    "check_device",
+    "device_memory",
+    "available_bytes",
+    "allocate",
+    "is_device",
+    "fill",
+    "pattern",
+    "to_host",
+    "first_difference",
+    "equal",
+    "PAGE_SIZE",
+]
+
+PATTERNS = ("zeros", "random", "seq")
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+# Bytes generated per step: bounds temporary memory and keeps host work in cache.
+_HOST_STEP = 4 << 20
+_DEVICE_STEP = 256 << 20
+
+_GAMMA = 0x9E3779B97F4A7C15
+_MIX1 = 0xBF58476D1CE4E5B9
+_MIX2 = 0x94D049BB133111EB
+_MASK = (1 << 64) - 1
+
+
+class DeviceError(ValueError):
+    """A GPU that was asked for does not exist or cannot be used."""
+
+
+@dataclass(frozen=True)
+class GpuStatus:
+    """Whether GPU buffers can be made here; ``reason`` says why not. True in ``if``."""
+
+    available: bool
+    reason: str
+    count: int
+
+    def __bool__(self) -> bool:
+        return self.available
+
+
+def _cupy():
+    import cupy  # noqa: PLC0415 - optional dependency, imported on first GPU use
+
+    return cupy
+
+
+@functools.lru_cache(maxsize=1)
+def gpu_available() -> GpuStatus:
+    """Can this process allocate GPU memory? Needs an NVIDIA driver, a GPU and CuPy."""
+    from . import _core  # noqa: PLC0415
+
+    info = _core.cuda_info()
+    if not info["available"]:
+        return GpuStatus(False, info["error"] or "the NVIDIA driver could not be loaded", 0)
+    if not info["gpus"]:
+        return GpuStatus(False, "the NVIDIA driver reports no GPU", 0)
+    try:
+        cupy = _cupy()
+    except ImportError as exc:
+        return GpuStatus(False, f"CuPy is not installed (pip install 'gdscp[cuda]'): {exc}", 0)
+    try:
+        count = int(cupy.cuda.runtime.getDeviceCount())
+    except Exception as exc:  # CUDARuntimeError: driver too old for this CuPy, and the like
+        return GpuStatus(False, f"CUDA runtime error: {exc}", 0)
+    if count == 0:
+        return GpuStatus(False, "CUDA reports no GPU", 0)
+    return GpuStatus(True, f"{count} GPU{'s' if count != 1 else ''}", count)
+
+
+def device_count() -> int:
+    """GPUs usable through CuPy (0 without a driver, a GPU or CuPy)."""
+    return gpu_available().count
+
+
+def check_device(device: int) -> None:
+    """Raise ``DeviceError`` unless GPU ``device`` can be used."""
+    status = gpu_available()
+    if not status:
+        raise DeviceError(f"GPU {device} cannot be used: {status.reason}")
+    if not 0 <= device < status.count:
+        have = "GPU 0" if status.count == 1 else f"GPUs 0-{status.count - 1}"
+        raise DeviceError(f"GPU {device} does not exist (this machine has {have})")
+
+
+def device_memory(device: int) -> tuple[int, int]:
+    """(free, total) bytes of GPU ``device``."""
+    check_device(device)
+    cupy = _cupy()
+    with cupy.cuda.Device(device):
+        free, total = cupy.cuda.runtime.memGetInfo()
+    return int(free), int(total)
+
+
+def available_bytes(device: Optional[int]) -> int:
+    """Memory that could hold a buffer now: free GPU memory, or available host RAM."""
+    if device is not None:
+        return device_memory(device)[0]
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * PAGE_SIZE
+    except (ValueError, OSError, AttributeError):  # not on Linux: a modest guess
+        return 1 << 30
+
+
+def allocate(nbytes: int, device: Optional[int] = None) -> Any:
+    """An uninitialised ``uint8`` array of ``nbytes``: on GPU ``device``, or page-aligned
+    host memory when ``device`` is None (so O_DIRECT can use it as is)."""
+    nbytes = int(nbytes)
+    if nbytes < 0:
+        raise ValueError(f"cannot allocate a negative size ({nbytes})")
+    if device is None:
+        raw = np.empty(nbytes + PAGE_SIZE, dtype=np.uint8)
+        start = (-raw.ctypes.data) % PAGE_SIZE
+        return raw[start : start + nbytes]
+    check_device(device)
+    cupy = _cupy()
+    with cupy.cuda.Device(device):
+        return cupy.empty(nbytes, dtype=cupy.uint8)
+
+
+def is_device(buf: Any) -> bool:
+    """True for GPU arrays (anything with ``__cuda_array_interface__``)."""
+    try:
+        return buf.__cuda_array_interface__ is not None
+    except AttributeError:
+        return False
+
+
+def _words(xp, first_word: int, count: int, kind: str, seed: int):
+    """``count`` pattern words starting at word index ``first_word``, as uint64."""
+    u64 = xp.uint64
+    z = xp.arange(first_word, first_word + count, dtype=u64)
+    if kind == "seq":
+        z *= u64(8)
+        return z
+    # splitmix64: state_i = seed + (i + 1) * gamma, then the finaliser.
+    z *= u64(_GAMMA)
+    z += u64((seed + _GAMMA) & _MASK)
+    z ^= z >> u64(30)
+    z *= u64(_MIX1)
+    z ^= z >> u64(27)
+    z *= u64(_MIX2)
+    z ^= z >> u64(31)
+    return z
+
+
+def _check_pattern(kind: str) -> None:
+    if kind not in PATTERNS:
+        raise ValueError(f"unknown pattern {kind!r} (choose from {', '.join(PATTERNS)})")
+
+
+def fill(buf: Any, kind: str = "zeros", seed: int = 0, offset: int = 0) -> None:
+    """Write pattern ``kind`` into ``buf`` as the bytes that belong at file
+    position ``offset``. Returns once the bytes are in place (GPU work is
+    synchronised)."""
+    _check_pattern(kind)
+    if offset < 0:
+        raise ValueError(f"offset must not be negative (got {offset})")
+    if is_device(buf):
+        cupy = _cupy()
+        # Kernels must run on the array's own device; wait for them so that the
+        # engine, which copies on its own streams, sees the bytes.
+        with buf.device:
+            _fill(cupy, buf, kind, seed, offset, _DEVICE_STEP)
+            cupy.cuda.get_current_stream().synchronize()
+    else:
+        _fill(np, buf, kind, seed, offset, _HOST_STEP)
+
+
+def _fill(xp, buf: Any, kind: str, seed: int, offset: int, step: int) -> None:
+    flat = buf.reshape(-1).view(xp.uint8)
+    nbytes = int(flat.size)
+    if kind == "zeros":
+        flat.fill(0)
+        return
+    done = 0
+    while done < nbytes:
+        n = min(step, nbytes - done)
+        start = offset + done
+        first_word = start // 8
+        skip = start - first_word * 8
+        words = _words(xp, first_word, (skip + n + 7) // 8, kind, seed)
+        flat[done : done + n] = words.view(xp.uint8)[skip : skip + n]
+        done += n
+
+
+def pattern(nbytes: int, kind: str = "zeros", seed: int = 0, offset: int = 0) -> np.ndarray:
+    """The ``nbytes`` host bytes of pattern ``kind`` at file position ``offset``."""
+    out = np.empty(nbytes, dtype=np.uint8)
+    fill(out, kind, seed, offset)
+    return out
+
+
+def to_host(buf: Any) -> np.ndarray:
+    """``buf``'s bytes as a host ``uint8`` array (a copy for GPU arrays, a view otherwise)."""
+    if is_device(buf):
+        return _cupy().asnumpy(buf).reshape(-1).view(np.uint8)
+    if isinstance(buf, np.ndarray):
+        return buf.reshape(-1).view(np.uint8)
+    return np.frombuffer(buf, dtype=np.uint8)
+
+
+def first_difference(a: Any, b: Any) -> Optional[int]:
+    """Offset of the first byte where ``a`` and ``b`` differ (the shorter length
+    if one is a prefix of the other); None if they are equal. Each may be host
+    or GPU memory."""
+    if is_device(a) and is_device(b) and a.device == b.device:
+        cupy = _cupy()
+        x, y = a.reshape(-1).view(cupy.uint8), b.reshape(-1).view(cupy.uint8)
+        n = min(x.size, y.size)
+        if n:
+            diff = (x[:n] != y[:n]).view(cupy.uint8)
+            if bool(diff.any()):
+                return int(diff.argmax())
+        return None if x.size == y.size else n
+    x, y = to_host(a), to_host(b)
+    n = min(x.size, y.size)
+    for start in range(0, n, _HOST_STEP):
+        end = min(start + _HOST_STEP, n)
+        cx, cy = x[start:end], y[start:end]
+        if not np.array_equal(cx, cy):
+            return start + int(np.argmax(cx != cy))
+    return None if x.size == y.size else n
+
+
+def equal(a: Any, b: Any) -> bool:
+    """True if ``a`` and ``b`` hold the same bytes."""
+    return first_difference(a, b) is None

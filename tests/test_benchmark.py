@@ -1,0 +1,551 @@
+"""``gdscp benchmark`` and the ``gdscp.bench`` library it runs on.
+
+The command runs in-process on small files (a few MiB, three runs, 100 random
+reads) so the whole module stays within seconds. Figures are never asserted
+(this machine's speed is nobody's business); their presence, shape and
+consistency are, and so are the bytes the tools moved.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gdscp.bench import ceilings, config, files, measure, report, runner, tools
+from gdscp.bench.config import BenchConfig, BenchConfigError
+from gdscp.bench.targets import HostTarget
+from gdscp.cli.app import run
+
+MiB = 1 << 20
+CEILINGS = {
+    "pinned_h2d",
+    "pinned_d2h",
+    "host_memcpy",
+    "disk_direct_read",
+    "disk_buffered_read",
+    "disk_direct_write",
+    "disk_buffered_write",
+}
+BASELINES = {"python", "numpy_cupy", "kvikio"}
+
+
+def cli(capsys, *args: object) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = run(["benchmark", *[os.fspath(a) if isinstance(a, Path) else str(a) for a in args]])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def leftovers(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir() if p.name.startswith(".gdscp-bench-"))
+
+
+def small(directory: Path, **changes) -> BenchConfig:
+    """A quick host-memory configuration for library-level tests."""
+    base = dict(
+        size=2 * MiB, memory="host", threads=[1, 2], io_sizes=[4096], runs=3, random_ops=100, dir=str(directory)
+    )
+    base.update(changes)
+    return BenchConfig(**base)
+
+
+def check_spread(value: dict) -> None:
+    assert set(value) == {"median", "min", "max"}
+    assert 0 < value["min"] <= value["median"] <= value["max"]
+
+
+# -- the command, end to end ---------------------------------------------------------
+
+
+def test_json_holds_every_mode_baseline_and_ceiling(capsys, tmp_path):
+    code, out, err = cli(
+        capsys, "--size", "4M", "--threads", "1,2", "--io-size", "4K,64K", "--ops", "100",
+        "--runs", "3", "--drop-cache", "--dir", tmp_path, "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    doc = json.loads(out)
+    assert leftovers(tmp_path) == []
+
+    assert doc["command"] == "benchmark" and doc["ok"] is True
+    assert doc["schema"] == runner.SCHEMA
+    for key in (
+        "date",
+        "duration_s",
+        "machine",
+        "gdscp",
+        "config",
+        "cache_drop",
+        "baselines",
+        "ceilings",
+        "results",
+        "summary",
+    ):
+        assert key in doc
+    machine = doc["machine"]
+    assert machine["cpu"]["count"] >= 1 and machine["memory"]["total_bytes"] > 0
+    assert "available" in machine["gpu"] and machine["filesystem"]["dir"] == str(tmp_path)
+    assert doc["gdscp"]["version"] and doc["gdscp"]["settings"]["num_threads"] >= 1
+    assert doc["config"]["size"] == 4 * MiB and doc["config"]["threads"] == [1, 2] and doc["config"]["runs"] == 3
+    assert "posix_fadvise" in doc["cache_drop"]
+    gpu = doc["config"]["memory"] == "gpu"
+
+    # Every baseline is there: measured, or absent with the reason.
+    assert set(doc["baselines"]) == BASELINES
+    assert doc["baselines"]["python"]["available"] is True
+    assert doc["baselines"]["numpy_cupy"]["available"] is gpu
+    for entry in doc["baselines"].values():
+        assert entry["available"] or entry["reason"]
+    try:
+        import kvikio  # noqa: F401
+    except ImportError:
+        assert doc["baselines"]["kvikio"] == {"available": False, "reason": doc["baselines"]["kvikio"]["reason"]}
+        assert "kvikio" in doc["baselines"]["kvikio"]["reason"]
+
+    # Every ceiling is there: a figure, or why there is none.
+    assert set(doc["ceilings"]) == CEILINGS
+    for name, entry in doc["ceilings"].items():
+        if entry["available"]:
+            check_spread(entry["gb_per_s"])
+            assert entry["what"] and len(entry["seconds"]) == 3
+        else:
+            assert entry["reason"], name
+    assert doc["ceilings"]["disk_buffered_read"]["available"] and doc["ceilings"]["disk_buffered_write"]["available"]
+    assert doc["ceilings"]["pinned_h2d" if gpu else "host_memcpy"]["available"]
+
+    groups = {(r["mode"], r["cache"], r["io_size"]) for r in doc["results"]}
+    expected = {("read", "hot", None), ("read", "cold", None), ("write", None, None)}
+    expected |= {("randread", cache, io) for cache in ("hot", "cold") for io in (4096, 65536)}
+    assert groups == expected
+    measured = {name for name, entry in doc["baselines"].items() if entry["available"]}
+    for group in expected:
+        records = [r for r in doc["results"] if (r["mode"], r["cache"], r["io_size"]) == group]
+        assert sorted(r["threads"] for r in records if r["tool"] == "gdscp") == [1, 2]
+        assert {r["tool"] for r in records} == {"gdscp"} | measured
+        for r in records:
+            assert r["runs"] == 3 and len(r["seconds"]) == 3 and r["what"]
+            check_spread(r["gb_per_s"])
+            if r["mode"] == "randread":
+                assert r["ops"] == 100 and r["bytes"] == 100 * r["io_size"]
+                check_spread(r["latency_us"]["p50"])
+                assert r["latency_us"]["p50"]["median"] <= r["latency_us"]["p99"]["median"]
+                check_spread(r["iops"])
+            else:
+                assert r["bytes"] == 4 * MiB
+            if r["tool"] == "gdscp":
+                assert set(r["factor"]) == BASELINES
+                assert r["factor"]["python"] > 0
+    summary = {(row["mode"], row["cache"], row["io_size"]): row for row in doc["summary"]}
+    assert set(summary) == expected
+    assert summary[("read", "hot", None)]["ceiling"]["name"] == ("pinned_h2d" if gpu else "host_memcpy")
+    assert summary[("write", None, None)]["share_of_ceiling"] > 0
+
+
+def test_table_names_gdscp_and_each_baseline(capsys, tmp_path):
+    code, out, err = cli(
+        capsys,
+        "--size",
+        "1M",
+        "--threads",
+        "1",
+        "--mode",
+        "read,randread",
+        "--io-size",
+        "4K",
+        "--ops",
+        "100",
+        "--dir",
+        tmp_path,
+    )
+    assert code == 0, err
+    for text in (
+        "sequential",
+        "random reads",
+        "gdscp",
+        "python",
+        "x python",
+        "host_memcpy" if "host memory" in out else "pinned_h2d",
+    ):
+        assert text in out
+    assert "kvikio" in out  # compared, or said why not
+    assert leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    "args, culprit",
+    [
+        (["--size", "abc"], "--size"),
+        (["--size", "100"], "--size"),
+        (["--size", "1P"], "--size"),
+        (["--threads", "0"], "--threads"),
+        (["--threads", "two"], "--threads"),
+        (["--threads", "1,,4"], "--threads"),
+        (["--task-size", "1K"], "--task-size"),
+        (["--task-size", "huge"], "--task-size"),
+        (["--mode", "read,fly"], "--mode"),
+        (["--mode", ""], "--mode"),
+        (["--io-size", "0"], "--io-size"),
+        (["--io-size", "4K,lots"], "--io-size"),
+        (["--size", "1M", "--io-size", "2M"], "--io-size"),
+        (["--runs", "2"], "--runs"),
+        (["--runs", "many"], "--runs"),
+        (["--ops", "10"], "--ops"),
+        (["--device", "-1"], "--device"),
+        (["--host", "--device", "0"], "--device"),
+        (["--plot", "figure.txt"], "--plot"),
+        (["--plot", "no/such/dir/figure.png"], "--plot"),
+        (["--compat-mode", "sometimes"], "--compat-mode"),
+    ],
+)
+def test_bad_values_exit_2_with_one_line(capsys, tmp_path, monkeypatch, args, culprit):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = cli(capsys, *args, "--dir", tmp_path)
+    assert code == 2, err
+    lines = [line for line in err.splitlines() if "error" in line]
+    assert len(lines) == 1 and culprit in lines[0], err
+    assert "Traceback" not in err
+    assert leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize("where", ["missing", "file"])
+def test_bad_dir_exits_2(capsys, tmp_path, where):
+    target = tmp_path / "nowhere"
+    if where == "file":
+        target.write_bytes(b"x")
+    code, _, err = cli(capsys, "--dir", target)
+    assert code == 2 and "--dir" in err
+
+
+def test_device_that_does_not_exist_exits_2(capsys, tmp_path):
+    code, _, err = cli(capsys, "--device", "64", "--dir", tmp_path)
+    assert code == 2 and "GPU 64" in err
+
+
+def test_plot_without_matplotlib_says_how_to_get_it(capsys, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
+    code, _, err = cli(capsys, "--plot", tmp_path / "b.png", "--dir", tmp_path)
+    assert code == 2
+    assert "matplotlib" in err and "gdscp[plot]" in err
+    assert leftovers(tmp_path) == [] and not (tmp_path / "b.png").exists()
+
+
+def test_plot_is_written(capsys, tmp_path):
+    pytest.importorskip("matplotlib")
+    picture = tmp_path / "bench.png"
+    code, _, err = cli(
+        capsys,
+        "--size",
+        "1M",
+        "--threads",
+        "1,2",
+        "--io-size",
+        "4K",
+        "--ops",
+        "100",
+        "--plot",
+        picture,
+        "--dir",
+        tmp_path,
+    )
+    assert code == 0, err
+    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert leftovers(tmp_path) == []
+
+
+def test_interrupt_removes_the_files_and_exits_130(tmp_path):
+    """Ctrl-C from outside, as a person would press it, while the file is being
+    made or measured."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gdscp", "benchmark", "--size", "256M", "--dir", str(tmp_path), "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not glob.glob(str(tmp_path / ".gdscp-bench-*")) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert proc.poll() is None, proc.communicate()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert json.loads(out)["ok"] is False
+    assert leftovers(tmp_path) == []
+
+
+# -- the library ---------------------------------------------------------------------
+
+
+def test_interrupt_inside_a_measurement_removes_the_files(tmp_path):
+    def progress(done, total, description):
+        if description.startswith("read hot: gdscp"):
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        runner.run_benchmark(small(tmp_path), progress=progress)
+    assert leftovers(tmp_path) == []
+
+
+def test_progress_counts_every_step_once(tmp_path):
+    seen = []
+    runner.run_benchmark(
+        small(tmp_path, modes=["read", "write"], ceilings=False), progress=lambda d, t, s: seen.append((d, t, s))
+    )
+    totals = {t for _, t, _ in seen}
+    assert len(totals) == 1
+    total = totals.pop()
+    assert [d for d, _, _ in seen] == list(range(total + 1))
+    assert seen[-1] == (total, total, "done")
+
+
+def test_a_broken_baseline_leaves_with_its_reason(tmp_path, monkeypatch):
+    def broken(self, handle, buf, size, offset, task_size):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(tools.PythonTool, "read", broken)
+    warnings = []
+    doc = runner.run_benchmark(small(tmp_path, modes=["read", "randread"]), warn=warnings.append)
+    assert doc["baselines"]["python"]["available"] is False
+    assert "Input/output error" in doc["baselines"]["python"]["reason"]
+    assert {r["tool"] for r in doc["results"]} == {"gdscp"}
+    assert all(r["factor"]["python"] is None for r in doc["results"])
+    assert any("python" in w for w in warnings)
+    assert leftovers(tmp_path) == []
+
+
+def test_a_gdscp_failure_is_not_hidden(tmp_path, monkeypatch):
+    def broken(self, handle, buf, size, offset, task_size):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(tools.GdscpTool, "read", broken)
+    with pytest.raises(OSError):
+        runner.run_benchmark(small(tmp_path, modes=["read"]))
+    assert leftovers(tmp_path) == []
+
+
+def test_wrong_bytes_are_caught(tmp_path):
+    path = tmp_path / "data"
+    files.make_file(str(path), MiB, seed=3)
+
+    class Liar(tools.Tool):
+        name = "liar"
+
+        def open(self, path, mode):
+            return None
+
+        def close(self, handle):
+            pass
+
+        def read(self, handle, buf, size, offset, task_size):
+            return size  # claims the bytes, delivers none
+
+    buf = HostTarget().empty(MiB)
+    liar = Liar(HostTarget())
+    measure.time_seq_read(liar, str(path), buf, MiB)
+    with pytest.raises(measure.BenchError, match="wrong bytes"):
+        measure.check_read(liar, str(path), buf, MiB)
+
+
+@pytest.mark.parametrize("make", [lambda t, b: tools.GdscpTool(t, 2), lambda t, b: tools.PythonTool(t, b)])
+def test_tools_move_the_right_bytes(tmp_path, make):
+    source, copy = tmp_path / "source", tmp_path / "copy"
+    size = 3 * MiB + 5
+    files.make_file(str(source), size, seed=7)
+    expected = source.read_bytes()
+    target = HostTarget()
+    buf = target.empty(size)
+    tool = make(target, buf)
+    with tool.configured():
+        assert measure.time_seq_read(tool, str(source), buf, size, cold=True) > 0
+        assert bytes(buf) == expected
+        assert measure.time_seq_write(tool, str(copy), buf, size) > 0
+        assert copy.read_bytes() == expected
+        offsets = measure.random_offsets(size, 4096, 50, seed=1)
+        latencies = measure.time_random_reads(tool, str(source), buf, 4096, offsets, cold=True)
+    assert len(latencies) == 50 and all(t > 0 for t in latencies)
+    last = int(offsets[-1])
+    assert bytes(buf[:4096]) == expected[last : last + 4096]
+
+
+def test_make_file_blocks_all_differ(tmp_path):
+    path = tmp_path / "data"
+    size = 2 * files._BLOCK + 100
+    files.make_file(str(path), size, seed=1)
+    data = path.read_bytes()
+    assert len(data) == size
+    first, second = data[: files._BLOCK], data[files._BLOCK : 2 * files._BLOCK]
+    assert first != second and first[8:] == second[8:]  # one random block, numbered
+    assert data[2 * files._BLOCK + 8 :] == first[8:100]
+
+
+def test_random_offsets_are_aligned_and_inside_the_file():
+    offsets = measure.random_offsets(10 * MiB + 100, 65536, 1000, seed=0)
+    assert len(offsets) == 1000
+    assert all(o % 65536 == 0 and 0 <= o and o + 65536 <= 10 * MiB + 100 for o in offsets)
+    assert len(set(offsets.tolist())) > 100
+    assert (offsets == measure.random_offsets(10 * MiB + 100, 65536, 1000, seed=0)).all()
+
+
+def test_drop_cache_says_how(tmp_path):
+    path = tmp_path / "data"
+    path.write_bytes(b"x" * 8192)
+    assert files.drop_cache(str(path), use_drop_caches=False) == "posix_fadvise(POSIX_FADV_DONTNEED)"
+
+
+def test_direct_io_refused_is_reported_not_raised(tmp_path, monkeypatch):
+    """tmpfs before Linux 6.6, many FUSE and network filesystems: open(O_DIRECT) fails with EINVAL."""
+    import errno
+
+    def refuse(path, flags):
+        raise OSError(errno.EINVAL, os.strerror(errno.EINVAL), path)
+
+    monkeypatch.setattr(ceilings, "_open_direct", refuse)
+    path = str(tmp_path / "data")
+    files.make_file(path, MiB)
+    for entry in (
+        ceilings.direct_read_rate(path, MiB, 2, 3),
+        ceilings.direct_write_rate(str(tmp_path / "out"), MiB, 2, 3),
+    ):
+        assert entry["available"] is False
+        assert "O_DIRECT" in entry["reason"] and "Invalid argument" in entry["reason"]
+    doc = runner.run_benchmark(small(tmp_path, modes=["read", "write"], threads=[1]))
+    assert doc["ceilings"]["disk_direct_read"]["available"] is False
+    assert doc["ceilings"]["disk_buffered_read"]["available"] is True
+    write = next(row for row in doc["summary"] if row["mode"] == "write")
+    assert write["ceiling"]["name"] == "disk_buffered_write"
+
+
+def test_direct_ceilings_move_the_whole_file(tmp_path):
+    path = str(tmp_path / "data")
+    files.make_file(path, 3 * MiB + 4096, seed=2)
+    try:
+        os.close(os.open(path, os.O_RDONLY | os.O_DIRECT))
+    except OSError:
+        pytest.skip("this filesystem refuses O_DIRECT")
+    read = ceilings.direct_read_rate(path, 3 * MiB + 4096, 3, 3)
+    assert read["available"] and read["bytes"] == 3 * MiB + 4096 and read["threads"] == 3
+    write = ceilings.direct_write_rate(str(tmp_path / "out"), 3 * MiB + 100, 2, 3)
+    assert write["available"] and write["bytes"] == 3 * MiB
+    assert os.path.getsize(tmp_path / "out") == 3 * MiB
+
+
+def test_default_threads_follow_the_cores():
+    import gdscp
+
+    default = gdscp.defaults.get("num_threads")
+    assert config.default_threads(2)[0] == sorted({1, 4, default})
+    assert config.default_threads(16)[0] == sorted({1, 4, default, 16})
+    assert max(config.default_threads(128)[0]) == max(16, default)
+
+
+def test_default_size_shrinks_where_room_is_short(tmp_path, monkeypatch):
+    assert config.default_size(str(tmp_path), "host", None)[0] <= config.DEFAULT_SIZE
+    monkeypatch.setattr(config, "free_disk", lambda d: 200 * MiB + 12345)
+    size, reason = config.default_size(str(tmp_path), "host", None)
+    assert size == 50 * MiB and "disk" in reason
+    monkeypatch.setattr(config, "available_memory", lambda: 100 * MiB)
+    size, reason = config.default_size(str(tmp_path), "host", None)
+    assert size == 25 * MiB and "memory" in reason
+    monkeypatch.setattr(config, "free_disk", lambda d: 8 * MiB)
+    with pytest.raises(BenchConfigError) as info:
+        config.default_size(str(tmp_path), "host", None)
+    assert info.value.option == "size"
+
+
+def test_resolve_fills_in_the_defaults(tmp_path):
+    plan = config.resolve(BenchConfig(dir=str(tmp_path), memory="host", modes=["randread", "read", "read"]))
+    assert plan.modes == ["randread", "read"]
+    assert plan.io_sizes == list(config.DEFAULT_IO_SIZES) and plan.runs == 3
+    assert plan.size % MiB == 0 and plan.size <= config.DEFAULT_SIZE
+    assert plan.threads == config.default_threads()[0]
+    assert plan.memory == "host" and plan.device is None
+
+
+def test_stats():
+    from gdscp.bench.stats import percentile, spread
+
+    assert spread([3.0, 1.0, 2.0]) == {"median": 2.0, "min": 1.0, "max": 3.0}
+    values = sorted(float(v) for v in range(101))
+    assert percentile(values, 50) == 50.0 and percentile(values, 99) == 99.0
+    assert percentile([1.0, 3.0], 50) == 2.0
+    with pytest.raises(ValueError):
+        spread([])
+
+
+def _record(tool, mode, threads, gbps, p50=None, cache="hot", io_size=None):
+    record = {"tool": tool, "mode": mode, "cache": cache, "io_size": io_size, "threads": threads,
+              "gb_per_s": {"median": gbps, "min": gbps, "max": gbps}}  # fmt: skip
+    if p50 is not None:
+        record["latency_us"] = {"p50": {"median": p50, "min": p50, "max": p50}}
+    return record
+
+
+def test_comparisons_follow_their_definitions():
+    doc = {
+        "config": {"memory": "gpu"},
+        "ceilings": {
+            "pinned_h2d": {"available": True, "gb_per_s": {"median": 50.0}},
+            "disk_direct_write": {"available": True, "gb_per_s": {"median": 2.0}},
+            "disk_buffered_write": {"available": False, "reason": "x"},
+        },
+        "results": [
+            _record("gdscp", "read", 1, 10.0),
+            _record("gdscp", "read", 4, 40.0),
+            _record("python", "read", None, 2.0),
+            _record("kvikio", "read", 1, 5.0),
+            _record("kvikio", "read", 4, 32.0),
+            _record("gdscp", "write", 4, 1.5, cache=None),
+            _record("gdscp", "randread", 4, 0.1, p50=20.0, io_size=4096),
+            _record("kvikio", "randread", 4, 0.1, p50=30.0, io_size=4096),
+        ],
+    }
+    report.compare(doc)
+    by = {(r["tool"], r["mode"], r["threads"]): r for r in doc["results"]}
+    assert by[("gdscp", "read", 4)]["share_of_ceiling"] == 0.8
+    assert by[("gdscp", "read", 4)]["factor"] == {"python": 20.0, "numpy_cupy": None, "kvikio": 1.25}
+    assert by[("gdscp", "read", 1)]["factor"]["kvikio"] == 2.0  # same thread count
+    assert by[("gdscp", "write", 4)]["ceiling"] == "disk_direct_write"
+    assert by[("gdscp", "write", 4)]["share_of_ceiling"] == 0.75
+    assert by[("gdscp", "randread", 4)]["share_of_ceiling"] is None
+    assert by[("gdscp", "randread", 4)]["factor"]["kvikio"] == 1.5  # p50 30 us / 20 us
+    read = next(row for row in doc["summary"] if row["mode"] == "read")
+    assert read["best"]["gdscp"] == {"threads": 4, "gb_per_s": 40.0}
+    assert read["best"]["kvikio"]["threads"] == 4
+    assert read["factor"]["kvikio"] == 1.25 and read["share_of_ceiling"] == 0.8
+
+
+@pytest.mark.gpu
+def test_gpu_run_measures_the_gpu_baselines_and_the_copy_ceiling(tmp_path):
+    doc = runner.run_benchmark(
+        BenchConfig(
+            size=16 * MiB,
+            memory="gpu",
+            device=0,
+            threads=[1, 4],
+            io_sizes=[4096, MiB],
+            random_ops=100,
+            dir=str(tmp_path),
+        )
+    )
+    assert doc["config"]["memory"] == "gpu" and doc["machine"]["gpu"]["devices"]
+    assert doc["ceilings"]["pinned_h2d"]["available"] and doc["ceilings"]["pinned_d2h"]["available"]
+    assert doc["ceilings"]["host_memcpy"]["available"] is False
+    assert doc["baselines"]["numpy_cupy"]["available"] is True
+    groups = {(r["mode"], r["cache"], r["io_size"]) for r in doc["results"]}
+    for group in groups:
+        tools_seen = {r["tool"] for r in doc["results"] if (r["mode"], r["cache"], r["io_size"]) == group}
+        assert {"gdscp", "python", "numpy_cupy"} <= tools_seen
+    assert all(r["memory"] == "gpu" for r in doc["results"])
+    hot = next(row for row in doc["summary"] if row["mode"] == "read")
+    assert hot["ceiling"]["name"] == "pinned_h2d" and hot["share_of_ceiling"] > 0
+    assert leftovers(tmp_path) == []

@@ -1,0 +1,841 @@
+"""The ``gdscp`` command line on the host path (and, marked ``gpu``, through GPU memory).
+
+Commands run in-process through ``gdscp.cli.app.run`` (fast, and engine fault
+injection reaches them); a few run as real processes to check the console
+script, ``python -m gdscp``, shell completion and resource limits.
+"""
+
+from __future__ import annotations
+
+import errno
+import io
+import json
+import os
+import resource
+import signal
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from rich.console import Console
+
+from gdscp import _core, memory
+from gdscp.cli import output, units
+from gdscp.cli.app import run
+from gdscp.cli.progress import TransferProgress
+
+KiB = 1024
+MiB = 1 << 20
+
+
+def cli(capsys, *args: object) -> tuple[int, str, str]:
+    """Run ``gdscp ARGS`` in this process: (exit code, stdout, stderr)."""
+    capsys.readouterr()
+    code = run([os.fspath(a) if isinstance(a, Path) else str(a) for a in args])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def cli_json(capsys, *args: object) -> tuple[int, dict, str]:
+    code, out, err = cli(capsys, *args, "--json")
+    return code, json.loads(out), err
+
+
+def error_lines(err: str) -> list[str]:
+    return [line for line in err.splitlines() if ": error: " in line]
+
+
+def random_file(path: Path, size: int, seed: int = 1) -> bytes:
+    data = np.random.default_rng(seed).integers(0, 256, size, dtype=np.uint8).tobytes()
+    path.write_bytes(data)
+    return data
+
+
+def temp_files(directory: Path) -> list[str]:
+    return [p.name for p in directory.rglob("*") if p.name.endswith(".gdscp-tmp")]
+
+
+def tree(root: Path) -> dict[str, object]:
+    """Relative path -> file bytes, ("dir",) or ("link", target), for comparing trees."""
+    found: dict[str, object] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            p = Path(dirpath) / name
+            rel = str(p.relative_to(root))
+            if p.is_symlink():
+                found[rel] = ("link", os.readlink(p))
+            elif p.is_dir():
+                found[rel] = ("dir",)
+            else:
+                found[rel] = p.read_bytes()
+    return found
+
+
+def splitmix64(seed: int, index: int) -> int:
+    """Reference splitmix64 output ``index`` for ``seed``, written independently of gdscp.memory."""
+    mask = (1 << 64) - 1
+    z = (seed + (index + 1) * 0x9E3779B97F4A7C15) & mask
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
+    return z ^ (z >> 31)
+
+
+# -- units -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("4096", 4096),
+        ("4K", 4096),
+        ("4k", 4096),
+        ("64KiB", 65536),
+        ("2Ki", 2048),
+        ("1M", MiB),
+        ("10G", 10 << 30),
+        ("1.5GiB", 3 << 29),
+        ("0.5K", 512),
+        ("1KB", 1000),
+        ("3MB", 3_000_000),
+        ("7B", 7),
+        (" 2 T ", 2 << 40),
+        ("0", 0),
+    ],
+)
+def test_parse_size(text, expected):
+    assert units.parse_size(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "x", "-1", "1.5", "0.1K", "1Q", "1iB", "1e3", "K", "1 0"])
+def test_parse_size_rejects_and_names_the_value(text):
+    with pytest.raises(ValueError) as info:
+        units.parse_size(text)
+    assert repr(text) in str(info.value)
+
+
+def test_formatting():
+    assert units.format_bytes(512) == "512 B"
+    assert units.format_bytes(1536) == "1.50 KiB"
+    assert units.format_bytes(3 << 30) == "3.00 GiB"
+    assert units.format_rate(3_000_000_000, 1.0) == "3.00 GB/s"
+    assert units.format_rate(2_500_000, 1.0) == "2.50 MB/s"
+    assert units.format_rate(10, 0.0) == "-"
+    assert units.gb_per_s(2_000_000_000, 2.0) == 1.0
+    assert units.format_seconds(0.25) == "0.250 s"
+    assert units.format_seconds(300) == "5m 00s"
+
+
+# -- memory ----------------------------------------------------------------------------
+
+
+def test_host_buffers_are_page_aligned():
+    for n in (0, 1, 4096, 12345):
+        buf = memory.allocate(n)
+        assert buf.size == n and buf.dtype == np.uint8
+        assert n == 0 or buf.ctypes.data % memory.PAGE_SIZE == 0
+
+
+def test_seq_pattern_holds_offsets():
+    data = memory.pattern(64, "seq")
+    assert list(data.view("<u8")) == [0, 8, 16, 24, 32, 40, 48, 56]
+
+
+def test_random_pattern_is_splitmix64_of_seed_and_position():
+    data = memory.pattern(40, "random", seed=99)
+    assert list(data.view("<u8")) == [splitmix64(99, i) for i in range(5)]
+    assert memory.pattern(40, "random", seed=100).tobytes() != data.tobytes()
+
+
+@pytest.mark.parametrize("kind", ["random", "seq", "zeros"])
+@pytest.mark.parametrize("offset", [0, 3, 8, 4099])
+def test_pattern_depends_only_on_position(kind, offset):
+    whole = memory.pattern(10_000, kind, seed=5)
+    part = memory.pattern(3001, kind, seed=5, offset=offset)
+    assert part.tobytes() == whole[offset : offset + 3001].tobytes()
+
+
+def test_unknown_pattern():
+    with pytest.raises(ValueError, match="ones"):
+        memory.fill(memory.allocate(8), "ones")
+
+
+def test_first_difference():
+    a = memory.pattern(10 * MiB, "random", seed=1)
+    b = a.copy()
+    assert memory.first_difference(a, b) is None and memory.equal(a, b)
+    b[7 * MiB + 3] ^= 0x10
+    assert memory.first_difference(a, b) == 7 * MiB + 3
+    assert memory.first_difference(b"abc", bytearray(b"ab")) == 2
+    assert memory.first_difference(b"", b"") is None
+
+
+def test_gpu_status_gives_a_reason():
+    status = memory.gpu_available()
+    assert bool(status) == status.available
+    assert status.reason
+    if not status:
+        with pytest.raises(memory.DeviceError, match="GPU 0"):
+            memory.check_device(0)
+
+
+# -- the app ---------------------------------------------------------------------------
+
+
+def test_version(capsys):
+    import gdscp
+
+    code, out, _ = cli(capsys, "--version")
+    assert code == 0 and out.strip() == f"gdscp {gdscp.__version__}"
+
+
+def test_every_command_has_help(capsys):
+    for command in ("copy", "read", "write", "info"):
+        code, out, _ = cli(capsys, command, "--help")
+        assert code == 0 and "Usage" in out and "--json" in out
+
+
+def test_no_arguments_shows_help(capsys):
+    code, out, _ = cli(capsys)
+    assert code == 2 and "copy" in out and "read" in out
+
+
+@pytest.mark.parametrize(
+    "args, culprit",
+    [
+        (["write", "f", "--size", "10X"], "'10X'"),
+        (["read", "f", "--offset", "1.5"], "'1.5'"),
+        (["read", "f", "--threads", "0"], "--threads"),
+        (["read", "f", "--compat-mode", "maybe"], "maybe"),
+        (["frobnicate"], "frobnicate"),
+        (["write", "f"], "--size"),
+        (["copy", "only-one"], "Missing argument"),
+    ],
+)
+def test_usage_errors_are_one_line_exit_2(capsys, tmp_path, monkeypatch, args, culprit):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = cli(capsys, *args)
+    assert code == 2
+    assert out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and culprit in lines[0] and "Traceback" not in err
+
+
+def test_python_dash_m_and_console_script(tmp_path):
+    data = random_file(tmp_path / "src.bin", 5000)
+    done = subprocess.run(
+        [sys.executable, "-m", "gdscp", "copy", str(tmp_path / "src.bin"), str(tmp_path / "dst.bin"), "-q"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "dst.bin").read_bytes() == data
+    script = Path(sys.executable).with_name("gdscp")
+    if script.exists():
+        done = subprocess.run([str(script), "--version"], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0 and done.stdout.startswith("gdscp ")
+
+
+def test_shell_completion():
+    env = dict(os.environ, _GDSCP_COMPLETE="complete_bash", COMP_WORDS="gdscp re", COMP_CWORD="1")
+    done = subprocess.run([sys.executable, "-m", "gdscp"], env=env, capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == ["read"]
+
+
+# -- output ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "exc, code",
+    [
+        (output.UsageError("bad"), 2),
+        (memory.DeviceError("GPU 9 does not exist"), 2),
+        (output.Failure("it broke"), 1),
+        (FileNotFoundError(errno.ENOENT, "No such file or directory", "x.bin"), 1),
+        (PermissionError(errno.EACCES, "Permission denied", "y"), 1),
+        (MemoryError(), 1),
+        (KeyboardInterrupt(), 130),
+        (output.Terminated(), 143),
+        (ZeroDivisionError("division by zero"), 1),
+    ],
+)
+def test_exception_table(exc, code):
+    message, got = output.describe(exc)
+    assert got == code and message and "\n" not in message
+
+
+def test_os_errors_name_the_file():
+    message, _ = output.describe(FileNotFoundError(errno.ENOENT, "No such file or directory", "x.bin"))
+    assert message == "'x.bin': No such file or directory"
+    assert "ZeroDivisionError" in output.describe(ZeroDivisionError("boom"))[0]
+
+
+def test_debug_shows_the_traceback(capsys, tmp_path):
+    code, _, err = cli(capsys, "read", tmp_path / "missing.bin", "--debug")
+    assert code == 1 and "Traceback" in err
+    code, _, err = cli(capsys, "read", tmp_path / "missing.bin")
+    assert code == 1 and "Traceback" not in err
+
+
+class _FakeFuture:
+    def __init__(self, moved: int):
+        self.moved = moved
+
+    def progress(self) -> int:
+        return self.moved
+
+    def get(self) -> int:
+        return self.moved
+
+
+def test_progress_bar_counts_bytes_and_files():
+    sink = io.StringIO()
+    console = Console(file=sink, force_terminal=True, width=120)
+    with TransferProgress(console, 3 * MiB, 3, "copy", enabled=True, delay=0.0, interval=3600) as progress:
+        progress.wait(_FakeFuture(MiB))
+        progress.file_done()
+        future = _FakeFuture(512 * KiB)
+        progress.watch(future)
+        assert progress.bytes_done == MiB + 512 * KiB
+        progress.finish(future, MiB)
+        progress.file_done()
+        progress.refresh()
+    assert progress.bytes_done == 2 * MiB and progress.files_done == 2
+    assert "2/3 files" in sink.getvalue()
+
+
+def test_progress_bar_waits_for_the_delay():
+    sink = io.StringIO()
+    console = Console(file=sink, force_terminal=True, width=120)
+    with TransferProgress(console, MiB, 1, "read", enabled=True, delay=3600, interval=3600) as progress:
+        progress.advance(MiB)
+        progress.refresh()
+    assert sink.getvalue() == ""
+
+
+def test_no_progress_when_stderr_is_not_a_terminal(capsys, tmp_path):
+    random_file(tmp_path / "a.bin", 100 * KiB)
+    code, out, err = cli(capsys, "read", tmp_path / "a.bin")
+    assert code == 0 and "━" not in err  # only the table (on stdout) draws lines
+
+
+# -- write -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["zeros", "random", "seq"])
+def test_write_patterns(capsys, tmp_path, kind):
+    path = tmp_path / "w.bin"
+    code, doc, err = cli_json(capsys, "write", path, "--size", "100K", "--pattern", kind, "--seed", "3", "--host")
+    assert code == 0, err
+    data = path.read_bytes()
+    assert len(data) == 100 * KiB
+    words = np.frombuffer(data, dtype="<u8")
+    if kind == "zeros":
+        assert data == bytes(100 * KiB)
+    elif kind == "seq":
+        assert np.array_equal(words, np.arange(words.size, dtype=np.uint64) * 8)
+    else:
+        assert [int(w) for w in words[:4]] == [splitmix64(3, i) for i in range(4)]
+        assert data == memory.pattern(100 * KiB, "random", seed=3).tobytes()
+    assert doc["command"] == "write" and doc["ok"] is True
+    assert doc["bytes"] == 100 * KiB and doc["pattern"] == kind and doc["fsync"] is True
+    assert doc["memory"] == "host" and doc["device"] is None and doc["backend"] == "posix"
+    assert doc["seconds"] >= 0 and doc["gb_per_s"] >= 0
+
+
+def test_write_in_chunks_equals_one_write(capsys, tmp_path):
+    size = MiB + 5
+    code, _, err = cli(capsys, "write", tmp_path / "c.bin", "--size", size, "--pattern", "random",
+                       "--seed", "11", "--chunk-size", "64K", "--verify", "--no-fsync", "-q")
+    assert code == 0, err
+    assert (tmp_path / "c.bin").read_bytes() == memory.pattern(size, "random", seed=11).tobytes()
+
+
+def test_write_truncates_and_handles_empty(capsys, tmp_path):
+    path = tmp_path / "t.bin"
+    random_file(path, 50_000)
+    assert cli(capsys, "write", path, "--size", "1000", "--pattern", "seq")[0] == 0
+    assert path.read_bytes() == memory.pattern(1000, "seq").tobytes()
+    code, doc, _ = cli_json(capsys, "write", path, "--size", "0")
+    assert code == 0 and doc["bytes"] == 0 and path.read_bytes() == b""
+
+
+def test_write_failures(capsys, tmp_path):
+    code, out, err = cli(capsys, "write", tmp_path / "no" / "dir" / "f.bin", "--size", "1K")
+    assert code == 1 and out == ""
+    (line,) = error_lines(err)
+    assert "f.bin" in line
+    code, out, err = cli(capsys, "write", tmp_path, "--size", "1K")
+    assert code == 1 and str(tmp_path) in error_lines(err)[0]
+
+
+def test_write_failure_in_json_mode_is_still_one_document(capsys, tmp_path):
+    code, doc, err = cli_json(capsys, "write", tmp_path / "missing-dir" / "f", "--size", "1K")
+    assert code == 1 and doc["ok"] is False and doc["exit_code"] == 1 and "f" in doc["error"]
+
+
+# -- read ------------------------------------------------------------------------------
+
+
+def test_read_reports_every_file(capsys, tmp_path):
+    a = random_file(tmp_path / "a.bin", 300 * KiB + 7, seed=1)
+    b = random_file(tmp_path / "b.bin", 5, seed=2)
+    (tmp_path / "empty.bin").write_bytes(b"")
+    code, doc, err = cli_json(capsys, "read", tmp_path / "a.bin", tmp_path / "b.bin", tmp_path / "empty.bin",
+                              "--verify", "--host")
+    assert code == 0, err
+    assert doc["command"] == "read" and doc["ok"] is True and doc["verified"] is True
+    assert [f["bytes"] for f in doc["files"]] == [len(a), len(b), 0]
+    assert doc["bytes"] == len(a) + len(b)
+    for f in doc["files"]:
+        assert set(f) >= {"path", "offset", "bytes", "seconds", "gb_per_s", "backend", "backend_reason", "verified"}
+        assert f["backend"] == "posix"
+
+
+def test_read_range_in_chunks_with_verify(capsys, tmp_path):
+    random_file(tmp_path / "r.bin", MiB, seed=4)
+    code, doc, err = cli_json(capsys, "read", tmp_path / "r.bin", "--offset", "4100", "--length", "200K",
+                              "--chunk-size", "16K", "--verify")
+    assert code == 0, err
+    (f,) = doc["files"]
+    assert f["offset"] == 4100 and f["bytes"] == 200 * KiB
+
+
+def test_read_without_gpu_says_so(capsys, tmp_path):
+    random_file(tmp_path / "a.bin", 1000)
+    code, out, err = cli(capsys, "read", tmp_path / "a.bin")
+    assert code == 0
+    if not memory.gpu_available():
+        assert "using host memory" in err
+        assert "host memory" in out
+
+
+class _CorruptingFile:
+    """Stands in for CuFile in ``gdscp.cli.read``: every read flips the first byte it loads."""
+
+    def __init__(self, real):
+        self._real = real
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+    def pread(self, buf, size, offset):
+        future = self._real.pread(buf, size, offset)
+
+        class Future:
+            def progress(self):
+                return future.progress()
+
+            def cancel(self):
+                future.cancel()
+
+            def get(self):
+                n = future.get()
+                buf[0] ^= 0xFF
+                return n
+
+        return Future()
+
+
+def test_read_verify_catches_wrong_bytes(capsys, tmp_path, monkeypatch):
+    from gdscp.cli import read as read_module
+
+    real = read_module.CuFile
+    monkeypatch.setattr(read_module, "CuFile", lambda path, flags: _CorruptingFile(real(path, flags)))
+    random_file(tmp_path / "v.bin", 100 * KiB)
+    code, _, err = cli(capsys, "read", tmp_path / "v.bin", "--verify", "--chunk-size", "32K", "--host")
+    assert code == 1
+    (line,) = error_lines(err)
+    assert "verify failed" in line and "v.bin" in line and "offset 0" in line
+    assert cli(capsys, "read", tmp_path / "v.bin", "--host")[0] == 0  # without --verify nobody looks
+
+
+@pytest.mark.parametrize(
+    "args, code, culprit",
+    [
+        (["missing.bin"], 1, "missing.bin"),
+        (["."], 1, "Is a directory"),
+        (["a.bin", "--offset", "2K"], 1, "--offset"),
+        (["a.bin", "--length", "2K"], 1, "--length"),
+        (["a.bin", "--host", "--device", "0"], 2, "--host"),
+        (["a.bin", "--device", "64"], 2, "GPU 64"),
+        (["a.bin", "--task-size", "0"], 2, "--task-size"),
+    ],
+)
+def test_read_errors(capsys, tmp_path, monkeypatch, args, code, culprit):
+    monkeypatch.chdir(tmp_path)
+    random_file(tmp_path / "a.bin", 1000)
+    got, out, err = cli(capsys, "read", *args)
+    assert got == code and out == ""
+    (line,) = error_lines(err)
+    assert culprit in line and "Traceback" not in err
+
+
+def test_read_io_error_names_the_file(capsys, tmp_path):
+    random_file(tmp_path / "io.bin", 256 * KiB)
+    _core._arm_fault("pread", 1, 1, errno.EIO)
+    try:
+        code, _, err = cli(capsys, "read", tmp_path / "io.bin", "--chunk-size", "32K", "--host")
+    finally:
+        _core._disarm_fault()
+    assert code == 1
+    (line,) = error_lines(err)
+    assert "io.bin" in line and "Input/output error" in line
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their mode")
+def test_read_permission_denied(capsys, tmp_path):
+    path = tmp_path / "secret.bin"
+    random_file(path, 100)
+    path.chmod(0)
+    code, _, err = cli(capsys, "read", path)
+    assert code == 1 and "Permission denied" in error_lines(err)[0]
+
+
+# -- copy ------------------------------------------------------------------------------
+
+
+def test_copy_file_to_file(capsys, tmp_path):
+    data = random_file(tmp_path / "src.bin", 777_777)
+    code, doc, err = cli_json(capsys, "copy", tmp_path / "src.bin", tmp_path / "dst.bin", "--host")
+    assert code == 0, err
+    assert (tmp_path / "dst.bin").read_bytes() == data
+    assert doc["command"] == "copy" and doc["ok"] is True
+    assert (doc["copied"], doc["skipped"], doc["failed"], doc["bytes"]) == (1, 0, 0, len(data))
+    (f,) = doc["files"]
+    assert f["source"].endswith("src.bin") and f["destination"].endswith("dst.bin")
+    assert f["status"] == "copied" and f["error"] is None and f["bytes"] == len(data)
+    assert temp_files(tmp_path) == []
+
+
+def test_copy_streams_large_files_in_chunks(capsys, tmp_path):
+    data = random_file(tmp_path / "big.bin", 3 * MiB + 123)
+    code, _, err = cli(capsys, "copy", tmp_path / "big.bin", tmp_path / "out.bin", "--chunk-size", "64K",
+                       "--verify", "--task-size", "16K", "--threads", "3")
+    assert code == 0, err
+    assert (tmp_path / "out.bin").read_bytes() == data
+
+
+def test_copy_files_into_a_directory(capsys, tmp_path):
+    a = random_file(tmp_path / "a.bin", 1000, seed=1)
+    b = random_file(tmp_path / "b.bin", 2000, seed=2)
+    (tmp_path / "d").mkdir()
+    assert cli(capsys, "copy", tmp_path / "a.bin", tmp_path / "d")[0] == 0
+    assert (tmp_path / "d" / "a.bin").read_bytes() == a
+    assert cli(capsys, "copy", tmp_path / "a.bin", tmp_path / "b.bin", f"{tmp_path / 'd'}/")[0] == 0
+    assert (tmp_path / "d" / "b.bin").read_bytes() == b
+
+
+def test_copy_several_files_needs_a_directory(capsys, tmp_path):
+    random_file(tmp_path / "a.bin", 10)
+    random_file(tmp_path / "b.bin", 10)
+    code, _, err = cli(capsys, "copy", tmp_path / "a.bin", tmp_path / "b.bin", tmp_path / "nodir")
+    assert code == 1 and "not a directory" in error_lines(err)[0]
+    assert not (tmp_path / "nodir").exists()
+
+
+def make_tree(root: Path) -> None:
+    (root / "sub" / "deeper").mkdir(parents=True)
+    (root / "empty-dir").mkdir()
+    (root / "sub" / "empty-file").write_bytes(b"")
+    random_file(root / "top.bin", 70_000, seed=3)
+    random_file(root / "sub" / "deeper" / "x.bin", 12_345, seed=4)
+    os.symlink("top.bin", root / "link-to-top")
+
+
+def test_copy_recursive_tree(capsys, tmp_path):
+    make_tree(tmp_path / "src")
+    code, doc, err = cli_json(capsys, "copy", "-r", tmp_path / "src", tmp_path / "new", "--chunk-size", "8K")
+    assert code == 0, err
+    assert tree(tmp_path / "new") == tree(tmp_path / "src")
+    assert doc["copied"] == 4  # three files and the link
+    # Into an existing directory: a subdirectory named after the source.
+    (tmp_path / "existing").mkdir()
+    assert cli(capsys, "copy", "-r", tmp_path / "src", tmp_path / "existing")[0] == 0
+    assert tree(tmp_path / "existing" / "src") == tree(tmp_path / "src")
+    assert temp_files(tmp_path) == []
+
+
+def test_copy_directory_without_r(capsys, tmp_path):
+    make_tree(tmp_path / "src")
+    data = random_file(tmp_path / "f.bin", 100)
+    (tmp_path / "out").mkdir()
+    code, _, err = cli(capsys, "copy", tmp_path / "src", tmp_path / "f.bin", tmp_path / "out")
+    assert code == 1
+    (line,) = error_lines(err)
+    assert "-r" in line and "src" in line
+    assert (tmp_path / "out" / "f.bin").read_bytes() == data  # the other source was still copied
+    assert not (tmp_path / "out" / "src").exists()
+
+
+def test_copy_into_itself(capsys, tmp_path):
+    make_tree(tmp_path / "src")
+    code, _, err = cli(capsys, "copy", "-r", tmp_path / "src", tmp_path / "src" / "sub")
+    assert code == 1 and "into itself" in error_lines(err)[0]
+
+
+def test_copy_same_file(capsys, tmp_path):
+    data = random_file(tmp_path / "s.bin", 1000)
+    code, _, err = cli(capsys, "copy", tmp_path / "s.bin", tmp_path / "s.bin")
+    assert code == 1 and "same file" in error_lines(err)[0]
+    assert (tmp_path / "s.bin").read_bytes() == data
+
+
+def test_copy_missing_source_copies_the_rest(capsys, tmp_path):
+    data = random_file(tmp_path / "ok.bin", 100)
+    (tmp_path / "out").mkdir()
+    code, doc, err = cli_json(capsys, "copy", tmp_path / "gone.bin", tmp_path / "ok.bin", tmp_path / "out")
+    assert code == 1 and doc["ok"] is False and doc["failed"] == 1 and doc["copied"] == 1
+    assert "gone.bin" in error_lines(err)[0]
+    assert (tmp_path / "out" / "ok.bin").read_bytes() == data
+
+
+def test_copy_no_clobber(capsys, tmp_path):
+    (tmp_path / "src").mkdir()
+    new = random_file(tmp_path / "src" / "new.bin", 100, seed=1)
+    random_file(tmp_path / "src" / "old.bin", 100, seed=2)
+    (tmp_path / "dst").mkdir()
+    (tmp_path / "dst" / "old.bin").write_bytes(b"keep me")
+    code, doc, err = cli_json(capsys, "copy", "-n", tmp_path / "src" / "new.bin", tmp_path / "src" / "old.bin",
+                              tmp_path / "dst")
+    assert code == 0, err
+    assert (tmp_path / "dst" / "old.bin").read_bytes() == b"keep me"
+    assert (tmp_path / "dst" / "new.bin").read_bytes() == new
+    assert (doc["copied"], doc["skipped"]) == (1, 1)
+
+
+def test_copy_preserve_mode_and_times(capsys, tmp_path):
+    src = tmp_path / "src"
+    make_tree(src)
+    (src / "top.bin").chmod(0o751)
+    (src / "sub").chmod(0o705)
+    os.utime(src / "top.bin", ns=(1_000_000_123_456_789, 1_100_000_987_654_321))
+    os.utime(src / "sub", ns=(1_200_000_000_000_000, 1_300_000_000_000_000))
+    assert cli(capsys, "copy", "-r", "--preserve", src, tmp_path / "p")[0] == 0
+    for rel in ("top.bin", "sub"):
+        a, b = os.stat(src / rel), os.stat(tmp_path / "p" / rel)
+        assert stat.S_IMODE(a.st_mode) == stat.S_IMODE(b.st_mode)
+        assert a.st_mtime_ns == b.st_mtime_ns
+    # Without --preserve: the source mode less the umask, and a fresh mtime.
+    assert cli(capsys, "copy", src / "top.bin", tmp_path / "plain.bin")[0] == 0
+    mask = os.umask(0)
+    os.umask(mask)
+    st = os.stat(tmp_path / "plain.bin")
+    assert stat.S_IMODE(st.st_mode) == 0o751 & ~mask
+    assert st.st_mtime_ns != 1_100_000_987_654_321
+
+
+def test_copy_over_an_existing_file_keeps_its_mode(capsys, tmp_path):
+    data = random_file(tmp_path / "src.bin", 5000)
+    dst = tmp_path / "dst.bin"
+    dst.write_bytes(b"old")
+    dst.chmod(0o600)
+    assert cli(capsys, "copy", tmp_path / "src.bin", dst)[0] == 0
+    assert dst.read_bytes() == data and stat.S_IMODE(dst.stat().st_mode) == 0o600
+
+
+def test_copy_failing_midway_keeps_the_destination(capsys, tmp_path):
+    random_file(tmp_path / "src.bin", MiB)
+    dst = tmp_path / "dst.bin"
+    dst.write_bytes(b"precious")
+    _core._arm_fault("pwrite", 3, 1, errno.EIO)
+    try:
+        code, doc, err = cli_json(capsys, "copy", tmp_path / "src.bin", dst, "--chunk-size", "64K", "--host")
+    finally:
+        _core._disarm_fault()
+    assert code == 1 and doc["failed"] == 1 and doc["ok"] is False
+    (line,) = error_lines(err)
+    assert "src.bin" in line and "dst.bin" in line and "Input/output error" in line
+    assert dst.read_bytes() == b"precious"
+    assert temp_files(tmp_path) == []
+    # A new destination is not left behind either.
+    _core._arm_fault("pwrite", 2, 1, errno.ENOSPC)
+    try:
+        code, _, _ = cli(capsys, "copy", tmp_path / "src.bin", tmp_path / "fresh.bin", "--chunk-size", "64K",
+                         "--host")
+    finally:
+        _core._disarm_fault()
+    assert code == 1 and not (tmp_path / "fresh.bin").exists() and temp_files(tmp_path) == []
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_copy_interrupted_by_a_signal(capsys, tmp_path, monkeypatch, signum, code):
+    random_file(tmp_path / "src.bin", MiB)
+    dst = tmp_path / "dst.bin"
+    dst.write_bytes(b"precious")
+    real_wait = TransferProgress.wait
+    calls = []
+
+    def wait_then_signal(self, future):
+        calls.append(1)
+        if len(calls) == 3:  # a few chunks in: the signal lands while the copy runs
+            os.kill(os.getpid(), signum)
+        return real_wait(self, future)
+
+    monkeypatch.setattr(TransferProgress, "wait", wait_then_signal)
+    before = signal.getsignal(signal.SIGTERM)
+    got, _, err = cli(capsys, "copy", tmp_path / "src.bin", dst, "--chunk-size", "64K")
+    assert got == code
+    assert ("interrupted" if signum == signal.SIGINT else "terminated") in err
+    assert dst.read_bytes() == b"precious" and temp_files(tmp_path) == []
+    assert signal.getsignal(signal.SIGTERM) == before
+
+
+def _limit_file_size():
+    # A write past the limit then fails with EFBIG instead of killing the process.
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (256 * KiB, 256 * KiB))
+
+
+def test_copy_hitting_a_file_size_limit_in_a_subprocess(tmp_path):
+    data = random_file(tmp_path / "src.bin", MiB)
+    small = random_file(tmp_path / "small.bin", 1000, seed=5)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "src.bin").write_bytes(b"precious")
+    done = subprocess.run(
+        [sys.executable, "-m", "gdscp", "copy", str(tmp_path / "src.bin"), str(tmp_path / "small.bin"), str(out),
+         "--chunk-size", "64K", "--json", "--host"],
+        capture_output=True, text=True, timeout=120, preexec_fn=_limit_file_size,
+    )
+    assert done.returncode == 1, done.stderr
+    doc = json.loads(done.stdout)
+    assert (doc["copied"], doc["failed"]) == (1, 1)
+    assert (out / "src.bin").read_bytes() == b"precious"
+    assert (out / "small.bin").read_bytes() == small
+    assert temp_files(tmp_path) == [] and len(data) == MiB
+
+
+def test_copy_onto_a_symlink_writes_its_target(capsys, tmp_path):
+    data = random_file(tmp_path / "src.bin", 3000)
+    (tmp_path / "target.bin").write_bytes(b"old")
+    os.symlink("target.bin", tmp_path / "link.bin")
+    assert cli(capsys, "copy", tmp_path / "src.bin", tmp_path / "link.bin")[0] == 0
+    assert (tmp_path / "link.bin").is_symlink() and (tmp_path / "target.bin").read_bytes() == data
+
+
+def test_copy_into_an_unwritable_place(capsys, tmp_path):
+    random_file(tmp_path / "src.bin", 100)
+    code, _, err = cli(capsys, "copy", tmp_path / "src.bin", "/proc/gdscp-test.bin")
+    assert code == 1
+    (line,) = error_lines(err)
+    assert "/proc/gdscp-test.bin" in line
+
+
+# -- info ------------------------------------------------------------------------------
+
+
+def test_info_json(capsys, tmp_path):
+    random_file(tmp_path / "f.bin", 4096)
+    code, doc, err = cli_json(capsys, "info", tmp_path, tmp_path / "f.bin")
+    assert code == 0, err
+    assert doc["command"] == "info" and doc["ok"] is True
+    assert set(doc) >= {"gdscp", "cuda", "gpus", "cufile", "nvidia_fs", "cufile_json", "settings", "paths"}
+    assert set(doc["cuda"]) >= {"available", "driver_version", "cuda_version", "library", "error"}
+    assert set(doc["cufile"]) >= {"available", "version", "library", "error"}
+    assert doc["settings"]["compat_mode"] in ("ON", "OFF", "AUTO")
+    assert doc["cufile_json"]["path"]
+    directory, file = doc["paths"]
+    assert directory["kind"] == "directory" and file["kind"] == "file"
+    for p in doc["paths"]:
+        assert p["filesystem"] and p["mount_point"]
+        assert p["o_direct"] in (True, False, None)
+        assert p["backend"] in ("posix", "cufile") and p["backend_reason"]
+    assert [p.name for p in tmp_path.iterdir()] == ["f.bin"]  # the probes cleaned up
+    if not memory.gpu_available():
+        assert doc["gpus"] == [] and doc["paths"][0]["backend"] == "posix"
+
+
+def test_info_table_and_missing_path(capsys, tmp_path):
+    code, out, err = cli(capsys, "info", tmp_path, tmp_path / "missing")
+    assert code == 1
+    assert "libcufile" in out and "compat mode" in out and "nvidia-fs" in out
+    (line,) = error_lines(err)
+    assert "missing" in line
+
+
+def test_info_compat_mode_option(capsys):
+    code, doc, _ = cli_json(capsys, "info", "--compat-mode", "on")
+    assert code == 0 and doc["settings"]["compat_mode"] == "ON" and doc["compat_mode_preferred"] is True
+
+
+def test_info_reads_cufile_json_from_the_environment(capsys, tmp_path, monkeypatch):
+    config = tmp_path / "cufile.json"
+    config.write_text('{\n  // comment\n  "properties": { "allow_compat_mode": false, // why\n'
+                      '    "use_poll_mode": true }\n}\n')
+    monkeypatch.setenv("CUFILE_ENV_PATH_JSON", str(config))
+    code, doc, _ = cli_json(capsys, "info")
+    assert code == 0
+    cj = doc["cufile_json"]
+    assert cj["path"] == str(config) and cj["source"] == "CUFILE_ENV_PATH_JSON" and cj["exists"] is True
+    assert cj["allow_compat_mode"] is False and cj["use_poll_mode"] is True and cj["error"] is None
+
+
+def test_mount_of_root():
+    from gdscp.info import mount_of
+
+    found = mount_of("/")
+    assert found["mount_point"] == "/" and found["filesystem"]
+
+
+# -- GPU -------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["random", "seq"])
+@pytest.mark.parametrize("offset", [0, 5, 8 * MiB + 3])
+def test_gpu_fill_matches_host(kind, offset):
+    buf = memory.allocate(MiB + 11, device=0)
+    memory.fill(buf, kind, seed=42, offset=offset)
+    assert memory.to_host(buf).tobytes() == memory.pattern(MiB + 11, kind, seed=42, offset=offset).tobytes()
+
+
+@pytest.mark.gpu
+def test_gpu_write_read_copy(capsys, tmp_path):
+    size = 5 * MiB + 3
+    path = tmp_path / "g.bin"
+    code, doc, err = cli_json(capsys, "write", path, "--size", size, "--pattern", "random", "--seed", "9",
+                              "--device", "0", "--chunk-size", "1M", "--verify")
+    assert code == 0, err
+    assert doc["memory"] == "gpu" and doc["device"] == 0 and doc["backend"] in ("posix", "cufile")
+    expected = memory.pattern(size, "random", seed=9).tobytes()
+    assert path.read_bytes() == expected
+
+    code, doc, err = cli_json(capsys, "read", path, "--verify", "--chunk-size", "1M", "--offset", "3",
+                              "--length", "4M")
+    assert code == 0, err
+    assert "using host memory" not in err
+    assert doc["memory"] == "gpu" and doc["files"][0]["bytes"] == 4 * MiB
+
+    code, doc, err = cli_json(capsys, "copy", path, tmp_path / "copy.bin", "--device", "0",
+                              "--chunk-size", "1M", "--verify")
+    assert code == 0, err
+    assert doc["memory"] == "gpu" and doc["copied"] == 1
+    assert (tmp_path / "copy.bin").read_bytes() == expected
+
+
+@pytest.mark.gpu
+def test_gpu_copy_tree_and_failure(capsys, tmp_path):
+    make_tree(tmp_path / "src")
+    code, _, err = cli(capsys, "copy", "-r", tmp_path / "src", tmp_path / "dst", "--device", "0", "--chunk-size", "8K")
+    assert code == 0, err
+    assert tree(tmp_path / "dst") == tree(tmp_path / "src")
+    keep = tmp_path / "dst" / "top.bin"
+    keep.write_bytes(b"precious")
+    _core._arm_fault("pwrite", 2, 1, errno.EIO)
+    try:
+        # compat mode on: the POSIX path, where the engine's fault hook sits
+        code, _, _ = cli(capsys, "copy", tmp_path / "src" / "top.bin", keep, "--device", "0", "--chunk-size", "8K",
+                         "--compat-mode", "on")
+    finally:
+        _core._disarm_fault()
+    assert code == 1 and keep.read_bytes() == b"precious" and temp_files(tmp_path) == []
+
+
+@pytest.mark.gpu
+def test_gpu_unknown_device_is_a_usage_error(capsys, tmp_path):
+    random_file(tmp_path / "a.bin", 100)
+    code, _, err = cli(capsys, "read", tmp_path / "a.bin", "--device", str(memory.device_count()))
+    assert code == 2 and "does not exist" in error_lines(err)[0]
+

@@ -1,0 +1,131 @@
+"""Shared fixtures: GPU detection, the ``gpu`` marker policy, ``xp`` and ``tmp_file``.
+
+Tests marked ``gpu`` are skipped when no CUDA device is usable. On a machine
+that is meant to have one, set ``GDSCP_REQUIRE_GPU=1`` so that a missing
+device (or a broken CuPy) fails those tests instead of silently skipping them.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import numpy as np
+import pytest
+
+
+@functools.lru_cache(maxsize=None)
+def gpu_status() -> tuple[bool, str]:
+    """Return (available, reason): whether CuPy imports and sees at least one device.
+
+    Cached so the CUDA runtime is probed once per session; any failure while
+    probing (no cupy, no driver, no device) counts as "no GPU", with the reason.
+    """
+    try:
+        import cupy
+    except Exception as exc:  # ImportError, or a broken CUDA install raising at import
+        return False, f"cupy is not importable ({type(exc).__name__}: {exc})"
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:
+        return False, f"no usable CUDA device ({type(exc).__name__}: {exc})"
+    if count <= 0:
+        return False, "CUDA reports no devices"
+    return True, f"{count} CUDA device(s)"
+
+
+def has_gpu() -> bool:
+    return gpu_status()[0]
+
+
+def require_gpu() -> bool:
+    return os.environ.get("GDSCP_REQUIRE_GPU", "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def pytest_report_header(config):
+    available, reason = gpu_status()
+    policy = "required" if require_gpu() else "optional"
+    return f"gdscp GPU: {'yes' if available else 'no'} ({reason}); GPU tests {policy}"
+
+
+def pytest_runtest_setup(item):
+    if item.get_closest_marker("gpu") is None:
+        return
+    available, reason = gpu_status()
+    if available:
+        return
+    if require_gpu():
+        pytest.fail(f"GDSCP_REQUIRE_GPU=1 but no GPU: {reason}", pytrace=False)
+    pytest.skip(f"needs a GPU: {reason}")
+
+
+@pytest.fixture(scope="session")
+def gpu_available() -> bool:
+    return has_gpu()
+
+
+@pytest.fixture(params=["numpy", pytest.param("cupy", marks=pytest.mark.gpu)])
+def xp(request):
+    """The array module for the buffer under test: numpy (host) or cupy (device)."""
+    if request.param == "numpy":
+        return np
+    import cupy
+
+    return cupy
+
+
+def to_host(array) -> np.ndarray:
+    """A numpy copy of ``array`` (numpy or cupy), for byte comparisons."""
+    if isinstance(array, np.ndarray):
+        return array
+    get = getattr(array, "get", None)
+    if get is not None:
+        return get()
+    return np.asarray(array)
+
+
+def as_bytes(array) -> bytes:
+    return to_host(array).tobytes()
+
+
+POISON = 0xA5
+
+
+def from_bytes(xp, data: bytes):
+    """A writable uint8 array of module ``xp`` holding ``data``."""
+    return xp.asarray(np.frombuffer(data, dtype=np.uint8).copy())
+
+
+def poisoned(xp, size: int, value: int = POISON):
+    """A uint8 array of ``size`` bytes, all ``value``: bytes a read must not touch stay visible."""
+    return xp.full(size, value, dtype=xp.uint8)
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    return np.random.default_rng(12345)
+
+
+def random_bytes(size: int, seed: int = 0) -> bytes:
+    return np.random.default_rng(seed).integers(0, 256, size, dtype=np.uint8).tobytes()
+
+
+@pytest.fixture
+def tmp_file(tmp_path):
+    """Factory: ``tmp_file(size, name=None, seed=None, dir=None)`` -> (path, bytes).
+
+    Writes ``size`` random bytes to a fresh file and returns its path as a str
+    together with the bytes written.
+    """
+    counter = iter(range(1 << 30))
+
+    def make(size: int, name: str | None = None, seed: int | None = None, dir=None):
+        index = next(counter)
+        folder = tmp_path if dir is None else dir
+        path = os.path.join(str(folder), name or f"data{index}.bin")
+        data = random_bytes(size, seed if seed is not None else index + 1)
+        with open(path, "wb") as f:
+            f.write(data)
+        return path, data
+
+    return make

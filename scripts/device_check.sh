@@ -47,7 +47,17 @@ if [[ $steps == *all* || $steps == *sweep* ]]; then
   timeout 400 python3 scripts/gpu_sweep.py "$OUT/sweep.json" --dir /tmp 2>&1 | tee "$OUT/sweep.log" | tail -60
 fi
 if [[ $steps == *all* || $steps == *bench* ]]; then
+  # Issue 4's figures, each beside KvikIO and the machine's ceilings in the same run:
+  # hot file -> GPU and GPU -> file at several thread counts, random-read latency,
+  # hot file -> host memory, and cold file -> GPU.
   echo "== gdscp benchmark"
-  (cd /tmp && timeout 400 gdscp benchmark --json --dir /tmp > "$OUT/benchmark.json" 2>"$OUT/benchmark.err"; echo "benchmark rc=$?"; tail -5 "$OUT/benchmark.err")
+  (cd /tmp
+   timeout 300 gdscp benchmark --size 4G --threads 4,8,16,32 --dir /tmp --json > "$OUT/bench-gpu.json" 2>"$OUT/bench-gpu.err"
+   echo "gpu rc=$?"
+   timeout 120 gdscp benchmark --size 4G --threads 8,16,32 --host --mode read --dir /tmp --json > "$OUT/bench-host.json" 2>"$OUT/bench-host.err"
+   echo "host rc=$?"
+   timeout 150 gdscp benchmark --size 2G --threads 16 --mode read --drop-cache --dir /tmp --json > "$OUT/bench-cold.json" 2>"$OUT/bench-cold.err"
+   echo "cold rc=$?")
+  python3 scripts/bench_summary.py "$OUT"/bench-*.json | tee "$OUT/bench-summary.txt"
 fi
 exit $rc

@@ -57,7 +57,7 @@ TaskSize = Annotated[
         "--task-size",
         parser=size_option,
         metavar="SIZE",
-        help="Largest piece of a transfer one worker takes (default: GDSCP_TASK_SIZE, else 4MiB).",
+        help="Largest chunk of a transfer one worker claims at a time (default: GDSCP_TASK_SIZE, else 16MiB).",
         rich_help_panel=_TUNING,
     ),
 ]

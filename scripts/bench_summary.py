@@ -1,0 +1,54 @@
+"""Print issue 4's comparisons from `gdscp benchmark --json` documents: for each
+measurement, gdscp's best against KvikIO's best and the machine's ceiling, and
+gdscp with its default settings (the thread count `num_threads` defaults to).
+
+    python scripts/bench_summary.py bench-gpu.json bench-host.json ...
+"""
+
+import json
+import sys
+
+
+def main(paths: list[str]) -> int:
+    for path in paths:
+        try:
+            doc = json.load(open(path))
+        except (OSError, ValueError) as e:
+            print(f"{path}: unreadable ({e})")
+            continue
+        if not doc.get("ok", True):
+            print(f"{path}: failed: {doc.get('error')}")
+            continue
+        default_threads = doc["gdscp"]["settings"]["num_threads"]
+        memory = doc["config"]["memory"]
+        print(f"== {path} ({memory}, {doc['config']['size'] >> 20} MiB, {doc['date']})")
+        for row in doc["summary"]:
+            best = row["best"]
+            g, k = best.get("gdscp", {}), best.get("kvikio")
+            what = f"{row['mode']:<8} {row['cache'] or '':<4} {row['io_size'] or '':<8}"
+            default = [
+                r for r in doc["results"]
+                if r["tool"] == "gdscp" and r["mode"] == row["mode"] and r["cache"] == row["cache"]
+                and r["io_size"] == row["io_size"] and r["threads"] == default_threads
+            ]
+            if row["mode"] == "randread":
+                line = f"{what} gdscp p50 {g.get('p50_us')} us"
+                if k:
+                    line += f" | kvikio p50 {k['p50_us']} us | ratio {g['p50_us'] / k['p50_us']:.2f}"
+            else:
+                line = f"{what} gdscp {g.get('gb_per_s')} GB/s ({g.get('threads')} thr)"
+                if default:
+                    line += f" | default {default[0]['gb_per_s']['median']}"
+                if k:
+                    line += f" | kvikio {k['gb_per_s']} ({k['threads']} thr) x{g['gb_per_s'] / k['gb_per_s']:.3f}"
+                if row.get("ceiling"):
+                    c = row["ceiling"]
+                    line += f" | {c['name']} {c['gb_per_s']} -> {row['share_of_ceiling']:.3f}"
+            print(line)
+        ceilings = {n: c["gb_per_s"]["median"] for n, c in doc["ceilings"].items() if c.get("available")}
+        print("   ceilings:", ceilings)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -109,14 +109,14 @@ std::unique_ptr<Future> Handle::submit(bool write, uintptr_t buf, bool device, s
   const size_t workers = std::min<size_t>(pool.size(), chunks.size());
   // Small requests run here: a hand-off to a worker would cost more than it saves.
   const bool inline_run = size < s.gds_threshold || workers == 1;
-  auto req = std::make_shared<Request>(inline_run ? 1 : workers);
+  auto req = std::make_shared<Request>(inline_run ? 1 : workers, st);
   Settings rs = s;
   rs.task_size = piece;  // what the backends see: this request's chunk size
   auto work = std::make_shared<ChunkQueue>(std::move(chunks), req->cancel_flag());
 
-  // Every worker of the request runs this over the shared queue; `st` keeps
-  // the file open until the last one ends.
-  auto run = [st, backend, mem, rs, write, base, req, work] {
+  // Every worker of the request runs this over the shared queue; the request
+  // keeps the file (and `backend`) alive until the last one ends.
+  auto run = [backend, mem, rs, write, base, req, work] {
     try {
       const size_t n = write ? backend->write(mem, base, *work, rs, req.get())
                              : backend->read(mem, base, *work, rs, req.get());

@@ -2,17 +2,31 @@
 
 namespace gdscp {
 
-void Request::task_done(size_t bytes) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  bytes_ += bytes;
-  if (--remaining_ == 0) cv_.notify_all();
+void Request::finish_one(size_t bytes, std::exception_ptr error) {
+  std::shared_ptr<const void> last;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    bytes_ += bytes;
+    if (error && !error_) error_ = error;
+    if (remaining_ > 1) {
+      --remaining_;
+      return;
+    }
+    last = std::move(keep_);
+  }
+  last.reset();  // may close the file's descriptors: before anyone sees the request done
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    remaining_ = 0;
+  }
+  cv_.notify_all();
 }
+
+void Request::task_done(size_t bytes) { finish_one(bytes, nullptr); }
 
 void Request::task_failed(std::exception_ptr error) {
   cancel();
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (!error_) error_ = error;
-  if (--remaining_ == 0) cv_.notify_all();
+  finish_one(0, error);
 }
 
 bool Request::done() const {

@@ -9,8 +9,7 @@ namespace gdscp {
 
 ThreadPool::ThreadPool(unsigned threads) {
   std::lock_guard<std::mutex> lock(mutex_);
-  target_ = std::max(threads, 1u);
-  spawn_locked(target_);
+  spawn_locked(std::max(threads, 1u));
 }
 
 ThreadPool::~ThreadPool() {
@@ -19,27 +18,30 @@ ThreadPool::~ThreadPool() {
     stopping_ = true;
   }
   cv_.notify_all();
-  for (auto& t : workers_) {
-    if (t.joinable()) t.join();
+  for (auto& w : workers_) {
+    if (w->thread.joinable()) w->thread.join();
   }
 }
 
 void ThreadPool::spawn_locked(unsigned upto) {
   while (workers_.size() < upto) {
-    const unsigned index = static_cast<unsigned>(workers_.size());
-    workers_.emplace_back([this, index] { worker_loop(index); });
+    auto w = std::make_unique<Worker>();
+    Worker* self = w.get();
+    w->thread = std::thread([this, self] { worker_loop(self); });
+    workers_.push_back(std::move(w));
   }
 }
 
-void ThreadPool::worker_loop(unsigned index) {
+void ThreadPool::worker_loop(Worker* self) {
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
-    cv_.wait(lock, [&] { return stopping_ || index >= target_ || !queue_.empty(); });
-    if (index >= target_ || (stopping_ && queue_.empty())) return;
+    cv_.wait(lock, [&] { return stopping_ || self->retire || !queue_.empty(); });
+    if (self->retire || (stopping_ && queue_.empty())) return;
     auto task = std::move(queue_.front());
     queue_.pop_front();
     lock.unlock();
     task();  // tasks catch their own errors (engine.cpp)
+    task = nullptr;  // let go of what the task held before taking the lock
     lock.lock();
   }
 }
@@ -62,24 +64,28 @@ void ThreadPool::submit_many(std::vector<std::function<void()>> tasks) {
 
 void ThreadPool::resize(unsigned threads) {
   threads = std::max(threads, 1u);
-  std::vector<std::thread> leaving;
+  std::vector<std::unique_ptr<Worker>> leaving;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    target_ = threads;
     if (workers_.size() < threads) {
       spawn_locked(threads);
     } else {
-      for (size_t i = threads; i < workers_.size(); ++i) leaving.push_back(std::move(workers_[i]));
+      // Surplus workers finish the task in hand, then leave; queued tasks stay
+      // for the others. A later grow spawns new workers, never revives these.
+      for (size_t i = threads; i < workers_.size(); ++i) {
+        workers_[i]->retire = true;
+        leaving.push_back(std::move(workers_[i]));
+      }
       workers_.resize(threads);
     }
   }
   cv_.notify_all();
-  for (auto& t : leaving) t.join();
+  for (auto& w : leaving) w->thread.join();
 }
 
 unsigned ThreadPool::size() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return target_;
+  return static_cast<unsigned>(workers_.size());
 }
 
 namespace {
@@ -100,7 +106,7 @@ ThreadPool& ThreadPool::process_default() {
     if (::getpid() != owner) {
       // In a forked child the parent's threads are gone; its pool object is
       // unusable (its mutex may even be held). Start afresh.
-      const unsigned n = pool->target_;
+      const unsigned n = static_cast<unsigned>(pool->workers_.size());
       pool = new ThreadPool(n);
       owner = ::getpid();
     }

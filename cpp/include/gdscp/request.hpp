@@ -14,7 +14,10 @@ namespace gdscp {
 
 class Request {
  public:
-  explicit Request(size_t tasks) : remaining_(tasks) {}
+  // `keep` (the open file, for one) is released as the last task finishes,
+  // before any waiter wakes: once get() returns, the request holds nothing.
+  explicit Request(size_t tasks, std::shared_ptr<const void> keep = nullptr)
+      : remaining_(tasks), keep_(std::move(keep)) {}
 
   // Called once per task, from whichever thread ran it.
   void task_done(size_t bytes);
@@ -37,9 +40,12 @@ class Request {
   size_t get() const;
 
  private:
+  void finish_one(size_t bytes, std::exception_ptr error);
+
   mutable std::mutex mutex_;
   mutable std::condition_variable cv_;
   size_t remaining_;
+  std::shared_ptr<const void> keep_;
   size_t bytes_ = 0;
   std::exception_ptr error_;
   std::atomic<bool> cancelled_{false};

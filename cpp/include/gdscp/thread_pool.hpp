@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -31,14 +32,17 @@ class ThreadPool {
   static ThreadPool& process_default();
 
  private:
-  void worker_loop(unsigned index);
+  struct Worker {
+    std::thread thread;
+    bool retire = false;  // set (under the mutex) when a shrink lets this worker go
+  };
+  void worker_loop(Worker* self);
   void spawn_locked(unsigned upto);
 
   mutable std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<std::function<void()>> queue_;
-  std::vector<std::thread> workers_;
-  unsigned target_ = 0;
+  std::vector<std::unique_ptr<Worker>> workers_;
   bool stopping_ = false;
 };
 

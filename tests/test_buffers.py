@@ -1,0 +1,247 @@
+"""Host buffers of every kind the buffer protocol offers, read into and written from."""
+
+from __future__ import annotations
+
+import array
+import ctypes
+import mmap
+
+import numpy as np
+import pytest
+
+import gdscp
+from conftest import random_bytes
+
+MiB = 1 << 20
+
+
+def file_bytes(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int16, np.float32, np.int64, np.complex128, np.bool_])
+@pytest.mark.parametrize("shape", [(0,), (1,), (1000,), (7, 11, 13), (3, 1, 4096)])
+def test_numpy_dtypes_and_shapes(tmp_file, tmp_path, dtype, shape):
+    nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    path, data = tmp_file(nbytes + 100)
+    arr = np.zeros(shape, dtype=dtype)
+    with gdscp.CuFile(path) as f:
+        assert f.read(arr) == nbytes
+    assert arr.tobytes() == data[:nbytes]
+
+    out = str(tmp_path / "out.bin")
+    with gdscp.CuFile(out, "w") as f:
+        assert f.write(arr) == nbytes
+    assert file_bytes(out) == data[:nbytes]
+
+
+def test_numpy_zero_dimensional(tmp_file):
+    path, data = tmp_file(8)
+    arr = np.zeros((), dtype=np.float64)
+    with gdscp.CuFile(path) as f:
+        assert f.read(arr) == 8
+    assert arr.tobytes() == data
+
+
+def test_numpy_contiguous_row_slice(tmp_file):
+    # Rows of a C array are contiguous even though the array is a view.
+    path, data = tmp_file(6 * 1000)
+    grid = np.zeros((10, 1000), np.uint8)
+    with gdscp.CuFile(path) as f:
+        assert f.read(grid[2:8]) == 6000
+    assert grid[2:8].tobytes() == data
+    assert not grid[:2].any() and not grid[8:].any()
+
+
+def test_bytearray(tmp_file, tmp_path):
+    path, data = tmp_file(4097)
+    buf = bytearray(4097)
+    with gdscp.CuFile(path) as f:
+        assert f.read(buf) == 4097
+    assert bytes(buf) == data
+    out = str(tmp_path / "o.bin")
+    with gdscp.CuFile(out, "w") as f:
+        assert f.write(buf) == 4097
+    assert file_bytes(out) == data
+
+
+def test_bytes_can_be_written(tmp_path):
+    data = random_bytes(10_000, 3)
+    out = str(tmp_path / "o.bin")
+    with gdscp.CuFile(out, "w") as f:
+        assert f.write(data) == 10_000
+    assert file_bytes(out) == data
+
+
+def test_memoryview_and_slices(tmp_file):
+    path, data = tmp_file(3 * MiB + 1)
+    backing = bytearray(b"\xee" * (3 * MiB + 100))
+    view = memoryview(backing)[17 : 17 + 3 * MiB + 1]
+    with gdscp.CuFile(path) as f:
+        assert f.read(view) == 3 * MiB + 1
+    assert bytes(backing[17 : 17 + 3 * MiB + 1]) == data
+    assert backing[:17] == b"\xee" * 17
+    assert backing[17 + 3 * MiB + 1 :] == b"\xee" * 82
+
+
+def test_memoryview_cast(tmp_file):
+    path, data = tmp_file(800)
+    view = memoryview(bytearray(800)).cast("d")
+    with gdscp.CuFile(path) as f:
+        assert f.read(view) == 800
+    assert view.tobytes() == data
+
+
+def test_strided_memoryview_is_rejected(tmp_file):
+    path, _ = tmp_file(100)
+    view = memoryview(bytearray(100))[::2]
+    with gdscp.CuFile(path) as f:
+        with pytest.raises(ValueError):
+            f.read(view)
+
+
+def test_readonly_memoryview_for_writes(tmp_path):
+    data = random_bytes(5000, 8)
+    view = memoryview(data).toreadonly()
+    out = str(tmp_path / "ro.bin")
+    with gdscp.CuFile(out, "w") as f:
+        assert f.write(view[1000:]) == 4000
+    assert file_bytes(out) == data[1000:]
+
+
+def test_readonly_numpy_for_writes(tmp_path):
+    arr = np.frombuffer(random_bytes(4096, 9), np.uint8)
+    assert not arr.flags.writeable
+    out = str(tmp_path / "ro.bin")
+    with gdscp.CuFile(out, "w") as f:
+        assert f.write(arr) == 4096
+    assert file_bytes(out) == arr.tobytes()
+
+
+def test_mmap_read_into_and_write_from(tmp_file, tmp_path):
+    size = 2 * MiB + 5
+    path, data = tmp_file(size)
+    target = str(tmp_path / "mapped.bin")
+    with open(target, "wb") as t:
+        t.truncate(size)
+    with open(target, "r+b") as t, mmap.mmap(t.fileno(), size) as mapped:
+        with gdscp.CuFile(path) as f:
+            assert f.read(mapped) == size
+        mapped.flush()
+        assert mapped[:] == data
+    assert file_bytes(target) == data
+
+    copy = str(tmp_path / "copy.bin")
+    with open(target, "r+b") as t, mmap.mmap(t.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+        with gdscp.CuFile(copy, "w") as f:
+            assert f.write(mapped) == size
+    assert file_bytes(copy) == data
+
+
+def test_read_only_mmap_cannot_be_read_into(tmp_file):
+    path, _ = tmp_file(4096)
+    with open(path, "rb") as t, mmap.mmap(t.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+        with gdscp.CuFile(path) as f:
+            with pytest.raises(ValueError):
+                f.read(mapped)
+
+
+def test_anonymous_mmap(tmp_file):
+    path, data = tmp_file(10_000)
+    with mmap.mmap(-1, 10_000) as mapped:
+        with gdscp.CuFile(path) as f:
+            assert f.read(mapped) == 10_000
+        assert mapped[:] == data
+
+
+@pytest.mark.parametrize("typecode", ["b", "H", "i", "q", "f", "d"])
+def test_array_array(tmp_file, tmp_path, typecode):
+    itemsize = array.array(typecode).itemsize
+    path, data = tmp_file(itemsize * 999)
+    arr = array.array(typecode, bytes(itemsize * 999))
+    with gdscp.CuFile(path) as f:
+        assert f.read(arr) == itemsize * 999
+    assert arr.tobytes() == data
+    out = str(tmp_path / "a.bin")
+    with gdscp.CuFile(out, "w") as f:
+        assert f.write(arr) == itemsize * 999
+    assert file_bytes(out) == data
+
+
+def test_ctypes_array(tmp_file):
+    path, data = tmp_file(512)
+    buf = (ctypes.c_uint8 * 512)()
+    with gdscp.CuFile(path) as f:
+        assert f.read(buf) == 512
+    assert bytes(buf) == data
+
+
+def test_bytearray_cannot_resize_while_transfer_holds_it(tmp_file):
+    """The future keeps the buffer export alive, so the memory cannot move under
+    the engine; once the future is gone the bytearray is free again."""
+    path, data = tmp_file(4 * MiB)
+    buf = bytearray(4 * MiB)
+    with gdscp.CuFile(path) as f:
+        future = f.pread(buf, task_size=256 * 1024)
+        with pytest.raises(BufferError):
+            buf.extend(b"x")
+        with pytest.raises(BufferError):
+            del buf[-1]
+        assert future.get() == 4 * MiB
+        del future
+    assert bytes(buf) == data
+    buf.extend(b"x")
+    assert len(buf) == 4 * MiB + 1
+
+
+def test_buffer_survives_dropping_the_last_python_reference(tmp_file):
+    """A pread keeps its buffer alive: the caller may drop its own reference."""
+    path, data = tmp_file(4 * MiB)
+    arr = np.zeros(4 * MiB, np.uint8)
+    view = arr[:]
+    with gdscp.CuFile(path) as f:
+        future = f.pread(view, task_size=128 * 1024)
+        del view
+        assert future.get() == 4 * MiB
+    assert arr.tobytes() == data
+
+
+def test_file_object_stays_alive_through_future(tmp_file):
+    path, data = tmp_file(4 * MiB)
+    arr = np.zeros(4 * MiB, np.uint8)
+    future = gdscp.CuFile(path).pread(arr, task_size=128 * 1024)
+    assert future.get() == 4 * MiB
+    assert arr.tobytes() == data
+
+
+class DLPackOnly:
+    """Exposes nothing but DLPack, like arrays of some libraries."""
+
+    def __init__(self, array):
+        self._array = array
+
+    def __dlpack__(self, *args, **kwargs):
+        return self._array.__dlpack__(*args, **kwargs)
+
+    def __dlpack_device__(self):
+        return self._array.__dlpack_device__()
+
+
+def test_host_dlpack_object(tmp_file, tmp_path):
+    path, data = tmp_file(3000)
+    arr = np.zeros(750, np.float32)
+    with gdscp.CuFile(path) as f:
+        assert f.read(DLPackOnly(arr)) == 3000
+    assert arr.tobytes() == data
+    out = str(tmp_path / "d.bin")
+    with gdscp.CuFile(out, "w") as f:
+        assert f.write(DLPackOnly(arr[250:])) == 2000
+    assert file_bytes(out) == data[1000:]
+
+
+def test_host_dlpack_strided_is_rejected(tmp_file):
+    path, _ = tmp_file(3000)
+    with gdscp.CuFile(path) as f:
+        with pytest.raises(ValueError):
+            f.read(DLPackOnly(np.zeros(100, np.float32)[::2]))

@@ -1,0 +1,915 @@
+"""CuFile on host (numpy) and device (cupy) memory, checked byte for byte
+against what os.pread / os.pwrite see in the file."""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import tempfile
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import gdscp
+from gdscp import _core
+from conftest import POISON, as_bytes, from_bytes, poisoned, random_bytes
+
+MiB = 1 << 20
+SIZES = [0, 1, 4095, 4096, 4097, 3 * MiB + 5]
+THREADS = [1, 2, 4, 16]
+
+
+def file_bytes(path: str) -> bytes:
+    """The whole file as os.pread sees it."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return os.pread(fd, os.fstat(fd).st_size, 0)
+    finally:
+        os.close(fd)
+
+
+def write_file(path: str, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        assert os.pwrite(fd, data, 0) == len(data)
+    finally:
+        os.close(fd)
+
+
+# --------------------------------------------------------------------------
+# round trips
+# --------------------------------------------------------------------------
+@pytest.mark.parametrize("size", SIZES)
+def test_read_whole_file(xp, tmp_file, size):
+    path, data = tmp_file(size)
+    buf = poisoned(xp, size)
+    with gdscp.CuFile(path, "r") as f:
+        assert f.read(buf) == size
+    assert as_bytes(buf) == data
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_pread_future(xp, tmp_file, size):
+    path, data = tmp_file(size)
+    buf = poisoned(xp, size)
+    with gdscp.CuFile(path) as f:
+        future = f.pread(buf)
+        assert isinstance(future, gdscp.IOFuture)
+        assert future.get() == size
+        assert future.done()
+    assert as_bytes(buf) == data
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_write_then_os_pread(xp, tmp_path, size):
+    data = random_bytes(size, seed=size)
+    path = str(tmp_path / "out.bin")
+    with gdscp.CuFile(path, "w") as f:
+        assert f.write(from_bytes(xp, data)) == size
+    assert file_bytes(path) == data
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_pwrite_future(xp, tmp_path, size):
+    data = random_bytes(size, seed=size + 1)
+    path = str(tmp_path / "out.bin")
+    with gdscp.CuFile(path, "w") as f:
+        future = f.pwrite(from_bytes(xp, data))
+        assert isinstance(future, gdscp.IOFuture)
+        assert future.get() == size
+        assert future.done()
+    assert file_bytes(path) == data
+
+
+@pytest.mark.parametrize("threads", THREADS)
+@pytest.mark.parametrize("task_size", [4096, 65536 + 3, MiB, 64 * MiB])
+def test_threads_and_task_sizes(xp, tmp_path, threads, task_size):
+    """Task sizes below and above the request, on pools of 1 to 16 workers;
+    gds_threshold 0 so that even the small pieces go through the pool."""
+    size = 3 * MiB + 4097
+    data = random_bytes(size, seed=threads * 7 + task_size)
+    path = str(tmp_path / "t.bin")
+    with gdscp.defaults.set({"num_threads": threads, "gds_threshold": 0}):
+        with gdscp.CuFile(path, "w+") as f:
+            assert f.write(from_bytes(xp, data), task_size=task_size) == size
+            assert file_bytes(path) == data
+            buf = poisoned(xp, size)
+            assert f.read(buf, task_size=task_size) == size
+            assert as_bytes(buf) == data
+            # A range in the middle, through the future.
+            part = poisoned(xp, MiB + 13)
+            assert f.pread(part, file_offset=12345, task_size=task_size).get() == MiB + 13
+            assert as_bytes(part) == data[12345 : 12345 + MiB + 13]
+
+
+@pytest.mark.parametrize("task_size", [1, 3])
+def test_tiny_task_sizes(xp, tmp_file, task_size):
+    path, data = tmp_file(10_001)
+    buf = poisoned(xp, 10_001)
+    with gdscp.defaults.set({"num_threads": 4, "gds_threshold": 0}), gdscp.CuFile(path, "r+") as f:
+        assert f.read(buf, task_size=task_size) == 10_001
+        assert as_bytes(buf) == data
+        assert f.write(buf[::-1].copy(), task_size=task_size) == 10_001
+    assert file_bytes(path) == data[::-1]
+
+
+def test_num_threads_setting_reaches_engine():
+    for n in THREADS:
+        with gdscp.defaults.set("num_threads", n):
+            assert gdscp.defaults.get("num_threads") == n
+            assert _core.num_threads() == n
+
+
+@pytest.mark.parametrize("file_offset", [1, 511, 4095, 4097, 1_000_003])
+@pytest.mark.parametrize("view_start", [0, 3, 1000])
+def test_unaligned_read(xp, tmp_file, file_offset, view_start):
+    path, data = tmp_file(2 * MiB + 123)
+    size = MiB + 77
+    backing = poisoned(xp, view_start + size + 50)
+    view = backing[view_start:]
+    with gdscp.defaults.set("gds_threshold", 0), gdscp.CuFile(path) as f:
+        assert f.read(view, size, file_offset, task_size=65536) == size
+    got = as_bytes(backing)
+    assert got[view_start : view_start + size] == data[file_offset : file_offset + size]
+    assert got[:view_start] == bytes([POISON]) * view_start
+    assert got[view_start + size :] == bytes([POISON]) * 50
+
+
+@pytest.mark.parametrize("file_offset", [1, 4095, 4097, 1_000_003])
+@pytest.mark.parametrize("view_start", [3, 1000])
+def test_unaligned_write(xp, tmp_file, file_offset, view_start):
+    path, original = tmp_file(2 * MiB + 123)
+    size = MiB + 77
+    new = random_bytes(view_start + size, seed=file_offset + view_start)
+    src = from_bytes(xp, new)[view_start:]
+    with gdscp.defaults.set("gds_threshold", 0), gdscp.CuFile(path, "r+") as f:
+        assert f.write(src, size, file_offset, task_size=65536) == size
+    expect = bytearray(original)
+    expect[file_offset : file_offset + size] = new[view_start:]
+    assert file_bytes(path) == bytes(expect)
+
+
+def test_write_beyond_end_leaves_hole_of_zeros(xp, tmp_file):
+    path, original = tmp_file(1000)
+    data = random_bytes(5000, seed=3)
+    with gdscp.CuFile(path, "r+") as f:
+        assert f.write(from_bytes(xp, data), file_offset=10_000) == 5000
+    assert file_bytes(path) == original + bytes(9000) + data
+
+
+# --------------------------------------------------------------------------
+# end of file
+# --------------------------------------------------------------------------
+@pytest.mark.parametrize("file_size", [1, 4097, 3 * MiB + 5])
+@pytest.mark.parametrize("task_size", [4096, 4 * MiB])
+def test_read_past_eof_is_short_and_leaves_rest(xp, tmp_file, file_size, task_size):
+    path, data = tmp_file(file_size)
+    extra = 3 * 4096 + 7
+    buf = poisoned(xp, file_size + extra)
+    with gdscp.defaults.set("gds_threshold", 0), gdscp.CuFile(path) as f:
+        assert f.read(buf, task_size=task_size) == file_size
+    got = as_bytes(buf)
+    assert got[:file_size] == data
+    assert got[file_size:] == bytes([POISON]) * extra
+
+
+def test_read_straddling_eof(xp, tmp_file):
+    path, data = tmp_file(10_000)
+    buf = poisoned(xp, 100)
+    with gdscp.CuFile(path) as f:
+        assert f.read(buf, 100, 9_990) == 10
+    got = as_bytes(buf)
+    assert got[:10] == data[-10:]
+    assert got[10:] == bytes([POISON]) * 90
+
+
+@pytest.mark.parametrize("offset_past_end", [0, 1, 4096, 10 * MiB])
+def test_read_at_or_beyond_eof_returns_zero(xp, tmp_file, offset_past_end):
+    path, _ = tmp_file(5000)
+    buf = poisoned(xp, 8192)
+    with gdscp.CuFile(path) as f:
+        assert f.read(buf, file_offset=5000 + offset_past_end) == 0
+        assert f.pread(buf, file_offset=5000 + offset_past_end).get() == 0
+    assert as_bytes(buf) == bytes([POISON]) * 8192
+
+
+def test_read_empty_file(xp, tmp_file):
+    path, _ = tmp_file(0)
+    buf = poisoned(xp, 4096)
+    with gdscp.CuFile(path) as f:
+        assert f.read(buf) == 0
+    assert as_bytes(buf) == bytes([POISON]) * 4096
+
+
+# --------------------------------------------------------------------------
+# size argument
+# --------------------------------------------------------------------------
+def test_size_none_means_whole_buffer(xp, tmp_file):
+    path, data = tmp_file(10_000)
+    buf = poisoned(xp, 6000)
+    with gdscp.CuFile(path) as f:
+        assert f.read(buf, None, 100) == 6000
+    assert as_bytes(buf) == data[100:6100]
+
+
+def test_size_smaller_than_buffer_touches_only_size(xp, tmp_file, tmp_path):
+    path, data = tmp_file(10_000)
+    buf = poisoned(xp, 6000)
+    with gdscp.CuFile(path) as f:
+        assert f.read(buf, 2500) == 2500
+    got = as_bytes(buf)
+    assert got[:2500] == data[:2500]
+    assert got[2500:] == bytes([POISON]) * 3500
+
+    out = str(tmp_path / "partial.bin")
+    src = from_bytes(xp, data)
+    with gdscp.CuFile(out, "w") as f:
+        assert f.write(src, 777, 0) == 777
+    assert file_bytes(out) == data[:777]
+
+
+def test_dtype_size_counts_bytes_not_elements(xp, tmp_file):
+    path, data = tmp_file(8000)
+    buf = xp.zeros(1000, dtype=xp.float64)
+    with gdscp.CuFile(path) as f:
+        assert f.read(buf) == 8000
+    assert as_bytes(buf) == data
+
+
+# --------------------------------------------------------------------------
+# open flags (as Python's open())
+# --------------------------------------------------------------------------
+def test_flag_r_reads_and_refuses_writes(tmp_file):
+    path, data = tmp_file(100)
+    with gdscp.CuFile(path, "r") as f:
+        buf = np.empty(100, np.uint8)
+        assert f.read(buf) == 100
+        with pytest.raises(OSError) as info:
+            f.write(buf)
+        assert isinstance(info.value, RuntimeError)
+        assert path in str(info.value)
+    assert file_bytes(path) == data
+
+
+def test_default_flag_is_read_only(tmp_file):
+    path, _ = tmp_file(100)
+    with gdscp.CuFile(path) as f:
+        assert f.open_flags() & os.O_ACCMODE == os.O_RDONLY
+        with pytest.raises(OSError):
+            f.pwrite(np.zeros(10, np.uint8))
+
+
+def test_flag_w_truncates_creates_and_refuses_reads(tmp_file, tmp_path):
+    path, _ = tmp_file(10_000)
+    with gdscp.CuFile(path, "w") as f:
+        assert os.path.getsize(path) == 0
+        with pytest.raises(OSError) as info:
+            f.read(np.empty(10, np.uint8))
+        assert isinstance(info.value, RuntimeError)
+        assert path in str(info.value)
+        assert f.write(np.frombuffer(b"hello", np.uint8)) == 5
+    assert file_bytes(path) == b"hello"
+
+    fresh = str(tmp_path / "new.bin")
+    with gdscp.CuFile(fresh, "w") as f:
+        pass
+    assert os.path.exists(fresh) and os.path.getsize(fresh) == 0
+
+
+def test_flag_x_creates_or_refuses_existing(tmp_file, tmp_path):
+    path, data = tmp_file(100)
+    with pytest.raises(FileExistsError) as info:
+        gdscp.CuFile(path, "x")
+    assert isinstance(info.value, RuntimeError)
+    assert path in str(info.value)
+    assert file_bytes(path) == data
+
+    fresh = str(tmp_path / "x.bin")
+    with gdscp.CuFile(fresh, "x") as f:
+        assert f.write(np.frombuffer(b"abc", np.uint8)) == 3
+        with pytest.raises(OSError):
+            f.read(np.empty(3, np.uint8))
+    assert file_bytes(fresh) == b"abc"
+
+
+def test_flag_x_plus_reads_back(tmp_path):
+    fresh = str(tmp_path / "xp.bin")
+    with gdscp.CuFile(fresh, "x+") as f:
+        f.write(np.frombuffer(b"abcdef", np.uint8))
+        buf = np.empty(6, np.uint8)
+        assert f.read(buf) == 6
+    assert buf.tobytes() == b"abcdef"
+
+
+def test_flag_a_appends_ignoring_offset(xp, tmp_file, tmp_path):
+    path, data = tmp_file(5000)
+    first = random_bytes(3000, seed=1)
+    second = random_bytes(MiB + 5, seed=2)
+    with gdscp.CuFile(path, "a") as f:
+        assert f.write(from_bytes(xp, first), file_offset=0) == 3000
+        assert f.pwrite(from_bytes(xp, second), file_offset=17, task_size=65536).get() == MiB + 5
+        with pytest.raises(OSError):
+            f.read(poisoned(xp, 10))
+    assert file_bytes(path) == data + first + second
+
+    fresh = str(tmp_path / "a.bin")
+    with gdscp.CuFile(fresh, "a") as f:
+        f.write(from_bytes(xp, first))
+    assert file_bytes(fresh) == first
+
+
+def test_flag_a_sees_appends_made_by_others(tmp_file):
+    path, data = tmp_file(100)
+    with gdscp.CuFile(path, "a") as f:
+        with open(path, "ab") as other:
+            other.write(b"xyz")
+        f.write(np.frombuffer(b"123", np.uint8))
+    assert file_bytes(path) == data + b"xyz" + b"123"
+
+
+def test_flag_a_plus_reads_and_appends(tmp_file):
+    path, data = tmp_file(4097)
+    with gdscp.CuFile(path, "a+") as f:
+        buf = np.empty(4097, np.uint8)
+        assert f.read(buf) == 4097
+        assert buf.tobytes() == data
+        assert f.write(np.frombuffer(b"tail", np.uint8), file_offset=0) == 4
+    assert file_bytes(path) == data + b"tail"
+
+
+def test_flag_r_plus_keeps_content(xp, tmp_file):
+    path, data = tmp_file(10_000)
+    patch = random_bytes(100, seed=9)
+    with gdscp.CuFile(path, "r+") as f:
+        assert f.write(from_bytes(xp, patch), file_offset=5000) == 100
+        buf = poisoned(xp, 10_000)
+        assert f.read(buf) == 10_000
+    expect = data[:5000] + patch + data[5100:]
+    assert as_bytes(buf) == expect
+    assert file_bytes(path) == expect
+
+
+def test_flag_r_plus_needs_existing_file(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        gdscp.CuFile(str(tmp_path / "nope"), "r+")
+
+
+def test_flag_w_plus_truncates_and_reads_back(xp, tmp_file):
+    path, _ = tmp_file(10_000)
+    data = random_bytes(4097, seed=4)
+    with gdscp.CuFile(path, "w+") as f:
+        assert os.path.getsize(path) == 0
+        f.write(from_bytes(xp, data))
+        buf = poisoned(xp, 5000)
+        assert f.read(buf) == 4097
+    assert as_bytes(buf)[:4097] == data
+    assert file_bytes(path) == data
+
+
+@pytest.mark.parametrize(
+    "flags, access",
+    [
+        ("r", os.O_RDONLY),
+        ("w", os.O_WRONLY),
+        ("a", os.O_WRONLY),
+        ("r+", os.O_RDWR),
+        ("w+", os.O_RDWR),
+        ("a+", os.O_RDWR),
+        ("rb", os.O_RDONLY),
+        ("wb+", os.O_RDWR),
+    ],
+)
+def test_open_flags_match_descriptor(tmp_file, flags, access):
+    path, _ = tmp_file(10)
+    with gdscp.CuFile(path, flags) as f:
+        got = f.open_flags()
+        assert got == fcntl.fcntl(f.fileno(), fcntl.F_GETFL)
+        assert got & os.O_ACCMODE == access
+        # The buffered descriptor: O_DIRECT lives on the second one only.
+        assert not got & os.O_DIRECT
+
+
+def test_open_flags_x(tmp_path):
+    with gdscp.CuFile(str(tmp_path / "x"), "x") as f:
+        assert f.open_flags() & os.O_ACCMODE == os.O_WRONLY
+
+
+def test_fileno_is_the_file(tmp_file):
+    path, data = tmp_file(5000)
+    with gdscp.CuFile(path) as f:
+        fd = f.fileno()
+        assert isinstance(fd, int) and fd >= 0
+        assert os.fstat(fd).st_ino == os.stat(path).st_ino
+        assert os.pread(fd, 100, 10) == data[10:110]
+        assert os.get_inheritable(fd) is False
+
+
+def test_pathlib_path(tmp_file):
+    import pathlib
+
+    path, data = tmp_file(300)
+    with gdscp.CuFile(pathlib.Path(path)) as f:
+        buf = bytearray(300)
+        assert f.read(buf) == 300
+        assert f.name == path
+    assert bytes(buf) == data
+
+
+# --------------------------------------------------------------------------
+# closing
+# --------------------------------------------------------------------------
+def test_closed_property_and_close(tmp_file):
+    path, _ = tmp_file(10)
+    f = gdscp.CuFile(path)
+    assert f.closed is False
+    f.close()
+    assert f.closed is True
+    f.close()  # a second close is harmless, as for Python files
+    assert f.closed is True
+
+
+def test_context_manager_closes_even_on_error(tmp_file):
+    path, _ = tmp_file(10)
+    with gdscp.CuFile(path) as f:
+        assert f.closed is False
+    assert f.closed
+    with pytest.raises(KeyError):
+        with gdscp.CuFile(path) as g:
+            raise KeyError("boom")
+    assert g.closed
+
+
+def test_close_releases_descriptor(tmp_file):
+    path, _ = tmp_file(10)
+    f = gdscp.CuFile(path)
+    fd = f.fileno()
+    f.close()
+    with pytest.raises(OSError) as info:
+        os.fstat(fd)
+    assert info.value.errno == errno.EBADF
+
+
+def test_close_with_transfer_in_flight(tmp_file):
+    """Closing while a pread runs: the transfer still finishes with the right bytes."""
+    path, data = tmp_file(8 * MiB)
+    buf = np.empty(8 * MiB, np.uint8)
+    with gdscp.defaults.set("num_threads", 4):
+        f = gdscp.CuFile(path)
+        future = f.pread(buf, task_size=256 * 1024)
+        f.close()
+        assert future.get() == 8 * MiB
+    assert buf.tobytes() == data
+
+
+# --------------------------------------------------------------------------
+# futures
+# --------------------------------------------------------------------------
+def test_many_preads_in_flight(xp, tmp_file):
+    size = 4 * MiB + 3
+    path, data = tmp_file(size)
+    buf = poisoned(xp, size)
+    pieces = 37
+    bounds = [size * i // pieces for i in range(pieces + 1)]
+    with gdscp.defaults.set({"num_threads": 4, "gds_threshold": 0}), gdscp.CuFile(path) as f:
+        futures = [
+            f.pread(buf[lo:hi], hi - lo, lo, task_size=16384) for lo, hi in zip(bounds, bounds[1:])
+        ]
+        counts = [fut.get() for fut in futures]
+        assert all(fut.done() for fut in futures)
+    assert counts == [hi - lo for lo, hi in zip(bounds, bounds[1:])]
+    assert as_bytes(buf) == data
+
+
+def test_many_pwrites_in_flight(xp, tmp_path):
+    size = 4 * MiB + 3
+    data = random_bytes(size, seed=11)
+    src = from_bytes(xp, data)
+    path = str(tmp_path / "many.bin")
+    pieces = 29
+    bounds = [size * i // pieces for i in range(pieces + 1)]
+    with gdscp.defaults.set({"num_threads": 4, "gds_threshold": 0}), gdscp.CuFile(path, "w") as f:
+        futures = [f.pwrite(src[lo:hi], hi - lo, lo, task_size=8192) for lo, hi in zip(bounds, bounds[1:])]
+        assert sum(fut.get() for fut in futures) == size
+    assert file_bytes(path) == data
+
+
+def test_future_get_twice_and_done(tmp_file):
+    path, _ = tmp_file(4 * MiB)
+    buf = np.empty(4 * MiB, np.uint8)
+    with gdscp.CuFile(path) as f:
+        future = f.pread(buf, task_size=65536)
+        assert future.get() == 4 * MiB
+        assert future.done() is True
+        assert future.get() == 4 * MiB
+
+
+# --------------------------------------------------------------------------
+# O_DIRECT
+# --------------------------------------------------------------------------
+@pytest.fixture(params=["tmp_path", "dev_shm"])
+def direct_dir(request, tmp_path):
+    """A directory on the test's filesystem, and one on tmpfs (which refuses O_DIRECT)."""
+    if request.param == "tmp_path":
+        yield str(tmp_path)
+        return
+    if not (os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK)):
+        pytest.skip("no writable /dev/shm")
+    folder = tempfile.mkdtemp(prefix="gdscp-test-", dir="/dev/shm")
+    try:
+        yield folder
+    finally:
+        for name in os.listdir(folder):
+            os.unlink(os.path.join(folder, name))
+        os.rmdir(folder)
+
+
+def drop_page_cache(path: str) -> None:
+    """Flush and evict ``path`` from the page cache, so direct_io "auto" sees cold data."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("mode", ["on", "auto"])
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("file_offset", [0, 4096, 3, 4097])
+@pytest.mark.parametrize("view_start", [0, 3])
+def test_direct_io_same_bytes(xp, direct_dir, mode, threads, file_offset, view_start):
+    size = 4 * MiB + 4099
+    data = random_bytes(file_offset + size + 10_000, seed=file_offset + view_start)
+    path = os.path.join(direct_dir, "direct.bin")
+    write_file(path, data)
+    drop_page_cache(path)
+    # A page-aligned host allocation, so that view_start=0 really is aligned.
+    backing = poisoned(xp, size + 8192 + view_start)
+    if xp is np:
+        shift = (-backing.ctypes.data) % 4096
+        backing = backing[shift:]
+    view = backing[view_start : view_start + size]
+    new = random_bytes(size, seed=99 + file_offset)
+    with gdscp.defaults.set({"direct_io": mode, "num_threads": threads}):
+        with gdscp.CuFile(path, "r+") as f:
+            assert f.read(view, size, file_offset) == size
+            assert as_bytes(view) == data[file_offset : file_offset + size]
+            # Past end of file, through the O_DIRECT path too.
+            drop_page_cache(path)
+            tail = poisoned(xp, 3 * MiB)
+            n = len(data) - (2 * MiB + 1)
+            assert f.read(tail, file_offset=2 * MiB + 1) == n
+            assert as_bytes(tail)[:n] == data[2 * MiB + 1 :]
+            assert as_bytes(tail)[n:] == bytes([POISON]) * (3 * MiB - n)
+
+            src = from_bytes(xp, bytes(view_start) + new)[view_start:]
+            assert f.write(src, size, file_offset) == size
+    expect = bytearray(data)
+    expect[file_offset : file_offset + size] = new
+    assert file_bytes(path) == bytes(expect)
+
+
+def test_direct_io_write_extends_file(direct_dir):
+    size = 6 * MiB + 1
+    data = random_bytes(size, seed=5)
+    path = os.path.join(direct_dir, "grow.bin")
+    buf = np.frombuffer(data, np.uint8)
+    with gdscp.defaults.set({"direct_io": "on", "num_threads": 2}), gdscp.CuFile(path, "w") as f:
+        assert f.write(buf) == size
+    assert file_bytes(path) == data
+
+
+# --------------------------------------------------------------------------
+# bad input
+# --------------------------------------------------------------------------
+def test_missing_file_is_file_not_found_and_runtime_error(tmp_path):
+    missing = str(tmp_path / "does-not-exist.bin")
+    with pytest.raises(FileNotFoundError) as info:
+        gdscp.CuFile(missing)
+    assert isinstance(info.value, RuntimeError)
+    assert info.value.errno == errno.ENOENT
+    assert missing in str(info.value)
+    with pytest.raises(RuntimeError):  # how KvikIO code catches it
+        gdscp.CuFile(missing, "r")
+
+
+def test_missing_directory_for_write(tmp_path):
+    target = str(tmp_path / "no-such-dir" / "f.bin")
+    with pytest.raises(FileNotFoundError) as info:
+        gdscp.CuFile(target, "w")
+    assert target in str(info.value)
+
+
+@pytest.mark.parametrize("flags", ["r", "r+", "w", "a"])
+def test_directory_is_rejected(tmp_path, flags):
+    with pytest.raises(IsADirectoryError) as info:
+        gdscp.CuFile(str(tmp_path), flags)
+    assert isinstance(info.value, RuntimeError)
+    assert str(tmp_path) in str(info.value)
+
+
+@pytest.mark.parametrize("flags", ["", "q", "rw", "r++", "wa", "+", "R", "ax", "rw+"])
+def test_unknown_flags(tmp_file, flags):
+    path, data = tmp_file(10)
+    with pytest.raises(ValueError) as info:
+        gdscp.CuFile(path, flags)
+    assert repr(flags)[1:-1] in str(info.value) or flags == ""
+    assert file_bytes(path) == data
+
+
+def test_flags_must_be_a_string(tmp_file):
+    path, _ = tmp_file(10)
+    with pytest.raises(TypeError):
+        gdscp.CuFile(path, 0)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda f, b: f.read(b),
+        lambda f, b: f.write(b),
+        lambda f, b: f.pread(b),
+        lambda f, b: f.pwrite(b),
+        lambda f, b: f.fileno(),
+        lambda f, b: f.open_flags(),
+    ],
+    ids=["read", "write", "pread", "pwrite", "fileno", "open_flags"],
+)
+def test_io_on_closed_file(tmp_file, call):
+    path, _ = tmp_file(10)
+    f = gdscp.CuFile(path, "r+")
+    f.close()
+    with pytest.raises(ValueError) as info:
+        call(f, np.zeros(10, np.uint8))
+    assert "closed" in str(info.value)
+    assert path in str(info.value)
+
+
+def test_read_into_readonly_buffers(tmp_file):
+    path, data = tmp_file(10)
+    ro = np.zeros(10, np.uint8)
+    ro.flags.writeable = False
+    with gdscp.CuFile(path) as f:
+        with pytest.raises(ValueError):
+            f.read(bytes(10))
+        with pytest.raises(ValueError):
+            f.pread(ro)
+        with pytest.raises(ValueError):
+            f.read(memoryview(bytearray(10)).toreadonly())
+    assert not ro.any()
+
+
+def test_size_larger_than_buffer(tmp_file):
+    path, _ = tmp_file(100)
+    buf = np.zeros(10, np.uint8)
+    with gdscp.CuFile(path, "r+") as f:
+        with pytest.raises(ValueError):
+            f.read(buf, 11)
+        with pytest.raises(ValueError):
+            f.pwrite(buf, 11)
+        with pytest.raises(ValueError):
+            f.write(buf[5:], 6)
+    assert file_bytes(path) != bytes(100)  # nothing written
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"size": -1}, {"file_offset": -1}, {"task_size": -1}, {"task_size": 0}, {"file_offset": -4096}],
+)
+def test_negative_arguments(tmp_file, kwargs):
+    path, data = tmp_file(100)
+    buf = np.zeros(10, np.uint8)
+    with gdscp.CuFile(path, "r+") as f:
+        with pytest.raises(ValueError):
+            f.read(buf, **kwargs)
+        with pytest.raises(ValueError):
+            f.pwrite(buf, **kwargs)
+    assert not buf.any()
+    assert file_bytes(path) == data
+
+
+def test_non_integer_arguments(tmp_file):
+    path, _ = tmp_file(100)
+    buf = np.zeros(10, np.uint8)
+    with gdscp.CuFile(path) as f:
+        with pytest.raises(TypeError):
+            f.read(buf, 2.5)
+        with pytest.raises(TypeError):
+            f.read(buf, file_offset="0")
+
+
+def test_non_contiguous_arrays(tmp_file):
+    path, data = tmp_file(1000)
+    strided = np.zeros(100, np.uint8)[::2]
+    fortran = np.zeros((10, 10), np.uint8, order="F")
+    with gdscp.CuFile(path, "r+") as f:
+        for buf in (strided, fortran):
+            with pytest.raises(ValueError):
+                f.read(buf)
+            with pytest.raises(ValueError):
+                f.write(buf)
+    assert file_bytes(path) == data
+
+
+@pytest.mark.parametrize("obj", [object(), 42, "text", None, [1, 2, 3]])
+def test_not_a_buffer(tmp_file, obj):
+    path, _ = tmp_file(100)
+    with gdscp.CuFile(path, "r+") as f:
+        with pytest.raises(TypeError):
+            f.read(obj)
+        with pytest.raises(TypeError):
+            f.write(obj)
+
+
+@pytest.mark.parametrize("method", ["raw_read", "raw_write"])
+def test_raw_io_needs_device_memory(tmp_file, method):
+    path, data = tmp_file(100)
+    buf = np.zeros(100, np.uint8)
+    with gdscp.CuFile(path, "r+") as f:
+        with pytest.raises(ValueError):
+            getattr(f, method)(buf)
+        with pytest.raises(ValueError):
+            getattr(f, method + "_async")(buf, None)
+    assert not buf.any()
+    assert file_bytes(path) == data
+
+
+def _open_denied(target: str) -> int:
+    """0 when opening ``target`` raises a PermissionError that is also a
+    RuntimeError and names the file; another number for each way it did not."""
+    try:
+        gdscp.CuFile(target)
+    except PermissionError as exc:
+        if not isinstance(exc, RuntimeError):
+            return 3
+        return 0 if target in str(exc) else 4
+    except BaseException:
+        return 5
+    return 2
+
+
+def test_permission_denied():
+    folder = tempfile.mkdtemp(prefix="gdscp-perm-")
+    target = os.path.join(folder, "secret.bin")
+    try:
+        os.chmod(folder, 0o755)
+        write_file(target, b"secret")
+        os.chmod(target, 0)
+        if os.geteuid() != 0:
+            assert _open_denied(target) == 0
+            return
+        # Root bypasses file modes: drop to an unprivileged user in a forked
+        # child (gdscp is already imported there, so nothing else needs access).
+        with warnings.catch_warnings():
+            # Python 3.12 warns about fork() with threads running; the child
+            # only opens a file (compat_mode ON: no CUDA, no cuFile) and exits.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child
+            code = 6
+            try:
+                os.setgid(65534)
+                os.setuid(65534)
+                gdscp.defaults.set("compat_mode", "on")
+            except BaseException:
+                os._exit(7)
+            try:
+                code = _open_denied(target)
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        code = os.waitstatus_to_exitcode(status)
+        if code == 7:
+            pytest.skip("running as root and cannot drop privileges to provoke EACCES")
+        assert code == 0, {2: "opened", 3: "not a RuntimeError", 4: "message lacks the path", 5: "other error"}.get(code, code)
+    finally:
+        if os.path.exists(target):
+            os.unlink(target)
+        os.rmdir(folder)
+
+
+# --------------------------------------------------------------------------
+# failure in the middle of a transfer
+# --------------------------------------------------------------------------
+def test_mid_transfer_read_failure_then_recovers(tmp_file):
+    size = 2 * MiB
+    path, data = tmp_file(size)
+    buf = np.zeros(size, np.uint8)
+    with gdscp.defaults.set({"num_threads": 4, "gds_threshold": 0}), gdscp.CuFile(path) as f:
+        try:
+            _core._arm_fault("pread", 2, 1, errno.EIO)
+            with pytest.raises(OSError) as info:
+                f.read(buf, task_size=65536)
+        finally:
+            _core._disarm_fault()
+        exc = info.value
+        assert exc.errno == errno.EIO
+        assert isinstance(exc, RuntimeError)
+        assert path in str(exc)
+        assert exc.offset is not None and 0 <= exc.offset < size
+        assert f"offset {exc.offset}" in str(exc)
+        # The handle is still usable, and get() returned only after every task ended.
+        buf[:] = 0
+        assert f.read(buf, task_size=65536) == size
+    assert buf.tobytes() == data
+
+
+def test_mid_transfer_write_failure_then_recovers(tmp_path):
+    size = 2 * MiB
+    data = random_bytes(size, seed=21)
+    path = str(tmp_path / "w.bin")
+    src = np.frombuffer(data, np.uint8)
+    with gdscp.defaults.set({"num_threads": 4, "gds_threshold": 0}), gdscp.CuFile(path, "w+") as f:
+        try:
+            _core._arm_fault("pwrite", 3, 2, errno.ENOSPC)
+            with pytest.raises(OSError) as info:
+                f.pwrite(src, task_size=65536).get()
+        finally:
+            _core._disarm_fault()
+        assert info.value.errno == errno.ENOSPC
+        assert isinstance(info.value, RuntimeError)
+        assert path in str(info.value)
+        assert f.write(src, task_size=65536) == size
+    assert file_bytes(path) == data
+
+
+def test_eintr_is_retried(tmp_file):
+    path, data = tmp_file(MiB)
+    buf = np.zeros(MiB, np.uint8)
+    with gdscp.CuFile(path) as f:
+        try:
+            _core._arm_fault("pread", 0, 3, errno.EINTR)
+            assert f.read(buf, task_size=65536) == MiB
+        finally:
+            _core._disarm_fault()
+    assert buf.tobytes() == data
+
+
+# --------------------------------------------------------------------------
+# random round trips
+# --------------------------------------------------------------------------
+HYPO_FILE_SIZE = 2 * MiB + 333
+
+
+@pytest.fixture(scope="module")
+def hypo_file(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("hypo") / "random.bin")
+    data = random_bytes(HYPO_FILE_SIZE, seed=2024)
+    write_file(path, data)
+    return path, data
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    size=st.integers(0, HYPO_FILE_SIZE + 5000),
+    offset=st.integers(0, HYPO_FILE_SIZE + 5000),
+    view_start=st.integers(0, 4097),
+    task_size=st.sampled_from([511, 4096, 65537, MiB, 16 * MiB]),
+    threads=st.sampled_from([1, 2, 3, 8]),
+    gds_threshold=st.sampled_from([0, MiB]),
+)
+def test_random_reads_match_os_pread(hypo_file, size, offset, view_start, task_size, threads, gds_threshold):
+    path, data = hypo_file
+    backing = np.full(view_start + size + 16, POISON, np.uint8)
+    view = backing[view_start : view_start + size]
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        expect = os.pread(fd, size, offset)
+    finally:
+        os.close(fd)
+    with gdscp.defaults.set({"num_threads": threads, "gds_threshold": gds_threshold}):
+        with gdscp.CuFile(path) as f:
+            assert f.read(view, size, offset, task_size) == len(expect)
+    got = backing.tobytes()
+    assert got[view_start : view_start + len(expect)] == expect
+    assert got[:view_start] == bytes([POISON]) * view_start
+    assert got[view_start + len(expect) :] == bytes([POISON]) * (len(got) - view_start - len(expect))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    writes=st.lists(
+        st.tuples(st.integers(0, 3 * MiB), st.integers(0, MiB + 4097), st.integers(0, 2**31)),
+        min_size=1,
+        max_size=4,
+    ),
+    task_size=st.sampled_from([1000, 4096, 65537, MiB, 16 * MiB]),
+    threads=st.sampled_from([1, 2, 4, 16]),
+)
+def test_random_writes_match_model(writes, task_size, threads):
+    model = bytearray()
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "w.bin")
+        with gdscp.defaults.set({"num_threads": threads, "gds_threshold": 0}), gdscp.CuFile(path, "w+") as f:
+            for offset, size, seed in writes:
+                data = random_bytes(size, seed)
+                assert f.pwrite(np.frombuffer(data, np.uint8), size, offset, task_size).get() == size
+                if size:
+                    if len(model) < offset:
+                        model.extend(bytes(offset - len(model)))
+                    model[offset : offset + size] = data
+        assert file_bytes(path) == bytes(model)

@@ -1,0 +1,662 @@
+"""Device memory conformance: every GPU path checked byte for byte against
+numpy reads and os.pread of the same file.
+
+All tests carry the ``gpu`` marker; conftest skips them without a device
+(and fails them when GDSCP_REQUIRE_GPU=1). CuPy, PyTorch and cuda.core are
+imported inside the tests, so collecting this file needs none of them.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import threading
+
+import numpy as np
+import pytest
+
+import gdscp
+from gdscp import CompatMode
+from conftest import POISON, has_gpu, random_bytes
+
+pytestmark = pytest.mark.gpu
+
+KiB = 1 << 10
+MiB = 1 << 20
+GiB = 1 << 30
+
+
+@pytest.fixture
+def cp():
+    import cupy
+
+    return cupy
+
+
+@pytest.fixture(autouse=True)
+def free_gpu_memory():
+    """Give cached device and pinned memory back after each test, so the suite's
+    peak stays the largest single test's need."""
+    yield
+    if not has_gpu():
+        return
+    import cupy
+
+    gc.collect()
+    cupy.get_default_memory_pool().free_all_blocks()
+    cupy.get_default_pinned_memory_pool().free_all_blocks()
+
+
+def file_bytes(path: str, size: int | None = None, offset: int = 0) -> bytes:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if size is None:
+            size = os.fstat(fd).st_size - offset
+        return os.pread(fd, size, offset)
+    finally:
+        os.close(fd)
+
+
+def device(cp, data: bytes):
+    return cp.asarray(np.frombuffer(data, dtype=np.uint8))
+
+
+def host_of(array) -> bytes:
+    return array.get().tobytes()
+
+
+def numpy_read(path: str, size: int, offset: int = 0) -> tuple[int, bytes]:
+    """The same read through gdscp into host memory, the reference for device reads."""
+    buf = np.full(size, POISON, np.uint8)
+    with gdscp.CuFile(path) as f:
+        n = f.read(buf, size, offset)
+    return n, buf.tobytes()
+
+
+# --------------------------------------------------------------------------
+# reads and writes of device memory
+# --------------------------------------------------------------------------
+DEVICE_SIZES = [0, 1, 4095, 4096, 4097, MiB + 3, 9 * MiB + 7]
+
+
+@pytest.mark.parametrize("size", DEVICE_SIZES)
+def test_device_read_matches_numpy(cp, tmp_file, size):
+    path, data = tmp_file(size)
+    buf = cp.full(size, POISON, dtype=cp.uint8)
+    with gdscp.CuFile(path) as f:
+        assert f.backend in ("posix", "cufile")
+        assert isinstance(f.backend_reason, str) and f.backend_reason
+        assert f.read(buf) == size
+    n, reference = numpy_read(path, size)
+    assert n == size
+    assert host_of(buf) == reference == data
+
+
+@pytest.mark.parametrize("size", DEVICE_SIZES)
+def test_device_write_then_os_pread(cp, tmp_path, size):
+    data = random_bytes(size, seed=size + 17)
+    path = str(tmp_path / "dev.bin")
+    with gdscp.CuFile(path, "w") as f:
+        assert f.write(device(cp, data)) == size
+    assert file_bytes(path) == data
+
+
+@pytest.mark.parametrize("bounce", [64 * KiB, 1 * MiB + 4096])
+@pytest.mark.parametrize("depth", [2, 8])
+def test_larger_than_task_size_and_bounce_buffer(cp, tmp_file, tmp_path, bounce, depth):
+    """Many staging pieces per task and many tasks per request, so the staging
+    pipeline wraps around its slots several times."""
+    size = 7 * MiB + 5
+    path, data = tmp_file(size)
+    settings = {"bounce_buffer_size": bounce, "task_size": 2 * MiB, "pipeline_depth": depth, "gds_threshold": 0}
+    with gdscp.defaults.set(settings):
+        buf = cp.full(size + 3, POISON, dtype=cp.uint8)
+        with gdscp.CuFile(path) as f:
+            assert f.read(buf[3:]) == size
+        got = host_of(buf)
+        assert got[3:] == data and got[:3] == bytes([POISON]) * 3
+
+        out = str(tmp_path / "copy.bin")
+        with gdscp.CuFile(out, "w") as f:
+            assert f.write(buf[3:]) == size
+        assert file_bytes(out) == data
+
+
+@pytest.mark.parametrize("file_offset", [1, 4095, 4097, 1_000_003])
+@pytest.mark.parametrize("dev_start", [1, 3, 4096 + 5])
+def test_unaligned_file_and_device_offsets(cp, tmp_file, file_offset, dev_start):
+    path, data = tmp_file(6 * MiB + 11)
+    size = 5 * MiB + 1
+    buf = cp.full(dev_start + size + 100, POISON, dtype=cp.uint8)
+    with gdscp.defaults.set("bounce_buffer_size", MiB), gdscp.CuFile(path) as f:
+        assert f.read(buf[dev_start:], size, file_offset) == size
+    got = host_of(buf)
+    assert got[dev_start : dev_start + size] == data[file_offset : file_offset + size]
+    assert got[:dev_start] == bytes([POISON]) * dev_start
+    assert got[dev_start + size :] == bytes([POISON]) * 100
+
+
+@pytest.mark.parametrize("file_offset", [3, 4097, 2 * MiB + 1])
+def test_unaligned_device_write(cp, tmp_file, file_offset):
+    path, original = tmp_file(4 * MiB)
+    new = random_bytes(3 * MiB + 9, seed=file_offset)
+    src = device(cp, b"\0" * 5 + new)[5:]
+    with gdscp.defaults.set("bounce_buffer_size", MiB), gdscp.CuFile(path, "r+") as f:
+        assert f.write(src, file_offset=file_offset) == len(new)
+    expect = bytearray(original)
+    expect[file_offset : file_offset + len(new)] = new
+    assert file_bytes(path) == bytes(expect)
+
+
+@pytest.mark.parametrize("file_size", [1, 4097, 5 * MiB + 3])
+def test_device_read_past_eof(cp, tmp_file, file_size):
+    path, data = tmp_file(file_size)
+    extra = 2 * MiB + 1
+    buf = cp.full(file_size + extra, POISON, dtype=cp.uint8)
+    with gdscp.defaults.set({"bounce_buffer_size": MiB, "gds_threshold": 0}), gdscp.CuFile(path) as f:
+        assert f.read(buf, task_size=MiB) == file_size
+        assert f.read(buf, file_offset=file_size + 10) == 0
+    got = host_of(buf)
+    assert got[:file_size] == data
+    assert got[file_size:] == bytes([POISON]) * extra
+
+
+def test_many_device_preads_in_flight(cp, tmp_file):
+    size = 12 * MiB + 5
+    path, data = tmp_file(size)
+    buf = cp.full(size, POISON, dtype=cp.uint8)
+    bounds = [size * i // 23 for i in range(24)]
+    with gdscp.CuFile(path) as f:
+        futures = [f.pread(buf[lo:hi], hi - lo, lo) for lo, hi in zip(bounds, bounds[1:])]
+        assert sum(fut.get() for fut in futures) == size
+        assert all(fut.done() for fut in futures)
+    assert host_of(buf) == data
+
+
+def test_producer_stream_is_respected(cp, tmp_path):
+    """An array filled on a non-default stream, written inside that stream's
+    context: the write must see the copy that the stream was still doing."""
+    data = random_bytes(32 * MiB, seed=77)
+    host = np.frombuffer(data, np.uint8)
+    path = str(tmp_path / "stream.bin")
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        src = cp.empty(len(data), dtype=cp.uint8)
+        src.set(host, stream=stream)
+        with gdscp.CuFile(path, "w") as f:
+            assert f.write(src) == len(data)
+    stream.synchronize()
+    assert file_bytes(path) == data
+
+
+# --------------------------------------------------------------------------
+# files past 4 GiB
+# --------------------------------------------------------------------------
+@pytest.mark.slow
+def test_file_larger_than_4_gib(cp, tmp_path):
+    size = 4 * GiB + 32 * MiB + 5
+    path = str(tmp_path / "big.bin")
+    regions = {
+        0: random_bytes(MiB, seed=1),
+        4 * GiB - 3 * MiB + 1: random_bytes(5 * MiB + 7, seed=2),  # straddles 2**32
+        size - (MiB + 5): random_bytes(MiB + 5, seed=3),  # the end
+    }
+    with open(path, "wb") as f:
+        f.truncate(size)
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        for offset, data in regions.items():
+            assert os.pwrite(fd, data, offset) == len(data)
+    finally:
+        os.close(fd)
+    assert os.path.getsize(path) == size
+
+    try:
+        # The whole file into one device buffer: device offsets past 2**32 too.
+        big = cp.full(size, POISON, dtype=cp.uint8)
+        with gdscp.CuFile(path) as f:
+            assert f.read(big) == size
+        expected_nonzero = 0
+        for offset, data in regions.items():
+            assert host_of(big[offset : offset + len(data)]) == data, offset
+            expected_nonzero += np.count_nonzero(np.frombuffer(data, np.uint8))
+        # Everything outside the regions is a hole, so zero.
+        assert int(cp.count_nonzero(big)) == expected_nonzero
+
+        # raw_read into the big buffer at a device offset past 2**32.
+        small_offset = 4 * GiB - 7
+        big[:] = 0
+        with gdscp.CuFile(path) as f:
+            assert f.raw_read(big, MiB, small_offset, 4 * GiB + 100) == MiB
+        assert host_of(big[4 * GiB + 100 : 4 * GiB + 100 + MiB]) == file_bytes(path, MiB, small_offset)
+        del big
+        cp.get_default_memory_pool().free_all_blocks()
+
+        # Ranges around 2**32 and at the end, into small buffers.
+        with gdscp.CuFile(path) as f:
+            for offset in (4 * GiB - 1000, 4 * GiB, 4 * GiB + 1, size - 3 * MiB):
+                buf = cp.full(3 * MiB, POISON, dtype=cp.uint8)
+                n = f.read(buf, file_offset=offset)
+                expect = file_bytes(path, 3 * MiB, offset)
+                assert n == len(expect)
+                assert host_of(buf)[:n] == expect
+            tail = cp.full(2 * MiB, POISON, dtype=cp.uint8)
+            assert f.read(tail, file_offset=size - 1000) == 1000
+            got = host_of(tail)
+            assert got[:1000] == regions[size - (MiB + 5)][-1000:]
+            assert got[1000:] == bytes([POISON]) * (2 * MiB - 1000)
+
+        # Writes past 2**32 from device memory.
+        new = random_bytes(3 * MiB + 3, seed=4)
+        at = 4 * GiB + 10 * MiB + 1
+        with gdscp.CuFile(path, "r+") as f:
+            assert f.write(device(cp, new), file_offset=at) == len(new)
+            assert f.raw_write(device(cp, new[:4097]), None, size + 5, 0) == 4097
+        assert file_bytes(path, len(new), at) == new
+        assert file_bytes(path, 4097, size + 5) == new[:4097]
+        assert os.path.getsize(path) == size + 5 + 4097
+    finally:
+        os.unlink(path)
+
+
+# --------------------------------------------------------------------------
+# raw and stream-ordered I/O
+# --------------------------------------------------------------------------
+@pytest.mark.parametrize("dev_offset", [0, 1, 4096, 12345])
+def test_raw_read_and_write_with_dev_offset(cp, tmp_file, tmp_path, dev_offset):
+    path, data = tmp_file(3 * MiB + 3)
+    size = 2 * MiB + 1
+    file_offset = 4097
+    buf = cp.full(dev_offset + size + 64, POISON, dtype=cp.uint8)
+    with gdscp.CuFile(path) as f:
+        assert f.raw_read(buf, size, file_offset, dev_offset) == size
+    got = host_of(buf)
+    assert got[dev_offset : dev_offset + size] == data[file_offset : file_offset + size]
+    assert got[:dev_offset] == bytes([POISON]) * dev_offset
+    assert got[dev_offset + size :] == bytes([POISON]) * 64
+
+    out = str(tmp_path / "raw.bin")
+    with gdscp.CuFile(out, "w") as f:
+        assert f.raw_write(buf, size, 10, dev_offset) == size
+    assert file_bytes(out) == bytes(10) + data[file_offset : file_offset + size]
+
+
+def test_raw_read_defaults_and_eof(cp, tmp_file):
+    path, data = tmp_file(10_000)
+    buf = cp.full(20_000, POISON, dtype=cp.uint8)
+    with gdscp.CuFile(path) as f:
+        # size=None: the rest of the buffer after dev_offset; a short count at EOF.
+        assert f.raw_read(buf, None, 0, 100) == 10_000
+        assert f.raw_read(buf, None, 10_000) == 0
+    got = host_of(buf)
+    assert got[100:10_100] == data
+    assert got[:100] == bytes([POISON]) * 100 and got[10_100:] == bytes([POISON]) * 9_900
+
+
+def test_raw_argument_checks(cp, tmp_file):
+    path, _ = tmp_file(1000)
+    buf = cp.zeros(100, dtype=cp.uint8)
+    with gdscp.CuFile(path, "r+") as f:
+        with pytest.raises(ValueError):
+            f.raw_read(buf, 10, 0, 101)  # dev_offset past the end
+        with pytest.raises(ValueError):
+            f.raw_read(buf, 60, 0, 50)  # size past the end after dev_offset
+        with pytest.raises(ValueError):
+            f.raw_write(buf, -1)
+        with pytest.raises(ValueError):
+            f.raw_read(buf[::2])
+
+
+def _check_async_round_trip(cp, f, path, data, stream, sync):
+    size = 3 * MiB + 1
+    buf = cp.full(size + 16, POISON, dtype=cp.uint8)
+    # The fill ran on the legacy stream, which a non-blocking stream does not wait for.
+    cp.cuda.Device().synchronize()
+    future = f.raw_read_async(buf, stream, size, 5, 8)
+    assert isinstance(future, gdscp.IOFutureStream)
+    assert future.check_bytes_done() == size
+    sync()
+    got = host_of(buf)
+    assert got[8 : 8 + size] == data[5 : 5 + size]
+    assert got[:8] == bytes([POISON]) * 8 and got[8 + size :] == bytes([POISON]) * 8
+
+    future = f.raw_write_async(buf, stream, size, len(data) + 3, 8)
+    assert future.check_bytes_done() == size
+    sync()
+    assert file_bytes(path, size, len(data) + 3) == data[5 : 5 + size]
+
+
+def test_raw_async_with_cupy_stream(cp, tmp_file):
+    path, data = tmp_file(4 * MiB)
+    stream = cp.cuda.Stream(non_blocking=True)
+    with gdscp.CuFile(path, "r+") as f:
+        _check_async_round_trip(cp, f, path, data, stream, stream.synchronize)
+
+
+def test_raw_async_with_integer_stream(cp, tmp_file):
+    path, data = tmp_file(4 * MiB)
+    stream = cp.cuda.Stream(non_blocking=True)
+    with gdscp.CuFile(path, "r+") as f:
+        _check_async_round_trip(cp, f, path, data, int(stream.ptr), stream.synchronize)
+        # 0 and None: the legacy default stream.
+        _check_async_round_trip(cp, f, path, data, 0, cp.cuda.Device().synchronize)
+        _check_async_round_trip(cp, f, path, data, None, cp.cuda.Device().synchronize)
+
+
+def _cuda_core_device():
+    try:
+        from cuda.core import Device
+    except ImportError:
+        try:
+            from cuda.core.experimental import Device
+        except ImportError:
+            pytest.skip("cuda.core is not installed")
+    return Device
+
+
+def test_raw_async_with_cuda_core_stream(cp, tmp_file):
+    Device = _cuda_core_device()
+    dev = Device(cp.cuda.Device().id)
+    dev.set_current()
+    stream = dev.create_stream()
+    path, data = tmp_file(4 * MiB)
+    try:
+        with gdscp.CuFile(path, "r+") as f:
+            _check_async_round_trip(cp, f, path, data, stream, stream.sync)
+    finally:
+        stream.close()
+
+
+def test_raw_async_is_ordered_on_its_stream(cp, tmp_file, tmp_path):
+    """Work queued on the stream before a raw_write_async is in the file; work
+    queued after a raw_read_async sees the bytes read."""
+    path, data = tmp_file(8 * MiB)
+    stream = cp.cuda.Stream(non_blocking=True)
+    src = cp.empty(8 * MiB, dtype=cp.uint8)
+    out = str(tmp_path / "ordered.bin")
+    with stream:
+        src.set(np.frombuffer(data, np.uint8), stream=stream)
+        with gdscp.CuFile(out, "w") as f:
+            fut = f.raw_write_async(src, stream)
+            assert fut.check_bytes_done() == 8 * MiB
+    assert file_bytes(out) == data
+
+    dst = cp.zeros(8 * MiB, dtype=cp.uint8)
+    cp.cuda.Device().synchronize()
+    with gdscp.CuFile(path) as f:
+        fut = f.raw_read_async(dst, stream)
+        with stream:
+            doubled = dst.astype(cp.uint16) * 2
+        assert fut.check_bytes_done() == 8 * MiB
+    stream.synchronize()
+    assert doubled.get().tobytes() == (np.frombuffer(data, np.uint8).astype(np.uint16) * 2).tobytes()
+
+
+# --------------------------------------------------------------------------
+# kinds of device (and pinned) memory
+# --------------------------------------------------------------------------
+def test_torch_cuda_tensors(cp, tmp_file, tmp_path):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("PyTorch was built without CUDA")
+    path, data = tmp_file(5 * MiB + 8)
+    t = torch.full((5 * MiB + 8,), POISON, dtype=torch.uint8, device="cuda")
+    with gdscp.CuFile(path) as f:
+        assert f.read(t) == 5 * MiB + 8
+        torch.cuda.synchronize()
+        assert t.cpu().numpy().tobytes() == data
+        halves = torch.zeros(((5 * MiB + 8) // 2,), dtype=torch.float16, device="cuda")
+        assert f.read(halves) == 5 * MiB + 8
+        assert halves.cpu().numpy().tobytes() == data
+        matrix = torch.zeros((1024, 1024), dtype=torch.float32, device="cuda")
+        with pytest.raises(ValueError):
+            f.read(matrix.t())  # a transposed view is not C-contiguous
+    out = str(tmp_path / "torch.bin")
+    with gdscp.CuFile(out, "w") as f:
+        assert f.write(t[3:]) == 5 * MiB + 5
+    assert file_bytes(out) == data[3:]
+
+
+class DLPackOnly:
+    """An array seen only through DLPack, as from libraries without the CUDA array interface."""
+
+    def __init__(self, array):
+        self._array = array
+
+    def __dlpack__(self, *args, **kwargs):
+        return self._array.__dlpack__(*args, **kwargs)
+
+    def __dlpack_device__(self):
+        return self._array.__dlpack_device__()
+
+
+def test_dlpack_only_device_object(cp, tmp_file, tmp_path):
+    path, data = tmp_file(3 * MiB + 4)
+    arr = cp.full(3 * MiB + 4, POISON, dtype=cp.uint8)
+    wrapped = DLPackOnly(arr)
+    assert not hasattr(wrapped, "__cuda_array_interface__")
+    with gdscp.CuFile(path) as f:
+        assert f.read(wrapped) == 3 * MiB + 4
+        assert f.raw_read(DLPackOnly(arr[1:]), 100, 0) == 100
+    got = host_of(arr)
+    assert got[0:1] == data[0:1] and got[1:101] == data[:100] and got[101:] == data[101:]
+    out = str(tmp_path / "dl.bin")
+    with gdscp.CuFile(out, "w") as f:
+        assert f.write(DLPackOnly(arr[7:])) == 3 * MiB - 3
+    assert file_bytes(out) == got[7:]
+    with gdscp.CuFile(path) as f:
+        with pytest.raises(ValueError):
+            f.read(DLPackOnly(cp.zeros(100, dtype=cp.uint8)[::2]))
+
+
+@pytest.fixture
+def allocator(cp):
+    """Swap CuPy's allocator for one test and put the old one back."""
+    get = getattr(cp.cuda, "get_allocator", None)
+    previous = get() if get is not None else cp.get_default_memory_pool().malloc
+    yield lambda alloc: cp.cuda.set_allocator(alloc)
+    cp.cuda.set_allocator(previous)
+
+
+def test_cupy_async_memory_pool(cp, allocator, tmp_file, tmp_path):
+    pool = cp.cuda.MemoryAsyncPool()
+    allocator(pool.malloc)
+    path, data = tmp_file(6 * MiB + 1)
+    buf = cp.full(6 * MiB + 1, POISON, dtype=cp.uint8)
+    with gdscp.CuFile(path) as f:
+        assert f.read(buf) == 6 * MiB + 1
+        assert f.raw_read(buf[5:], 4096, 0) == 4096
+    got = host_of(buf)
+    assert got[:5] == data[:5] and got[5 : 5 + 4096] == data[:4096] and got[5 + 4096 :] == data[5 + 4096 :]
+    out = str(tmp_path / "async-pool.bin")
+    with gdscp.CuFile(out, "w") as f:
+        assert f.write(buf) == 6 * MiB + 1
+    assert file_bytes(out) == got
+    del buf
+    pool.free_all_blocks()
+
+
+@pytest.mark.parametrize("size", [4097, 5 * MiB + 1])
+def test_managed_memory(cp, allocator, tmp_file, tmp_path, size):
+    allocator(cp.cuda.malloc_managed)
+    path, data = tmp_file(size)
+    buf = cp.full(size, POISON, dtype=cp.uint8)
+    with gdscp.CuFile(path) as f:
+        assert f.read(buf) == size
+        assert f.raw_read(buf[1:], 100, 7) == 100
+    cp.cuda.Device().synchronize()
+    got = host_of(buf)
+    assert got[:1] == data[:1] and got[1:101] == data[7:107] and got[101:] == data[101:]
+    out = str(tmp_path / "managed.bin")
+    with gdscp.CuFile(out, "w") as f:
+        assert f.write(buf) == size
+    assert file_bytes(out) == got
+
+
+def test_pinned_host_memory_counts_as_host(cp, tmp_file, tmp_path):
+    import cupyx
+
+    path, data = tmp_file(3 * MiB + 3)
+    pinned = cupyx.empty_pinned((3 * MiB + 3,), dtype=np.uint8)
+    pinned[:] = POISON
+    with gdscp.CuFile(path) as f:
+        assert f.read(pinned) == 3 * MiB + 3
+        with pytest.raises(ValueError):
+            f.raw_read(pinned)
+        with pytest.raises(ValueError):
+            f.raw_read_async(pinned, None)
+    assert pinned.tobytes() == data
+    out = str(tmp_path / "pinned.bin")
+    with gdscp.CuFile(out, "w") as f:
+        assert f.write(pinned[1:]) == 3 * MiB + 2
+    assert file_bytes(out) == data[1:]
+
+
+# --------------------------------------------------------------------------
+# threads and devices
+# --------------------------------------------------------------------------
+def test_thread_without_cuda_context(cp, tmp_file, tmp_path):
+    """A plain thread that never used CUDA (so no current context) moves device memory."""
+    path, data = tmp_file(6 * MiB + 1)
+    dst = cp.full(6 * MiB + 1, POISON, dtype=cp.uint8)
+    out = str(tmp_path / "thread.bin")
+    errors: list[BaseException] = []
+    counts: list[int] = []
+
+    def work():
+        try:
+            with gdscp.CuFile(path) as f:
+                counts.append(f.read(dst))
+                counts.append(f.raw_read(dst, 4096, 0, 10))
+            with gdscp.CuFile(out, "w") as f:
+                counts.append(f.write(dst))
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join()
+    assert not errors, errors
+    assert counts == [6 * MiB + 1, 4096, 6 * MiB + 1]
+    expect = data[:10] + data[:4096] + data[10 + 4096 :]
+    assert host_of(dst) == expect
+    assert file_bytes(out) == expect
+
+
+def test_eight_threads_each_with_own_file(cp, tmp_path):
+    count = 8
+    sizes = [5 * MiB + 3 + 4099 * i for i in range(count)]
+    payloads = [random_bytes(n, seed=100 + i) for i, n in enumerate(sizes)]
+    sources = [device(cp, p) for p in payloads]
+    targets = [cp.full(n, POISON, dtype=cp.uint8) for n in sizes]
+    paths = [str(tmp_path / f"t{i}.bin") for i in range(count)]
+    barrier = threading.Barrier(count)
+    errors: list[BaseException] = []
+
+    def work(i):
+        try:
+            barrier.wait()
+            for _ in range(2):
+                with gdscp.CuFile(paths[i], "w+") as f:
+                    assert f.write(sources[i]) == sizes[i]
+                    assert f.pread(targets[i]).get() == sizes[i]
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    for i in range(count):
+        assert file_bytes(paths[i]) == payloads[i], i
+        assert host_of(targets[i]) == payloads[i], i
+
+
+def test_two_gpus(cp, tmp_file, tmp_path):
+    if cp.cuda.runtime.getDeviceCount() < 2:
+        pytest.skip("needs two GPUs")
+    path, data = tmp_file(5 * MiB + 1)
+    with cp.cuda.Device(1):
+        on_one = cp.full(5 * MiB + 1, POISON, dtype=cp.uint8)
+    with cp.cuda.Device(0):
+        on_zero = cp.full(5 * MiB + 1, POISON, dtype=cp.uint8)
+        # Current device 0, memory on device 1: the pointer decides.
+        with gdscp.CuFile(path) as f:
+            assert f.read(on_one) == 5 * MiB + 1
+            assert f.read(on_zero) == 5 * MiB + 1
+            assert f.raw_read(on_one, 4096, 1, 3) == 4096
+    expect_one = data[:3] + data[1:4097] + data[4099:]
+    assert host_of(on_one) == expect_one
+    assert host_of(on_zero) == data
+    out = str(tmp_path / "gpu1.bin")
+    with gdscp.CuFile(out, "w") as f:
+        assert f.write(on_one) == 5 * MiB + 1
+    assert file_bytes(out) == expect_one
+
+
+# --------------------------------------------------------------------------
+# compat_mode and the backend choice
+# --------------------------------------------------------------------------
+def test_compat_mode_on_uses_posix(cp, tmp_file):
+    path, data = tmp_file(2 * MiB + 1)
+    with gdscp.defaults.set("compat_mode", CompatMode.ON):
+        with gdscp.CuFile(path) as f:
+            assert f.backend == "posix"
+            assert "compat_mode" in f.backend_reason
+            buf = cp.zeros(2 * MiB + 1, dtype=cp.uint8)
+            assert f.read(buf) == 2 * MiB + 1
+    assert host_of(buf) == data
+
+
+def test_compat_mode_auto_without_nvidia_fs_uses_posix(cp, tmp_file):
+    if os.path.exists("/proc/driver/nvidia-fs/version"):
+        pytest.skip("nvidia-fs is loaded here")
+    path, _ = tmp_file(10)
+    with gdscp.defaults.set("compat_mode", CompatMode.AUTO), gdscp.CuFile(path) as f:
+        assert f.backend == "posix"
+        assert "nvidia-fs" in f.backend_reason
+
+
+def test_compat_mode_off(cp, tmp_file):
+    """OFF needs cuFile: either it opens (libcufile, in its own compatibility
+    mode where nvidia-fs is missing) and moves the right bytes, or it refuses
+    with a clear RuntimeError."""
+    path, data = tmp_file(6 * MiB + 5)
+    with gdscp.defaults.set("compat_mode", CompatMode.OFF):
+        try:
+            f = gdscp.CuFile(path, "r+")
+        except RuntimeError as exc:
+            assert "cuFile" in str(exc) or "cufile" in str(exc).lower(), str(exc)
+            return
+        with f:
+            assert f.backend == "cufile", f.backend_reason
+            aligned = cp.full(6 * MiB + 5, POISON, dtype=cp.uint8)
+            assert f.read(aligned) == 6 * MiB + 5
+            assert host_of(aligned) == data
+
+            unaligned = cp.full(2 * MiB + 10, POISON, dtype=cp.uint8)
+            assert f.read(unaligned[3:], 2 * MiB + 1, 4097) == 2 * MiB + 1
+            got = host_of(unaligned)
+            assert got[3 : 3 + 2 * MiB + 1] == data[4097 : 4097 + 2 * MiB + 1]
+            assert got[:3] == bytes([POISON]) * 3 and got[3 + 2 * MiB + 1 :] == bytes([POISON]) * 6
+
+            assert f.raw_read(unaligned, 4096, 8192, 1) == 4096
+            assert host_of(unaligned)[1:4097] == data[8192 : 8192 + 4096]
+
+            tail = cp.full(MiB, POISON, dtype=cp.uint8)
+            assert f.read(tail, file_offset=6 * MiB) == 5
+            assert host_of(tail)[:5] == data[-5:]
+
+            new = random_bytes(3 * MiB + 1, seed=8)
+            assert f.write(device(cp, new), file_offset=4096) == len(new)
+            assert file_bytes(path, len(new), 4096) == new
+
+            stream = cp.cuda.Stream(non_blocking=True)
+            dst = cp.full(MiB, POISON, dtype=cp.uint8)
+            cp.cuda.Device().synchronize()
+            fut = f.raw_read_async(dst, stream, MiB, 4096)
+            assert fut.check_bytes_done() == MiB
+            stream.synchronize()
+            assert host_of(dst) == new[:MiB]

@@ -9,6 +9,13 @@
 namespace gdscp {
 namespace {
 std::string g_load_error;
+
+// The API level every entry point is asked for. cuGetProcAddress returns the
+// symbol's ABI as of this CUDA version, which must match the prototypes that
+// cuda.h declares under the names used here: asking for CUDA_VERSION (13.0)
+// returns cuCtxGetDevice_v2(CUdevice*, CUcontext) for "cuCtxGetDevice", whose
+// header prototype is the one-argument v1, and the call crashes.
+constexpr int kApiVersion = 12000;
 }  // namespace
 
 const CudaDriver* CudaDriver::load() {
@@ -29,10 +36,9 @@ const CudaDriver* CudaDriver::load() {
   {                                                                                            \
     void* fn = nullptr;                                                                        \
     CUdriverProcAddressQueryResult status{};                                                   \
-    if (get_proc(#name, &fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &status) != CUDA_SUCCESS || \
+    if (get_proc(#name, &fn, kApiVersion, CU_GET_PROC_ADDRESS_DEFAULT, &status) != CUDA_SUCCESS || \
         fn == nullptr) {                                                                       \
-      if (ok) g_load_error = "libcuda.so.1 lacks " #name " (driver too old for CUDA " +        \
-                             std::to_string(CUDA_VERSION / 1000) + ")";                         \
+      if (ok) g_load_error = "libcuda.so.1 lacks " #name " (a driver for CUDA 12 or later is needed)"; \
       ok = false;                                                                              \
     }                                                                                          \
     drv->name = reinterpret_cast<decltype(drv->name)>(fn);                                     \

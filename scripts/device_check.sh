@@ -38,7 +38,7 @@ if [[ $steps == *all* || $steps == *tests* ]]; then
   echo "== GPU tests"
   repo=$PWD
   # From /tmp, so that `import gdscp` finds the installed package, not the source tree.
-  (cd /tmp && GDSCP_REQUIRE_GPU=1 timeout 420 python3 -m pytest -q -m gpu -p no:cacheprovider \
+  (cd /tmp && GDSCP_REQUIRE_GPU=1 timeout 300 python3 -m pytest -q -m gpu -p no:cacheprovider \
     "$repo/tests" 2>&1) | tee "$OUT/gpu-tests.log" | tail -40
   rc=${PIPESTATUS[0]}
 fi
@@ -52,9 +52,9 @@ if [[ $steps == *all* || $steps == *bench* ]]; then
   # hot file -> host memory, and cold file -> GPU.
   echo "== gdscp benchmark"
   (cd /tmp
-   timeout 300 gdscp benchmark --size 4G --threads 4,8,16,32 --dir /tmp --json > "$OUT/bench-gpu.json" 2>"$OUT/bench-gpu.err"
+   timeout 300 gdscp benchmark --size 4G --threads 4,16,32 --dir /tmp --json > "$OUT/bench-gpu.json" 2>"$OUT/bench-gpu.err"
    echo "gpu rc=$?"
-   timeout 120 gdscp benchmark --size 4G --threads 8,16,32 --host --mode read --dir /tmp --json > "$OUT/bench-host.json" 2>"$OUT/bench-host.err"
+   timeout 120 gdscp benchmark --size 4G --threads 16,32 --host --mode read --dir /tmp --json > "$OUT/bench-host.json" 2>"$OUT/bench-host.err"
    echo "host rc=$?"
    timeout 150 gdscp benchmark --size 2G --threads 16 --mode read --drop-cache --dir /tmp --json > "$OUT/bench-cold.json" 2>"$OUT/bench-cold.err"
    echo "cold rc=$?")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
 import stat
 import tempfile
 import time
@@ -245,12 +246,18 @@ class _Copier:
             if (existing.st_dev, existing.st_ino) == (st.st_dev, st.st_ino):
                 raise Failure(f"'{src}' and '{dst}' are the same file")
         directory = os.path.dirname(os.path.abspath(dst))
-        try:
-            fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(dst)}.", suffix=_TEMP_SUFFIX, dir=directory)
-        except OSError as exc:
-            raise Failure(f"cannot create '{dst}': {exc.strerror}") from None
+        tmp = None
         committed = False
         try:
+            # Ctrl-C or SIGTERM between creating the temporary file and knowing its
+            # name would leave it behind: hold them off until `tmp` is set.
+            blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+            try:
+                fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(dst)}.", suffix=_TEMP_SUFFIX, dir=directory)
+            except OSError as exc:
+                raise Failure(f"cannot create '{dst}': {exc.strerror}") from None
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
             os.close(fd)
             with CuFile(src, "r") as reader, CuFile(tmp, "w") as writer:
                 if self.device is None:
@@ -282,7 +289,7 @@ class _Copier:
             _fsync_dir(directory)
             record.bytes = st.st_size
         finally:
-            if not committed:
+            if tmp is not None and not committed:
                 try:
                     os.unlink(tmp)
                 except OSError:

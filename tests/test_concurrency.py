@@ -1,0 +1,201 @@
+"""Many Python threads transferring at once: exact bytes, no deadlock.
+
+Every thread is a daemon and is joined with a deadline, so a deadlock fails
+the test instead of hanging the suite. Each test runs over host memory and,
+with the ``gpu`` mark, over device memory (the ``xp`` fixture).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+
+import numpy as np
+import pytest
+
+import gdscp
+from gdscp import _core
+
+MiB = 1 << 20
+DEADLINE = 60  # seconds a thread may take before the test calls it stuck
+
+
+def payload(size: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, size, dtype=np.uint8)
+
+
+def to_host(array) -> np.ndarray:
+    return array.get() if hasattr(array, "get") else array
+
+
+def run_threads(target, count: int) -> None:
+    """Run ``target(i)`` on ``count`` threads released together; re-raise the
+    first failure, and fail if any thread is still running at the deadline."""
+    start = threading.Barrier(count)
+    errors: list[BaseException] = []
+
+    def body(i: int) -> None:
+        try:
+            start.wait(DEADLINE)
+            target(i)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=body, args=(i,), daemon=True, name=f"io-{i}") for i in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(DEADLINE)
+    stuck = [t.name for t in threads if t.is_alive()]
+    assert not stuck, f"threads still running after {DEADLINE} s (deadlock?): {stuck}"
+    if errors:
+        raise errors[0]
+
+
+def test_threads_with_their_own_files(xp, tmp_path):
+    """16 threads, each with its own CuFile, writing and reading at once."""
+
+    def work(i: int) -> None:
+        path = str(tmp_path / f"own{i}.bin")
+        size = MiB + i * 4099 + 1  # odd sizes: chunk ends fall everywhere
+        for round_ in range(3):
+            data = payload(size, 100 * i + round_)
+            with gdscp.CuFile(path, "w+") as f:
+                assert f.write(xp.asarray(data), task_size=64 << 10) == size
+                out = xp.full(size, 0xA5, dtype=xp.uint8)
+                assert f.read(out, task_size=48 << 10) == size
+            assert np.array_equal(to_host(out), data), f"thread {i} round {round_}: wrong bytes"
+
+    run_threads(work, 16)
+
+
+def test_threads_sharing_one_file(xp, tmp_path):
+    """8 threads share one CuFile and each rewrites its own region while the
+    others write theirs; all of them also read a region nobody writes."""
+    workers = 8
+    region = MiB + 512  # unaligned borders between regions
+    stable = payload(2 * MiB, 7)
+    stable_at = workers * region
+    rounds = 4
+    path = str(tmp_path / "shared.bin")
+    f = gdscp.CuFile(path, "w+")
+    try:
+        assert f.write(stable, file_offset=stable_at) == stable.nbytes
+
+        def work(i: int) -> None:
+            offset = i * region
+            for r in range(rounds):
+                data = payload(region, 1000 * i + r)
+                assert f.write(xp.asarray(data), file_offset=offset, task_size=96 << 10) == region
+                out = xp.zeros(region, dtype=xp.uint8)
+                assert f.pread(out, file_offset=offset, task_size=80 << 10).get() == region
+                assert np.array_equal(to_host(out), data), f"thread {i} round {r}: own region wrong"
+                seen = xp.zeros(stable.nbytes, dtype=xp.uint8)
+                assert f.read(seen, file_offset=stable_at, task_size=128 << 10) == stable.nbytes
+                assert np.array_equal(to_host(seen), stable), f"thread {i} round {r}: untouched region wrong"
+
+        run_threads(work, workers)
+
+        expected = np.concatenate([payload(region, 1000 * i + rounds - 1) for i in range(workers)] + [stable])
+        whole = np.zeros(expected.nbytes, dtype=np.uint8)
+        assert f.read(whole) == expected.nbytes
+        assert np.array_equal(whole, expected)
+    finally:
+        f.close()
+    assert os.path.getsize(path) == stable_at + stable.nbytes
+
+
+def test_num_threads_changes_while_transfers_run(xp, tmp_path):
+    """The pool grows and shrinks under running transfers; none is lost."""
+    original = gdscp.defaults.get("num_threads")
+    stop = threading.Event()
+    sizes_seen: set[int] = set()
+
+    def resize_forever() -> None:
+        values = [1, 7, 2, 16, 3, 5]
+        k = 0
+        while not stop.is_set():
+            gdscp.defaults.set("num_threads", values[k % len(values)])
+            sizes_seen.add(_core.num_threads())
+            k += 1
+
+    changer = threading.Thread(target=resize_forever, daemon=True)
+
+    def work(i: int) -> None:
+        path = str(tmp_path / f"resize{i}.bin")
+        size = 3 * MiB + 777 * i
+        for r in range(6):
+            data = payload(size, 50 * i + r)
+            with gdscp.CuFile(path, "w+") as f:
+                assert f.write(xp.asarray(data), task_size=32 << 10) == size
+                out = xp.zeros(size, dtype=xp.uint8)
+                assert f.read(out, task_size=32 << 10) == size
+            assert np.array_equal(to_host(out), data), f"thread {i} round {r}: wrong bytes"
+
+    changer.start()
+    try:
+        run_threads(work, 4)
+    finally:
+        stop.set()
+        changer.join(DEADLINE)
+        alive = changer.is_alive()
+        if not alive:
+            gdscp.defaults.set("num_threads", original)
+    assert not alive, "set('num_threads') did not return (stuck joining a worker?)"
+    assert len(sizes_seen) > 1, "the pool size never changed while transfers ran"
+    assert _core.num_threads() == original
+
+
+def test_concurrent_num_threads_changes_do_not_deadlock(tmp_path):
+    """Two threads resizing the pool at once, over and over: each call returns.
+
+    In a child process with a deadline, because a stuck resize cannot be undone.
+    """
+    script = textwrap.dedent(
+        """
+        import threading, sys
+        import numpy as np
+        import gdscp
+        from gdscp import _core
+
+        for trial in range(400):
+            _core.set_num_threads(16)
+            gate = threading.Barrier(2)
+
+            def resize(n):
+                gate.wait()
+                gdscp.defaults.set("num_threads", n)
+
+            shrink = threading.Thread(target=resize, args=(1,), daemon=True)
+            grow = threading.Thread(target=resize, args=(12,), daemon=True)
+            shrink.start(); grow.start()
+            shrink.join(20); grow.join(20)
+            if shrink.is_alive() or grow.is_alive():
+                print(f"trial {trial}: a resize never returned (shrink alive: {shrink.is_alive()}, "
+                      f"grow alive: {grow.is_alive()})", flush=True)
+                sys.stdout.flush()
+                import os; os._exit(3)
+            assert _core.num_threads() in (1, 12), _core.num_threads()
+
+        # The pool still runs transfers after all that.
+        data = np.arange(4 << 20, dtype=np.uint8)
+        path = sys.argv[1]
+        with gdscp.CuFile(path, "w+") as f:
+            f.write(data, task_size=64 << 10)
+            out = np.zeros_like(data)
+            f.read(out, task_size=64 << 10)
+        assert np.array_equal(out, data)
+        print("CHILD-OK")
+        """
+    )
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", script, str(tmp_path / "after.bin")],
+            cwd=str(tmp_path), capture_output=True, text=True, timeout=120,
+        )
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"child hung\nstdout:\n{e.stdout}\nstderr:\n{e.stderr}")
+    assert proc.returncode == 0 and "CHILD-OK" in proc.stdout, f"{proc.stdout}\n{proc.stderr}"

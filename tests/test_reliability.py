@@ -1,0 +1,596 @@
+"""Faults surface as clear errors, never as hangs or crashes.
+
+Each fault (a full disk, an I/O error in the middle of a file, a file cut short
+while it is read, a refused permission, the GPU out of memory, Ctrl-C) runs in
+a child interpreter with a deadline, so that a hang fails one test instead of
+stopping the suite, and a crash shows up as the child's exit status. After
+each fault the child proves the engine is healthy: the handle closes, every
+worker is free, and the next transfer moves exact bytes.
+
+The second half interrupts ``gdscp copy`` with SIGINT and SIGTERM at random
+moments and fills the disk under it: the destination is then absent, intact
+or complete, never partial, and no temporary file is left behind.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import random
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+CHILD_TIMEOUT = 60
+MiB = 1 << 20
+
+# Shared by every child: builds data, and checks that the engine still works.
+PRELUDE = r'''
+import errno, os, resource, signal, sys, threading
+import numpy as np
+import gdscp
+from gdscp import _core
+
+MiB = 1 << 20
+
+def payload(size, seed):
+    return np.random.default_rng(seed).integers(0, 256, size, dtype=np.uint8)
+
+def round_trip(folder, xp=np, size=4 * MiB + 12345, name="healthy.bin"):
+    """Write and read back through a fresh handle, split into many tasks."""
+    path = os.path.join(folder, name)
+    data = payload(size, 99)
+    src = xp.asarray(data)
+    with gdscp.CuFile(path, "w") as f:
+        assert f.write(src, task_size=256 << 10) == size
+    out = xp.full(size, 0xA5, dtype=xp.uint8)
+    with gdscp.CuFile(path, "r") as f:
+        assert f.read(out, task_size=256 << 10) == size
+    host = out.get() if hasattr(out, "get") else out
+    assert np.array_equal(host, data), "round trip after the fault moved wrong bytes"
+    os.unlink(path)
+
+def assert_healthy(folder, xp=np):
+    """No worker is stuck and transfers work.
+
+    Shrinking the pool to one worker joins all the others (a stuck one would
+    hang here, and the parent's deadline would report it); the transfer that
+    follows needs the remaining worker.
+    """
+    with gdscp.defaults.set("num_threads", 1):
+        round_trip(folder, xp)
+    round_trip(folder, xp)
+
+def expect_os_error(call, err, path):
+    try:
+        call()
+    except OSError as e:
+        assert e.errno == err, f"errno {e.errno} ({e}), expected {err}"
+        assert isinstance(e, RuntimeError), "engine OS errors are RuntimeError too (KvikIO compatibility)"
+        assert e.filename == path, f"filename {e.filename!r}, expected {path!r}"
+        assert path in str(e), f"message does not name the file: {e}"
+        return e
+    raise AssertionError(f"no OSError (expected errno {err})")
+'''
+
+
+def run_child(code: str, cwd, *, timeout: float = CHILD_TIMEOUT, preexec_fn=None, env=None) -> subprocess.CompletedProcess:
+    """Run PRELUDE + code in a fresh interpreter; fail on a hang or a non-zero exit.
+
+    The child runs outside the source tree so that it imports the installed
+    package (which matters for the sanitizer builds).
+    """
+    script = PRELUDE + textwrap.dedent(code) + '\nprint("CHILD-OK")\n'
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", script],
+            cwd=str(cwd),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            preexec_fn=preexec_fn,
+            env=env,
+        )
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"child hung for {timeout} s\nstdout:\n{e.stdout}\nstderr:\n{e.stderr}")
+    if proc.returncode == 77 and "SKIP:" in proc.stdout:
+        pytest.skip(proc.stdout.split("SKIP:", 1)[1].strip())
+    if proc.returncode != 0 or "CHILD-OK" not in proc.stdout:
+        pytest.fail(f"child exited with {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
+    print(proc.stdout, end="")  # what the child observed, for -s / -rP
+    return proc
+
+
+# -- a disk that fills ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("direct_io", [False, True], ids=["buffered", "direct"])
+def test_disk_full_raises_efbig_and_recovers(tmp_path, direct_io):
+    run_child(
+        f"""
+        folder = {str(tmp_path)!r}
+        gdscp.defaults.set("direct_io", {direct_io!r})
+        limit = 1 * MiB
+        soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of death
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
+        path = os.path.join(folder, "full.bin")
+        data = payload(8 * MiB, 1)
+
+        # Split over the workers, and on the calling thread (a small write
+        # that crosses the limit: the first pwrite is short, the next fails).
+        cases = [(data, 0, MiB), (data[: 512 << 10], 768 << 10, MiB)]
+        for buf, offset, task in cases:
+            f = gdscp.CuFile(path, "w")
+            e = expect_os_error(lambda: f.write(buf, file_offset=offset, task_size=task), errno.EFBIG, path)
+            assert e.offset is not None and limit <= e.offset < offset + buf.nbytes, e.offset
+            assert "offset" in str(e), str(e)
+            f.close()
+            assert f.closed
+            assert os.path.getsize(path) <= limit
+
+        # Lift the limit (as when space is freed): the same work now succeeds.
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        assert_healthy(folder)
+        with gdscp.CuFile(path, "w+") as f:
+            assert f.write(data, task_size=MiB) == data.nbytes
+            out = np.empty_like(data)
+            assert f.read(out) == data.nbytes
+        assert np.array_equal(out, data)
+        """,
+        tmp_path,
+    )
+
+
+# -- an I/O error in the middle of a file --------------------------------------
+
+
+@pytest.mark.parametrize("direct_io", [False, True], ids=["buffered", "direct"])
+@pytest.mark.parametrize("op", ["pread", "pwrite"])
+def test_io_error_mid_file_is_reported_and_recovers(tmp_path, op, direct_io):
+    run_child(
+        f"""
+        folder = {str(tmp_path)!r}
+        op = {op!r}
+        gdscp.defaults.set("direct_io", {direct_io!r})
+        path = os.path.join(folder, "eio.bin")
+        data = payload(8 * MiB, 2)
+        with gdscp.CuFile(path, "w") as f:
+            f.write(data)
+
+        # skip: how many system calls succeed first; count: a one-off error or
+        # a device that keeps failing.
+        for skip in (0, 3, 7):
+            for count in (1, 10_000):
+                f = gdscp.CuFile(path, "r+")
+                out = np.zeros_like(data)
+                _core._arm_fault(op, skip, count, errno.EIO)
+                try:
+                    if op == "pread":
+                        future = f.pread(out, task_size=MiB)
+                    else:
+                        future = f.pwrite(data, task_size=MiB)
+                    e = expect_os_error(future.get, errno.EIO, path)
+                    assert future.done()
+                finally:
+                    _core._disarm_fault()
+                assert e.offset is not None and 0 <= e.offset < data.nbytes, e.offset
+                assert "Input/output error" in str(e), str(e)
+                f.close()
+
+                # The same file, reopened, reads and writes exact bytes again.
+                with gdscp.CuFile(path, "r+") as f:
+                    assert f.write(data, task_size=MiB) == data.nbytes
+                    assert f.read(out, task_size=MiB) == data.nbytes
+                assert np.array_equal(out, data)
+        assert_healthy(folder)
+        """,
+        tmp_path,
+    )
+
+
+@pytest.mark.parametrize("op", ["pread", "pwrite"])
+def test_interrupted_system_calls_are_retried(tmp_path, op):
+    """EINTR is not a failure: the engine retries and the bytes are exact."""
+    run_child(
+        f"""
+        folder = {str(tmp_path)!r}
+        path = os.path.join(folder, "eintr.bin")
+        data = payload(6 * MiB + 17, 3)
+        with gdscp.CuFile(path, "w") as f:
+            f.write(data)
+        out = np.zeros_like(data)
+        _core._arm_fault({op!r}, 2, 5, errno.EINTR)
+        try:
+            with gdscp.CuFile(path, "r+") as f:
+                assert f.write(data, task_size=MiB) == data.nbytes
+                assert f.read(out, task_size=MiB) == data.nbytes
+        finally:
+            _core._disarm_fault()
+        assert np.array_equal(out, data)
+        """,
+        tmp_path,
+    )
+
+
+@pytest.mark.gpu
+def test_io_error_into_device_memory(tmp_path):
+    """A failing pread under the pinned staging path: clean error, then exact bytes."""
+    run_child(
+        f"""
+        import cupy
+        folder = {str(tmp_path)!r}
+        gdscp.defaults.set("compat_mode", "on")  # the engine's own path, where the hook applies
+        path = os.path.join(folder, "eio-device.bin")
+        data = payload(16 * MiB, 4)
+        with gdscp.CuFile(path, "w") as f:
+            f.write(data)
+        for op in ("pread", "pwrite"):
+            dev = cupy.asarray(data)
+            with gdscp.CuFile(path, "r+") as f:
+                _core._arm_fault(op, 2, 1, errno.EIO)
+                try:
+                    call = (lambda: f.read(dev, task_size=MiB)) if op == "pread" else (lambda: f.write(dev, task_size=MiB))
+                    expect_os_error(call, errno.EIO, path)
+                finally:
+                    _core._disarm_fault()
+        assert_healthy(folder, cupy)
+        """,
+        tmp_path,
+    )
+
+
+# -- a file cut short while it is read ------------------------------------------
+
+
+@pytest.mark.parametrize("device", [False, pytest.param(True, marks=pytest.mark.gpu)], ids=["host", "device"])
+def test_file_truncated_while_read(tmp_path, device):
+    """Another thread shrinks the file during a read: a short count or a clean
+    error, and everything below the final size is exact."""
+    run_child(
+        f"""
+        import random
+        folder = {str(tmp_path)!r}
+        if {device!r}:
+            import cupy as xp
+        else:
+            xp = np
+        path = os.path.join(folder, "shrinking.bin")
+        size = 16 * MiB
+        data = payload(size, 5)
+        rng = random.Random(7)
+        outcomes = set()
+        for trial in range(20):
+            with open(path, "wb") as w:
+                w.write(data.tobytes())
+            final = rng.randrange(0, size)
+            steps = sorted({{rng.randrange(final, size + 1) for _ in range(3)}} | {{final}}, reverse=True)
+            delay = rng.random() * 0.004
+            out = xp.full(size, 0xA5, dtype=xp.uint8)
+
+            def shrink():
+                threading.Event().wait(delay)
+                for n in steps:  # never grows: bytes below each size stay valid
+                    os.truncate(path, n)
+
+            t = threading.Thread(target=shrink, daemon=True)
+            with gdscp.CuFile(path, "r") as f:
+                t.start()
+                try:
+                    n = f.read(out, task_size=128 << 10)
+                except RuntimeError as e:  # every gdscp error is one (OSError ones too)
+                    assert path in str(e), e
+                    outcomes.add("error")
+                    n = None
+            t.join(30)
+            assert not t.is_alive()
+            if n is not None:
+                outcomes.add("full" if n == size else "short")
+                assert final <= n <= size, (n, final)
+                host = out.get() if hasattr(out, "get") else out
+                assert np.array_equal(host[:final], data[:final]), "bytes below the final size differ"
+        print("outcomes", sorted(outcomes))
+        assert_healthy(folder, xp)
+        """,
+        tmp_path,
+    )
+
+
+# -- permission denied -----------------------------------------------------------
+
+# Root ignores file modes through two capabilities; the child gives them up
+# (effective set only, so nothing outside the child changes) and is then
+# refused like any other user. capget/capset through libc, version 3 headers.
+DROP_DAC_OVERRIDE = r"""
+import ctypes
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+if os.geteuid() == 0:
+    _libc = ctypes.CDLL(None, use_errno=True)
+    _hdr, _data = _CapHeader(0x20080522, 0), (_CapData * 2)()
+    if _libc.capget(ctypes.byref(_hdr), _data) != 0:
+        print("SKIP: capget failed:", os.strerror(ctypes.get_errno())); sys.exit(77)
+    _data[0].effective &= ~((1 << 1) | (1 << 2))  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH
+    if _libc.capset(ctypes.byref(_hdr), _data) != 0:
+        print("SKIP: capset failed:", os.strerror(ctypes.get_errno())); sys.exit(77)
+"""
+
+
+def test_permission_denied(tmp_path):
+    """Refused opens are PermissionError naming the file, and leave no file
+    behind; then the next open works."""
+    secret = tmp_path / "secret.bin"
+    readable = tmp_path / "readable.bin"
+    locked = tmp_path / "locked"
+    scratch = tmp_path / "scratch"
+    data = np.random.default_rng(6).integers(0, 256, 3 << 20, dtype=np.uint8)
+    data.tofile(secret)
+    data.tofile(readable)
+    locked.mkdir()
+    scratch.mkdir()
+    os.chmod(secret, 0o000)
+    os.chmod(readable, 0o444)
+    os.chmod(locked, 0o555)
+    try:
+        run_child(
+            DROP_DAC_OVERRIDE
+            + f"""
+folder = {str(tmp_path)!r}
+secret, readable = {str(secret)!r}, {str(readable)!r}
+new = os.path.join({str(locked)!r}, "new.bin")
+for _ in range(3):
+    expect_os_error(lambda: gdscp.CuFile(secret, "r"), errno.EACCES, secret)
+    expect_os_error(lambda: gdscp.CuFile(readable, "r+"), errno.EACCES, readable)
+    expect_os_error(lambda: gdscp.CuFile(new, "w"), errno.EACCES, new)
+    try:
+        gdscp.CuFile(secret, "r")
+    except PermissionError:
+        pass  # the Pythonic class, as well as RuntimeError
+assert not os.path.exists(new)
+expected = np.fromfile(readable, dtype=np.uint8)
+out = np.empty(expected.nbytes, dtype=np.uint8)
+with gdscp.CuFile(readable, "r") as f:
+    assert f.read(out, task_size=MiB) == out.nbytes
+assert np.array_equal(out, expected)
+assert_healthy({str(scratch)!r})
+""",
+            tmp_path,
+        )
+    finally:
+        os.chmod(secret, 0o600)
+        os.chmod(locked, 0o755)
+
+
+# -- the GPU out of memory ---------------------------------------------------------
+
+
+@pytest.mark.gpu
+def test_gpu_out_of_memory_leaves_gdscp_working(tmp_path):
+    run_child(
+        f"""
+        import cupy
+        folder = {str(tmp_path)!r}
+        free, total = cupy.cuda.runtime.memGetInfo()
+        try:
+            cupy.empty(total + (1 << 30), dtype=cupy.uint8)
+        except cupy.cuda.memory.OutOfMemoryError:
+            pass
+        else:
+            raise AssertionError("an allocation larger than the GPU succeeded")
+        # Fill most of what is free, then transfer into the rest.
+        hog = cupy.empty(max(free - (2 << 30), 0), dtype=cupy.uint8)
+        assert_healthy(folder, cupy)
+        del hog
+        cupy.get_default_memory_pool().free_all_blocks()
+        assert_healthy(folder, cupy)
+        """,
+        tmp_path,
+    )
+
+
+# -- Ctrl-C while a transfer is in flight ------------------------------------------
+
+
+def test_keyboard_interrupt_while_waiting(tmp_path):
+    """SIGINT during get(): the transfer is cancelled, KeyboardInterrupt
+    propagates, and the engine is healthy afterwards."""
+    run_child(
+        f"""
+        import time
+        folder = {str(tmp_path)!r}
+        path = os.path.join(folder, "big.bin")
+        data = payload(64 * MiB, 8)
+        with gdscp.CuFile(path, "w") as f:
+            f.write(data)
+        gdscp.defaults.set("num_threads", 1)
+        interrupted = 0
+        for trial in range(5):
+            out = np.zeros_like(data)
+            with gdscp.CuFile(path, "r") as f:
+                waiting = threading.Event()
+
+                def interrupt():
+                    waiting.wait()
+                    time.sleep(0.01)
+                    os.kill(os.getpid(), signal.SIGINT)
+
+                t = threading.Thread(target=interrupt, daemon=True)
+                t.start()
+                future = f.pread(out, task_size=4096)
+                try:
+                    waiting.set()
+                    n = future.get()
+                    t.join()
+                    time.sleep(0.2)  # the signal lands here if the read won the race
+                    assert n == data.nbytes and np.array_equal(out, data)
+                except KeyboardInterrupt:
+                    interrupted += 1
+                    assert future.done(), "get() returned before the cancelled tasks finished"
+                    assert future.progress() <= data.nbytes
+                t.join()
+        print("interrupted", interrupted, "of 5")
+        gdscp.defaults.set("num_threads", 4)
+        assert_healthy(folder)
+        """,
+        tmp_path,
+    )
+
+
+# -- gdscp copy under signals and a full disk ---------------------------------------
+
+COPY_SIZE = 200 * MiB
+OLD_CONTENT = b"the old destination, which must survive a failed copy\n" * 100
+
+
+def _copy_command_available() -> bool:
+    return (
+        importlib.util.find_spec("gdscp.__main__") is not None
+        and importlib.util.find_spec("gdscp.cli.copy") is not None
+    )
+
+
+needs_copy = pytest.mark.skipif(not _copy_command_available(), reason="`gdscp copy` (gdscp/cli/copy.py) is not there yet")
+
+
+def _digest(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(4 * MiB), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+@pytest.fixture(scope="module")
+def big_source(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("copy-src")
+    path = str(folder / "big.bin")
+    rng = np.random.default_rng(9)
+    with open(path, "wb") as f:
+        for _ in range(COPY_SIZE // (8 * MiB)):
+            f.write(rng.integers(0, 256, 8 * MiB, dtype=np.uint8).tobytes())
+    return path, _digest(path)
+
+
+def _copy_argv(src: str, dst: str) -> list[str]:
+    # Small tasks so that a copy takes long enough to be interrupted part way.
+    return [sys.executable, "-m", "gdscp", "copy", src, dst, "--task-size", "256KiB"]
+
+
+def _check_destination(folder: str, dst: str, rc: int, src_digest: str, had_old: bool, what: str) -> str:
+    """The destination folder holds only the destination, which is old, new or absent."""
+    leftovers = sorted(set(os.listdir(folder)) - {os.path.basename(dst)})
+    assert not leftovers, f"{what}: temporary files left behind: {leftovers}"
+    if not os.path.exists(dst):
+        assert rc != 0, f"{what}: exit status 0 but no destination"
+        return "absent"
+    if had_old and os.path.getsize(dst) == len(OLD_CONTENT):
+        with open(dst, "rb") as f:
+            if f.read() == OLD_CONTENT:
+                assert rc != 0, f"{what}: exit status 0 but the old destination is still there"
+                return "old"
+    assert os.path.getsize(dst) == COPY_SIZE, f"{what}: partial destination ({os.path.getsize(dst)} bytes)"
+    assert _digest(dst) == src_digest, f"{what}: destination differs from the source"
+    return "complete"
+
+
+def _run_copy(src: str, dst: str, tmp_path, **popen) -> subprocess.Popen:
+    return subprocess.Popen(
+        _copy_argv(src, dst), cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, **popen
+    )
+
+
+def _finish(proc: subprocess.Popen, what: str) -> tuple[int, str]:
+    try:
+        out, err = proc.communicate(timeout=CHILD_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        pytest.fail(f"{what}: gdscp copy hung\nstderr:\n{err.decode(errors='replace')}")
+    return proc.returncode, err.decode(errors="replace")
+
+
+def _interrupt_copies(big_source, tmp_path, sig: int, iterations: int) -> None:
+    src, src_digest = big_source
+    rng = random.Random(f"{sig}-{iterations}")
+
+    # One uninterrupted copy: it must succeed, and it sets the range of delays.
+    folder = tmp_path / "baseline"
+    folder.mkdir()
+    dst = str(folder / "dst.bin")
+    started = time.monotonic()
+    rc, err = _finish(_run_copy(src, dst, tmp_path), "baseline")
+    duration = time.monotonic() - started
+    assert rc == 0, err
+    assert _check_destination(str(folder), dst, rc, src_digest, False, "baseline") == "complete"
+
+    outcomes = []
+    for i in range(iterations):
+        folder = tmp_path / f"run{i}"
+        folder.mkdir()
+        dst = str(folder / "dst.bin")
+        had_old = i % 2 == 0
+        if had_old:
+            with open(dst, "wb") as f:
+                f.write(OLD_CONTENT)
+        delay = rng.uniform(0.0, duration)
+        what = f"{signal.Signals(sig).name} after {delay:.3f} s (copy takes {duration:.3f} s), old destination: {had_old}"
+        proc = _run_copy(src, dst, tmp_path)
+        time.sleep(delay)
+        if proc.poll() is None:
+            proc.send_signal(sig)
+        rc, err = _finish(proc, what)
+        state = _check_destination(str(folder), dst, rc, src_digest, had_old, what)
+        if state != "complete":
+            assert rc != 0, f"{what}: exit status 0 but the copy did not happen"
+        outcomes.append((round(delay, 3), rc, state))
+        shutil.rmtree(folder)
+    print(f"{signal.Signals(sig).name} outcomes (delay, exit status, destination):", outcomes)
+
+
+@needs_copy
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_copy_interrupted(big_source, tmp_path, sig):
+    _interrupt_copies(big_source, tmp_path, sig, iterations=4)
+
+
+@needs_copy
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_copy_interrupted_many_times(big_source, tmp_path, sig):
+    _interrupt_copies(big_source, tmp_path, sig, iterations=30)
+
+
+def _cap_file_size(limit: int):
+    def preexec() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+
+    return preexec
+
+
+@needs_copy
+@pytest.mark.parametrize("had_old", [False, True], ids=["new", "over-old"])
+def test_copy_disk_full(big_source, tmp_path, had_old):
+    src, src_digest = big_source
+    folder = tmp_path / "dst"
+    folder.mkdir()
+    dst = str(folder / "dst.bin")
+    if had_old:
+        with open(dst, "wb") as f:
+            f.write(OLD_CONTENT)
+    proc = _run_copy(src, dst, tmp_path, preexec_fn=_cap_file_size(50 * MiB))
+    rc, err = _finish(proc, "disk full")
+    assert rc == 1, f"exit status {rc}, expected 1\n{err}"
+    assert "File too large" in err or "EFBIG" in err or "errno 27" in err, err
+    state = _check_destination(str(folder), dst, rc, src_digest, had_old, "disk full")
+    assert state == ("old" if had_old else "absent"), state

@@ -659,6 +659,23 @@ def test_copy_failing_midway_keeps_the_destination(capsys, tmp_path):
     assert code == 1 and not (tmp_path / "fresh.bin").exists() and temp_files(tmp_path) == []
 
 
+def test_write_failing_midway_keeps_the_old_file(capsys, tmp_path):
+    dst = tmp_path / "out.bin"
+    dst.write_bytes(b"precious")
+    dst.chmod(0o640)
+    _core._arm_fault("pwrite", 2, 1, errno.EIO)
+    try:
+        code, _, err = cli(capsys, "write", dst, "--size", "1M", "--chunk-size", "64K", "--host")
+    finally:
+        _core._disarm_fault()
+    assert code == 1 and "Input/output error" in err
+    assert dst.read_bytes() == b"precious" and temp_files(tmp_path) == []
+    # Once it succeeds, the new bytes replace the old file, which keeps its mode.
+    assert cli(capsys, "write", dst, "--size", "1M", "--pattern", "seq", "--host")[0] == 0
+    assert dst.stat().st_size == MiB and stat.S_IMODE(dst.stat().st_mode) == 0o640
+    assert temp_files(tmp_path) == []
+
+
 @pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_copy_interrupted_by_a_signal(capsys, tmp_path, monkeypatch, signum, code):
     random_file(tmp_path / "src.bin", MiB)

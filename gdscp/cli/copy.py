@@ -10,11 +10,8 @@ destination as it was.
 
 from __future__ import annotations
 
-import errno
 import os
-import signal
 import stat
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +22,7 @@ from rich.table import Table
 
 from .. import CuFile, memory
 from . import options
+from .atomic import TEMP_SUFFIX, fsync_dir, make_temp
 from .output import EXIT_FAILURE, Failure, Output, describe
 from .progress import TransferProgress
 from .units import format_bytes, format_rate, format_seconds, gb_per_s
@@ -33,7 +31,6 @@ from .write import drop_cache
 __all__ = ["copy"]
 
 _VERIFY_BLOCK = 4 << 20
-_TEMP_SUFFIX = ".gdscp-tmp"
 
 
 @dataclass
@@ -62,17 +59,6 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path or ".", os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    except OSError as exc:
-        if exc.errno not in (errno.EINVAL, errno.ENOTSUP):  # some filesystems cannot sync directories
-            raise
-    finally:
-        os.close(fd)
 
 
 def _inside(child: str, parent: str) -> bool:
@@ -212,7 +198,7 @@ class _Copier:
                 raise Failure(f"cannot overwrite directory '{job.dst}' with a symbolic link")
         target = os.readlink(job.src)
         directory = os.path.dirname(job.dst) or "."
-        tmp = os.path.join(directory, f".{os.path.basename(job.dst)}.{os.getpid()}{_TEMP_SUFFIX}")
+        tmp = os.path.join(directory, f".{os.path.basename(job.dst)}.{os.getpid()}{TEMP_SUFFIX}")
         os.symlink(target, tmp)
         try:
             if self.preserve:
@@ -249,16 +235,10 @@ class _Copier:
         tmp = None
         committed = False
         try:
-            # Ctrl-C or SIGTERM between creating the temporary file and knowing its
-            # name would leave it behind: hold them off until `tmp` is set.
-            blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
             try:
-                fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(dst)}.", suffix=_TEMP_SUFFIX, dir=directory)
+                tmp = make_temp(dst)
             except OSError as exc:
                 raise Failure(f"cannot create '{dst}': {exc.strerror}") from None
-            finally:
-                signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
-            os.close(fd)
             with CuFile(src, "r") as reader, CuFile(tmp, "w") as writer:
                 if self.device is None:
                     record.read_backend = record.write_backend = "posix"
@@ -286,7 +266,7 @@ class _Copier:
             else:
                 os.replace(tmp, dst)
                 committed = True
-            _fsync_dir(directory)
+            fsync_dir(directory)
             record.bytes = st.st_size
         finally:
             if tmp is not None and not committed:

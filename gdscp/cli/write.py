@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import enum
 import os
+import stat
 import time
 from pathlib import Path
 from typing import Annotated
@@ -14,6 +15,7 @@ from rich.table import Table
 
 from .. import CuFile, memory
 from . import options
+from .atomic import fsync_dir, make_temp
 from .output import Failure, Output, UsageError
 from .progress import TransferProgress
 from .units import format_bytes, format_rate, format_seconds, gb_per_s, size_option
@@ -98,7 +100,9 @@ def write(
 ) -> None:
     """Fill GPU memory with a pattern and write SIZE bytes of it to FILE, like dd.
 
-    FILE is created or truncated. Sizes larger than the buffer are written in
+    FILE is created or replaced: the bytes go to a temporary file beside it,
+    renamed over FILE once all are written (and fsynced), so an interrupted
+    write leaves the old FILE intact (a device is written in place). Sizes larger than the buffer are written in
     chunks, the next chunk filled while the previous one is written; the bytes
     depend only on pattern, seed and position, so they are the same however the
     file was written. Without a GPU, or with --host, host memory is used.
@@ -125,36 +129,59 @@ def write(
             memory.fill(slots[slot][:n], kind, seed, pos)
             filled[slot] = True
 
-        with CuFile(path, "w") as cf:
-            backend = "posix" if where is None else cf.backend
-            reason = "host memory always takes the POSIX path" if where is None else cf.backend_reason
-            if pieces:
-                fill(0, *pieces[0])  # before the clock starts: the first fill is not a write
-            pending: collections.deque = collections.deque()
-            with TransferProgress(out.stderr, size, 1, "write", enabled=out.show_progress) as progress:
-                start = time.perf_counter()
-                try:
-                    for k, (pos, n) in enumerate(pieces):
-                        slot = k % 2
-                        if len(pending) == nslots:
+        # A regular file (or a new one) is written beside its final name and
+        # renamed into place once complete: an interrupted or failed write never
+        # leaves a partial FILE where a good one was. Devices are written in place.
+        in_place = os.path.exists(path) and not stat.S_ISREG(os.stat(path).st_mode)
+        try:
+            target = path if in_place else make_temp(path)
+        except OSError as exc:
+            raise Failure(f"cannot create '{path}': {exc.strerror}") from None
+        committed = in_place
+        try:
+            with CuFile(target, "w") as cf:
+                backend = "posix" if where is None else cf.backend
+                reason = "host memory always takes the POSIX path" if where is None else cf.backend_reason
+                if pieces:
+                    fill(0, *pieces[0])  # before the clock starts: the first fill is not a write
+                pending: collections.deque = collections.deque()
+                with TransferProgress(out.stderr, size, 1, "write", enabled=out.show_progress) as progress:
+                    start = time.perf_counter()
+                    try:
+                        for k, (pos, n) in enumerate(pieces):
+                            slot = k % 2
+                            if len(pending) == nslots:
+                                _finish(progress, pending.popleft(), path)
+                            if k:
+                                fill(slot, pos, n)
+                            pending.append((cf.pwrite(slots[slot][:n], n, pos), pos, n))
+                        while pending:
                             _finish(progress, pending.popleft(), path)
-                        if k:
-                            fill(slot, pos, n)
-                        pending.append((cf.pwrite(slots[slot][:n], n, pos), pos, n))
-                    while pending:
-                        _finish(progress, pending.popleft(), path)
-                finally:
-                    for future, _pos, _n in pending:
-                        future.cancel()
-                    for future, _pos, _n in pending:
-                        try:
-                            future.get()
-                        except BaseException:  # noqa: BLE001 - the first error is the one reported
-                            pass
+                    finally:
+                        for future, _pos, _n in pending:
+                            future.cancel()
+                        for future, _pos, _n in pending:
+                            try:
+                                future.get()
+                            except BaseException:  # noqa: BLE001 - the first error is the one reported
+                                pass
+                    if fsync:
+                        os.fsync(cf.fileno())
+                    seconds = time.perf_counter() - start
+                    progress.file_done()
+
+            if not in_place:
+                os.chmod(target, _new_file_mode(path))
+                os.replace(target, path)
+                committed = True
                 if fsync:
-                    os.fsync(cf.fileno())
-                seconds = time.perf_counter() - start
-                progress.file_done()
+                    fsync_dir(os.path.dirname(os.path.abspath(path)))
+        finally:
+            if not committed:
+                try:
+                    os.unlink(target)
+                except OSError:
+                    pass
 
         if verify:
             verify_pattern(path, size, kind, seed)
@@ -188,6 +215,16 @@ def write(
             return table
 
         out.result(data, render)
+
+
+def _new_file_mode(path: str) -> int:
+    """The mode `open(path, "w")` would leave: an existing file's, else 0666 less the umask."""
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
 
 
 def _finish(progress: TransferProgress, item, path: str) -> None:

@@ -10,9 +10,9 @@ cuFile where GPUDirect Storage really works), ``num_threads`` (the worker
 pool), ``task_size`` (largest piece of a request one worker takes),
 ``gds_threshold`` (requests below it run on the calling thread),
 ``bounce_buffer_size`` (pinned staging buffer size), and gdscp's own
-``direct_io`` ("auto": O_DIRECT for reads of 1 MiB and more that the page
-cache does not hold, and for writes of 4 MiB and more; "on": O_DIRECT for
-the aligned middle of every transfer of 1 MiB and more; "off": never) and
+``direct_io`` ("auto": O_DIRECT for writes of 4 MiB and more, reads through
+the page cache; "on": O_DIRECT for the aligned middle of every read and write
+of 1 MiB and more; "off": never) and
 ``min_task_size`` (medium requests are split down to this size so every
 worker gets a share), and ``pipeline_depth`` (staging buffers in flight per worker).
 """

@@ -1,10 +1,8 @@
 #include "gdscp/posix_backend.hpp"
 
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <unordered_map>
@@ -100,35 +98,6 @@ class StreamDrain {
   CUstream s_;
 };
 
-#ifndef __NR_cachestat
-#define __NR_cachestat 451  // the same on every architecture (Linux 6.5+)
-#endif
-struct CacheStatRange {
-  uint64_t off;
-  uint64_t len;
-};
-struct CacheStat {
-  uint64_t nr_cache, nr_dirty, nr_writeback, nr_evicted, nr_recently_evicted;
-};
-
-// Whether the page cache holds every page of the range (cachestat(2), which,
-// unlike a RWF_NOWAIT read, starts no readahead). Where the kernel lacks
-// cachestat the answer is yes, which keeps reads buffered.
-bool fully_cached(int fd, size_t size, int64_t off) {
-  static std::atomic<bool> unsupported{false};
-  if (unsupported.load(std::memory_order_relaxed)) return true;
-  static const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
-  CacheStatRange range{static_cast<uint64_t>(off), size};
-  CacheStat stat{};
-  if (::syscall(__NR_cachestat, fd, &range, &stat, 0) != 0) {
-    if (errno == ENOSYS) unsupported.store(true, std::memory_order_relaxed);
-    return true;
-  }
-  const size_t first = static_cast<size_t>(off) / page;
-  const size_t last = (static_cast<size_t>(off) + size + page - 1) / page;
-  return stat.nr_cache >= last - first;
-}
-
 size_t finish(size_t bytes, Request* progress) {
   if (progress) progress->add_progress(bytes);
   return bytes;
@@ -190,11 +159,11 @@ size_t PosixBackend::write(const MemoryTarget& mem, const char* base, ChunkQueue
 
 size_t PosixBackend::read_host(char* dst, size_t size, int64_t off, const Settings& s, Request* progress) {
   const File& f = *file_;
-  const bool may_direct = s.direct_io != DirectIO::off && f.direct_fd() >= 0 && size >= kDirectMin;
+  // Reads go O_DIRECT only when asked ("on"): with 16 workers, buffered reads
+  // and the kernel's readahead beat O_DIRECT on cold data in interleaved runs
+  // on the H200 machine (docs/benchmarks.md), and hot data needs the cache.
   size_t done = 0;
-  // In automatic mode O_DIRECT is only for ranges the page cache lacks: cached
-  // data is served from memory, cold data skips the cache's extra copy.
-  if (may_direct && (s.direct_io == DirectIO::on || !fully_cached(f.fd(), size, off))) {
+  if (s.direct_io == DirectIO::on && f.direct_fd() >= 0 && size >= kDirectMin) {
     const size_t rest = size - done;
     const int64_t rest_off = off + static_cast<int64_t>(done);
     const AlignedSplit part = align_split(rest_off, rest, kDirectAlign);

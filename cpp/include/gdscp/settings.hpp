@@ -8,8 +8,8 @@ namespace gdscp {
 
 enum class CompatMode { off = 0, on = 1, automatic = 2 };
 
-// O_DIRECT for host-side transfers of 1 MiB and more: never, always (aligned
-// middle only), or for reads of ranges the page cache does not hold.
+// O_DIRECT for host-side transfers of 1 MiB and more: never; always (the
+// aligned middle of reads and writes); or for writes of 4 MiB and more.
 enum class DirectIO { off = 0, on = 1, automatic = 2 };
 
 struct Settings {

@@ -129,3 +129,12 @@ def tmp_file(tmp_path):
         return path, data
 
     return make
+
+
+@pytest.fixture(autouse=True)
+def _outside_the_source_tree(tmp_path_factory, monkeypatch):
+    """Run every test from a scratch directory. Subprocesses (`python -c`,
+    `python -m gdscp`) put their working directory on sys.path, and from the
+    repository root they would import the uncompiled source tree instead of
+    the installed package."""
+    monkeypatch.chdir(tmp_path_factory.getbasetemp())

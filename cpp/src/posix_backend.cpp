@@ -23,7 +23,7 @@ constexpr size_t kDirectMin = 1u << 20;  // below this O_DIRECT costs more than 
 // reached the disk's own rate (2.57 against 1.78 GB/s buffered on the H200
 // machine, docs/benchmarks.md).
 constexpr size_t kDirectWriteMin = 4u << 20;
-constexpr size_t kMaxWritePiece = 64u << 20;  // bounds the pinned memory a writing worker holds
+constexpr size_t kMaxWritePiece = 64u << 20;  // bounds the staging memory a writing worker holds
 constexpr int kMaxDepth = 8;             // staging buffers per worker: read into one while others copy
 
 ssize_t sys_pread(int fd, void* buf, size_t n, int64_t off) {
@@ -101,6 +101,12 @@ class StreamDrain {
 size_t finish(size_t bytes, Request* progress) {
   if (progress) progress->add_progress(bytes);
   return bytes;
+}
+
+// Writes stage whole chunks (up to task_size), not bounce-sized pieces: the
+// disk, not host memory, limits them, and it prefers large requests.
+size_t write_piece(const Settings& s) {
+  return std::max(s.bounce_buffer_size, std::min(s.task_size, kMaxWritePiece));
 }
 
 size_t pipeline_depth(const Settings& s) {
@@ -204,12 +210,25 @@ size_t PosixBackend::write_host(const char* src, size_t size, int64_t off, const
                       : s.direct_io == DirectIO::automatic && size >= kDirectWriteMin;
   if (direct && f.direct_fd() >= 0) {
     const AlignedSplit part = align_split(off, size, kDirectAlign);
-    const char* mid = src + part.head;
-    if (part.middle >= kDirectMin && reinterpret_cast<uintptr_t>(mid) % kDirectAlign == 0) {
+    if (part.middle >= kDirectMin) {
       pwrite_full(f.fd(), src, part.head, off, f.path());
+      const char* mid = src + part.head;
       const int64_t mid_off = off + static_cast<int64_t>(part.head);
-      const size_t moved = direct_transfer<true>(f.direct_fd(), const_cast<char*>(mid), part.middle,
-                                                 mid_off, f.path());
+      size_t moved = 0;
+      if (reinterpret_cast<uintptr_t>(mid) % kDirectAlign == 0) {
+        moved = direct_transfer<true>(f.direct_fd(), const_cast<char*>(mid), part.middle, mid_off, f.path());
+      } else {
+        // Unaligned user memory: copy into an aligned bounce, then O_DIRECT.
+        auto bounce = BufferPool::aligned().acquire(std::min(write_piece(s), part.middle));
+        while (moved < part.middle) {
+          const size_t n = std::min(bounce.size(), part.middle - moved);
+          std::memcpy(bounce.get(), mid + moved, n);
+          const size_t put = direct_transfer<true>(f.direct_fd(), static_cast<char*>(bounce.get()), n,
+                                                   mid_off + static_cast<int64_t>(moved), f.path());
+          moved += put;
+          if (put < n) break;  // refused after all: the buffered descriptor takes the rest
+        }
+      }
       const size_t done = part.head + moved;
       pwrite_full(f.fd(), src + done, size - done, off + static_cast<int64_t>(done), f.path());
       return finish(size, progress);
@@ -287,9 +306,7 @@ size_t PosixBackend::write_device(const MemoryTarget& mem, const char* base, Chu
   Chunk pending[kMaxDepth];
   StreamDrain drain(drv, st.stream);
   const auto dev = reinterpret_cast<CUdeviceptr>(base);
-  // Writes stage whole chunks (up to task_size), not bounce-sized pieces: the
-  // disk, not host memory, limits them, and it prefers large requests.
-  const size_t piece = std::max(s.bounce_buffer_size, std::min(s.task_size, kMaxWritePiece));
+  const size_t piece = write_piece(s);
   PieceStream pieces(work, piece);
   auto issue_copy = [&](size_t slot) {
     if (!bufs[slot].get()) bufs[slot] = BufferPool::pinned().acquire(piece);

@@ -8,6 +8,7 @@ user of that library would make.
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import os
 from typing import Any, Iterator, Optional
@@ -29,7 +30,7 @@ __all__ = [
 TOOL_NAMES = ("gdscp", "python", "numpy_cupy", "kvikio")
 
 
-class Tool:
+class Tool(abc.ABC):
     """One way of moving bytes between a file and the target memory."""
 
     name = ""
@@ -45,21 +46,25 @@ class Tool:
         """Apply this tool's settings (thread count) for the duration of the block."""
         yield
 
+    @abc.abstractmethod
     def open(self, path: str, mode: str) -> Any:
-        raise NotImplementedError
+        ...
 
+    @abc.abstractmethod
     def close(self, handle: Any) -> None:
-        raise NotImplementedError
+        ...
 
+    @abc.abstractmethod
     def read(self, handle: Any, buf: Any, size: int, offset: int, task_size: Optional[int]) -> int:
-        raise NotImplementedError
+        ...
 
+    @abc.abstractmethod
     def write(self, handle: Any, buf: Any, size: int, task_size: Optional[int]) -> int:
         """Write ``size`` bytes of ``buf`` at offset 0 and fsync."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def describe(self, mode: str) -> str:
-        raise NotImplementedError
+        ...
 
     @property
     def label(self) -> str:

@@ -349,6 +349,12 @@ def test_wrong_bytes_are_caught(tmp_path):
         def read(self, handle, buf, size, offset, task_size):
             return size  # claims the bytes, delivers none
 
+        def write(self, handle, buf, size, task_size):
+            return size
+
+        def describe(self, mode):
+            return "a tool that lies"
+
     buf = HostTarget().empty(MiB)
     liar = Liar(HostTarget())
     measure.time_seq_read(liar, str(path), buf, MiB)

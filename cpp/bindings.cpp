@@ -152,7 +152,6 @@ NB_MODULE(_core, m) {
       .def("closed", &gdscp::Handle::closed)
       .def("fileno", &gdscp::Handle::fileno)
       .def("open_flags", &gdscp::Handle::open_flags)
-      .def("size", &gdscp::Handle::size)
       .def("path", &gdscp::Handle::path)
       .def("backend", &gdscp::Handle::backend)
       .def("backend_reason", &gdscp::Handle::backend_reason)

@@ -30,18 +30,19 @@ std::string CuFileDriver::status_text(CUfileError_t status) {
 }
 
 const CuFileDriver* CuFileDriver::load(const std::string& hint, std::string& error) {
-  void* lib = nullptr;
-  std::string why;
-  if (!hint.empty()) {
-    lib = ::dlopen(hint.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (!lib) why = ::dlerror();
-  }
-  if (!lib) lib = ::dlopen("libcufile.so.0", RTLD_NOW | RTLD_LOCAL);
+  // The system's library first (it matches the installed driver), then the
+  // nvidia-cufile wheel's, which the Python side finds with cuda-pathfinder.
+  void* lib = ::dlopen("libcufile.so.0", RTLD_NOW | RTLD_LOCAL);
   if (!lib) {
     const char* e = ::dlerror();
-    error = "libcufile.so.0 could not be loaded: " + std::string(e ? e : "") +
-            (why.empty() ? "" : "; also tried " + hint + ": " + why);
-    return nullptr;
+    error = "libcufile.so.0 could not be loaded: " + std::string(e ? e : "");
+    if (hint.empty()) return nullptr;
+    lib = ::dlopen(hint.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+      const char* h = ::dlerror();
+      error += "; nor " + hint + ": " + std::string(h ? h : "");
+      return nullptr;
+    }
   }
   auto* drv = new CuFileDriver();
 #define GDSCP_RESOLVE(name) drv->name = reinterpret_cast<decltype(drv->name)>(::dlsym(lib, #name));

@@ -90,7 +90,6 @@ std::shared_ptr<const OpenFile> Handle::state() const {
 
 int Handle::fileno() const { return state()->file->fd(); }
 int Handle::open_flags() const { return state()->file->open_flags(); }
-int64_t Handle::size() const { return state()->file->size(); }
 std::string Handle::path() const { return path_; }
 
 std::unique_ptr<Future> Handle::submit(bool write, uintptr_t buf, bool device, size_t size, int64_t offset,

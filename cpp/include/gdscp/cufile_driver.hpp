@@ -22,8 +22,8 @@ namespace gdscp {
 
 class CuFileDriver {
  public:
-  // Loads the library (first `library_hint` if given, else the system's
-  // libcufile.so.0) and opens the driver, once. nullptr on failure; error() says why.
+  // Loads the library (the system's libcufile.so.0, else `library_hint`) and
+  // opens the driver, once. nullptr on failure; error() says why.
   static const CuFileDriver* get(const std::string& library_hint = {});
   static std::string error();
 

@@ -78,7 +78,6 @@ class Handle {
   bool closed() const;
   int fileno() const;
   int open_flags() const;
-  int64_t size() const;
   std::string path() const;
   // Which backend device memory goes through ("cufile" or "posix"), and why.
   const std::string& backend() const noexcept { return backend_; }

@@ -1,5 +1,7 @@
 #include "gdscp/thread_pool.hpp"
 
+#include <pthread.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -24,12 +26,19 @@ ThreadPool::~ThreadPool() {
 }
 
 void ThreadPool::spawn_locked(unsigned upto) {
+  // Workers start with every signal blocked (a new thread inherits its
+  // creator's mask), so Ctrl-C and SIGTERM reach a Python thread: CPython
+  // notices a signal that a foreign thread caught only much later, if at all.
+  sigset_t all, previous;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &previous);
   while (workers_.size() < upto) {
     auto w = std::make_unique<Worker>();
     Worker* self = w.get();
     w->thread = std::thread([this, self] { worker_loop(self); });
     workers_.push_back(std::move(w));
   }
+  pthread_sigmask(SIG_SETMASK, &previous, nullptr);
 }
 
 void ThreadPool::worker_loop(Worker* self) {

@@ -8,6 +8,9 @@ import tempfile
 from typing import Optional
 
 import numpy as np
+# numpy imports numpy.random lazily; a Ctrl-C that lands inside that import is
+# swallowed by its extension modules, so import it now, before any work starts.
+import numpy.random  # noqa: F401, E402
 
 __all__ = [
     "BenchFiles",

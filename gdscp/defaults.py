@@ -27,6 +27,7 @@ from . import _core
 
 __all__ = [
     "CompatMode",
+    "current",
     "get",
     "set",
     "compat_mode",
@@ -162,6 +163,11 @@ def _load_environment() -> None:
         raw = os.environ.get(env)
         value = default if raw is None or raw.strip() == "" else parser(env, raw)
         _apply(name, value)
+
+
+def current() -> dict[str, Any]:
+    """Every setting and its value, JSON-ready (compat_mode by name, e.g. "AUTO")."""
+    return {name: value.name if isinstance(value, CompatMode) else value for name, value in _values.items()}
 
 
 def get(name: str) -> Any:

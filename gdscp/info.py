@@ -10,7 +10,6 @@ device memory would use, and why. Nothing here needs a GPU.
 
 from __future__ import annotations
 
-import enum
 import errno
 import os
 import platform
@@ -27,19 +26,6 @@ __all__ = ["system_info", "path_info", "mount_of", "cufile_json"]
 
 _NVIDIA_VERSION = "/proc/driver/nvidia/version"
 _DEFAULT_CUFILE_JSON = "/etc/cufile.json"
-
-
-_SETTINGS = ("compat_mode", "num_threads", "task_size", "gds_threshold", "bounce_buffer_size",
-             "min_task_size", "direct_io")
-
-
-def _plain(value: Any) -> Any:
-    """A setting as JSON can hold it: enums by name ("AUTO"), everything else as is."""
-    if isinstance(value, enum.Enum):
-        return value.name
-    if isinstance(value, (bool, int, float, str)) or value is None:
-        return value
-    return str(value)
 
 
 def _package_version(name: str) -> Optional[str]:
@@ -149,7 +135,7 @@ def system_info() -> dict[str, Any]:
     """The machine as gdscp sees it (see the module docstring)."""
     cuda = _core.cuda_info()
     cufile = _core.cufile_info(_cufile_library_hint())
-    settings = {name: _plain(defaults.get(name)) for name in _SETTINGS}
+    settings = defaults.current()
     from . import __version__  # noqa: PLC0415 - the package imports this module's siblings first
 
     return {

@@ -30,15 +30,6 @@ SCHEMA = "gdscp-benchmark/1"
 Progress = Callable[[int, int, str], None]
 
 _WARMUP_RANDOM_OPS = 20
-_SETTINGS = (
-    "compat_mode",
-    "num_threads",
-    "task_size",
-    "gds_threshold",
-    "bounce_buffer_size",
-    "min_task_size",
-    "direct_io",
-)
 
 
 @dataclass(frozen=True)
@@ -169,14 +160,7 @@ class Benchmark:
     def _gdscp_info(self) -> dict:
         import gdscp
 
-        settings = {}
-        for name in _SETTINGS:
-            try:
-                value = gdscp.defaults.get(name)
-            except KeyError:
-                continue
-            settings[name] = value.name if hasattr(value, "name") else value
-        info: dict = {"version": gdscp.__version__, "settings": settings}
+        info: dict = {"version": gdscp.__version__, "settings": gdscp.defaults.current()}
         assert self.files is not None
         try:
             with gdscp.CuFile(self.files.data_path, "r") as f:

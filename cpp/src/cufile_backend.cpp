@@ -36,8 +36,9 @@ CuFileBackend::~CuFileBackend() {
   if (handle_) driver_.cuFileHandleDeregister(handle_);
 }
 
-size_t CuFileBackend::read(const MemoryTarget& mem, char* base, ChunkQueue& work, const Settings&,
-                           Request* progress) {
+template <bool Write>
+size_t CuFileBackend::transfer(const MemoryTarget& mem, char* base, ChunkQueue& work, Request* progress) {
+  const char* what = Write ? "cuFileWrite" : "cuFileRead";
   if (!mem.device) throw_invalid("the cuFile backend moves device memory only");
   const CudaDriver& cuda = CudaDriver::require();
   ScopedContext scope(cuda, mem.ctx);
@@ -46,9 +47,14 @@ size_t CuFileBackend::read(const MemoryTarget& mem, char* base, ChunkQueue& work
   while (work.next(c)) {
     for (size_t done = 0; done < c.size;) {
       const off_t at = c.file_offset + static_cast<off_t>(done);
-      const ssize_t r = driver_.cuFileRead(handle_, base, c.size - done, at, static_cast<off_t>(c.buf_offset + done));
-      if (r < 0) throw_cufile_io_error(r, "cuFileRead", file_->path(), at);
-      if (r == 0) break;  // end of file
+      const off_t buf_at = static_cast<off_t>(c.buf_offset + done);
+      const ssize_t r = Write ? driver_.cuFileWrite(handle_, base, c.size - done, at, buf_at)
+                              : driver_.cuFileRead(handle_, base, c.size - done, at, buf_at);
+      if (r < 0) throw_cufile_io_error(r, what, file_->path(), at);
+      if (r == 0) {
+        if (Write) throw_os_error(EIO, "cuFileWrite wrote nothing to", file_->path(), at);
+        break;  // end of file
+      }
       done += static_cast<size_t>(r);
       total += static_cast<size_t>(r);
       if (progress) progress->add_progress(static_cast<size_t>(r));
@@ -57,25 +63,14 @@ size_t CuFileBackend::read(const MemoryTarget& mem, char* base, ChunkQueue& work
   return total;
 }
 
+size_t CuFileBackend::read(const MemoryTarget& mem, char* base, ChunkQueue& work, const Settings&,
+                           Request* progress) {
+  return transfer<false>(mem, base, work, progress);
+}
+
 size_t CuFileBackend::write(const MemoryTarget& mem, const char* base, ChunkQueue& work, const Settings&,
                             Request* progress) {
-  if (!mem.device) throw_invalid("the cuFile backend moves device memory only");
-  const CudaDriver& cuda = CudaDriver::require();
-  ScopedContext scope(cuda, mem.ctx);
-  size_t total = 0;
-  Chunk c;
-  while (work.next(c)) {
-    for (size_t done = 0; done < c.size;) {
-      const off_t at = c.file_offset + static_cast<off_t>(done);
-      const ssize_t r = driver_.cuFileWrite(handle_, base, c.size - done, at, static_cast<off_t>(c.buf_offset + done));
-      if (r < 0) throw_cufile_io_error(r, "cuFileWrite", file_->path(), at);
-      if (r == 0) throw_os_error(EIO, "cuFileWrite wrote nothing to", file_->path(), at);
-      done += static_cast<size_t>(r);
-      total += static_cast<size_t>(r);
-      if (progress) progress->add_progress(static_cast<size_t>(r));
-    }
-  }
-  return total;
+  return transfer<true>(mem, const_cast<char*>(base), work, progress);
 }
 
 bool CuFileBackend::enqueue(bool write, const MemoryTarget& mem, void* base, CuFileAsyncOp& op, CUstream stream) {

@@ -103,9 +103,10 @@ std::unique_ptr<Future> Handle::submit(bool write, uintptr_t buf, bool device, s
   char* base = reinterpret_cast<char*>(buf);
 
   ThreadPool& pool = ThreadPool::process_default();
-  const size_t piece = effective_task_size(size, task_size, pool.size(), s.min_task_size);
+  const unsigned pool_size = pool.size();
+  const size_t piece = effective_task_size(size, task_size, pool_size, s.min_task_size);
   std::vector<Chunk> chunks = split(offset, size, piece);
-  const size_t workers = std::min<size_t>(pool.size(), chunks.size());
+  const size_t workers = std::min<size_t>(pool_size, chunks.size());
   // Small requests run here: a hand-off to a worker would cost more than it saves.
   const bool inline_run = size < s.gds_threshold || workers == 1;
   auto req = std::make_shared<Request>(inline_run ? 1 : workers, st);

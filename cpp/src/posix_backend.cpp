@@ -63,7 +63,9 @@ size_t direct_transfer(int fd, char* buf, size_t size, int64_t off, const std::s
 
 // Per thread and context: the stream staged copies go on, and one event per
 // staging slot. Created blocking (not CU_STREAM_NON_BLOCKING) so that copies
-// wait for work the caller queued on the legacy default stream.
+// wait for work the caller queued on the legacy default stream. Never
+// destroyed: at thread exit (process exit included) the context may already be
+// gone, so a thread that did device I/O leaves one stream and its events behind.
 struct StreamState {
   CUstream stream = nullptr;
   CUevent events[kMaxDepth] = {};

@@ -55,14 +55,6 @@ void ThreadPool::worker_loop(Worker* self) {
   }
 }
 
-void ThreadPool::submit(std::function<void()> task) {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    queue_.push_back(std::move(task));
-  }
-  cv_.notify_one();
-}
-
 void ThreadPool::submit_many(std::vector<std::function<void()>> tasks) {
   {
     std::lock_guard<std::mutex> lock(mutex_);

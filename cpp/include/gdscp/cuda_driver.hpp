@@ -23,25 +23,15 @@ namespace gdscp {
   X(cuCtxSetCurrent)            \
   X(cuCtxGetDevice)             \
   X(cuPointerGetAttributes)     \
-  X(cuMemGetInfo)               \
-  X(cuMemAlloc)                 \
-  X(cuMemFree)                  \
   X(cuMemHostAlloc)             \
   X(cuMemFreeHost)              \
-  X(cuMemHostRegister)          \
-  X(cuMemHostUnregister)        \
-  X(cuMemcpyHtoD)               \
-  X(cuMemcpyDtoH)               \
   X(cuMemcpyHtoDAsync)          \
   X(cuMemcpyDtoHAsync)          \
-  X(cuMemsetD8)                 \
   X(cuStreamCreate)             \
-  X(cuStreamDestroy)            \
   X(cuStreamSynchronize)        \
   X(cuEventCreate)              \
   X(cuEventRecord)              \
-  X(cuEventSynchronize)         \
-  X(cuEventDestroy)
+  X(cuEventSynchronize)
 
 class CudaDriver {
  public:

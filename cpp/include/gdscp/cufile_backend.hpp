@@ -39,6 +39,10 @@ class CuFileBackend final : public Backend {
   bool enqueue(bool write, const MemoryTarget& mem, void* base, CuFileAsyncOp& op, CUstream stream);
 
  private:
+  // The chunks `work` hands out, through cuFileRead or cuFileWrite.
+  template <bool Write>
+  size_t transfer(const MemoryTarget& mem, char* base, ChunkQueue& work, Request* progress);
+
   std::shared_ptr<File> file_;
   const CuFileDriver& driver_;
   CUfileHandle_t handle_ = nullptr;

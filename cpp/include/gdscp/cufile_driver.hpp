@@ -17,8 +17,7 @@ namespace gdscp {
 #define GDSCP_CUFILE_OPTIONAL_FUNCTIONS(X) \
   X(cuFileGetVersion)                      \
   X(cuFileReadAsync)                       \
-  X(cuFileWriteAsync)                      \
-  X(cuFileDriverGetProperties)
+  X(cuFileWriteAsync)
 
 class CuFileDriver {
  public:

@@ -19,7 +19,6 @@ class ThreadPool {
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
-  void submit(std::function<void()> task);
   void submit_many(std::vector<std::function<void()>> tasks);
 
   // Safe while work is queued or running: queued tasks stay queued; a shrinking

@@ -21,6 +21,7 @@ import cupy
 import numpy as np
 
 import gdscp
+from gdscp.bench import ceilings, files
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -36,93 +37,6 @@ def median_rate(fn, nbytes: int, runs: int) -> dict:
         times.append(time.perf_counter() - t0)
     rates = [nbytes / t / 1e9 for t in times]
     return {"gbps": statistics.median(rates), "min": min(rates), "max": max(rates), "runs": runs}
-
-
-def make_file(path: str, size: int) -> None:
-    chunk = np.random.default_rng(0).integers(0, 256, size=64 * MiB, dtype=np.uint8)
-    with open(path, "wb") as f:
-        for done in range(0, size, chunk.nbytes):
-            f.write(chunk[: min(chunk.nbytes, size - done)])
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def drop_cache(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
-
-
-def warm(path: str) -> None:
-    with open(path, "rb") as f:
-        while f.read(64 * MiB):
-            pass
-
-
-def pinned_h2d(nbytes: int, runs: int) -> dict:
-    host = cupy.cuda.alloc_pinned_memory(nbytes)
-    src = np.frombuffer(host, dtype=np.uint8, count=nbytes)
-    dst = cupy.empty(nbytes, dtype=cupy.uint8)
-    return median_rate(lambda: dst.set(src), nbytes, runs)
-
-
-def odirect_read(path: str, nbytes: int, threads: int, req: int = 16 * MiB) -> float:
-    import mmap
-    from concurrent.futures import ThreadPoolExecutor
-
-    drop_cache(path)
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
-    bufs = [mmap.mmap(-1, req) for _ in range(threads)]
-    offsets = list(range(0, nbytes, req))
-
-    def work(i):
-        buf = bufs[i]
-        for off in offsets[i::threads]:
-            os.preadv(fd, [buf], off)
-
-    t0 = time.perf_counter()
-    with ThreadPoolExecutor(threads) as ex:
-        list(ex.map(work, range(threads)))
-    dt = time.perf_counter() - t0
-    os.close(fd)
-    return nbytes / dt / 1e9
-
-
-def odirect_write(path: str, nbytes: int, threads: int = 4, req: int = 16 * MiB) -> float:
-    import mmap
-    from concurrent.futures import ThreadPoolExecutor
-
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_DIRECT, 0o644)
-    bufs = [mmap.mmap(-1, req) for _ in range(threads)]
-    for b in bufs:
-        b.write(os.urandom(req))
-    offsets = list(range(0, nbytes, req))
-
-    def work(i):
-        for off in offsets[i::threads]:
-            os.pwritev(fd, [bufs[i]], off)
-
-    t0 = time.perf_counter()
-    with ThreadPoolExecutor(threads) as ex:
-        list(ex.map(work, range(threads)))
-    os.fsync(fd)
-    dt = time.perf_counter() - t0
-    os.close(fd)
-    os.unlink(path)
-    return nbytes / dt / 1e9
-
-
-def buffered_cold_read(path: str, nbytes: int) -> float:
-    drop_cache(path)
-    buf = bytearray(16 * MiB)
-    t0 = time.perf_counter()
-    with open(path, "rb", buffering=0) as f:
-        while f.readinto(buf):
-            pass
-    return nbytes / (time.perf_counter() - t0) / 1e9
 
 
 def latencies(read_one, path_size: int, io: int, samples: int = 300) -> dict:
@@ -160,13 +74,13 @@ def main() -> int:
                      "kvikio": getattr(kvikio, "__version__", None)}
     runs = 3
     t_start = time.perf_counter()
-    make_file(path, size)
-    results["ceiling_pinned_h2d"] = pinned_h2d(1 * GiB, 5)
+    files.make_file(path, size)
+    results["ceiling_pinned_h2d"] = ceilings.pinned_copy_rate(1 * GiB, 5)
     print("pinned h2d", results["ceiling_pinned_h2d"], flush=True)
 
     dev = cupy.empty(size, dtype=cupy.uint8)
     host = np.empty(size, dtype=np.uint8)
-    warm(path)
+    files.warm_cache(path)
     ref = np.fromfile(path, dtype=np.uint8, count=64 * MiB)
 
     # --- hot file -> GPU, gdscp sweep
@@ -244,14 +158,14 @@ def main() -> int:
     # --- cold reads (2 GiB prefix) and the disk's own rates
     cold = min(size, 2 * GiB)
     cdev = dev[:cold]
-    results["disk_odirect"] = {t: odirect_read(path, cold, t) for t in (4, 16)}
-    results["disk_buffered"] = buffered_cold_read(path, cold)
+    results["disk_odirect"] = {t: ceilings.direct_read_rate(path, cold, t, 1) for t in (4, 16)}
+    results["disk_buffered"] = ceilings.buffered_read_rate(path, cold, 1)
     print("disk", results["disk_odirect"], results["disk_buffered"], flush=True)
     cg = []
     for direct in ("off", "auto"):
         for threads in (16, 32):
             with gdscp.defaults.set({"num_threads": threads, "direct_io": direct}), gdscp.CuFile(path) as f:
-                drop_cache(path)
+                files.drop_cache(path, use_drop_caches=False)
                 t0 = time.perf_counter()
                 f.read(cdev)
                 cg.append({"direct_io": direct, "num_threads": threads,
@@ -260,7 +174,7 @@ def main() -> int:
     results["gdscp_cold_gpu"] = cg
     if kvikio is not None:
         with kvikio.CuFile(path, "r") as f:
-            drop_cache(path)
+            files.drop_cache(path, use_drop_caches=False)
             t0 = time.perf_counter()
             f.read(cdev)
             results["kvikio_cold_gpu"] = cold / (time.perf_counter() - t0) / 1e9
@@ -269,7 +183,8 @@ def main() -> int:
     # --- GPU -> file with fsync
     wpath = os.path.join(args.dir, "gdscp-sweep-w.bin")
     wr = []
-    results["disk_write_odirect"] = {t: odirect_write(wpath, cold, t) for t in (1, 4)}
+    results["disk_write_odirect"] = {t: ceilings.direct_write_rate(wpath, cold, t, 1) for t in (1, 4)}
+    os.unlink(wpath)
     print("disk write (O_DIRECT + fsync)", results["disk_write_odirect"], flush=True)
     for cfg in ({}, {"direct_io": "off"}, {"num_threads": 8}):
         with gdscp.defaults.set(cfg) if cfg else contextlib.nullcontext():

@@ -343,6 +343,17 @@ def test_raw_async_with_integer_stream(cp, tmp_file):
         _check_async_round_trip(cp, f, path, data, None, cp.cuda.Device().synchronize)
 
 
+def test_raw_writes_in_append_mode_land_once_at_the_end(cp, tmp_file):
+    path, data = tmp_file(5000)
+    src = cp.asarray(cp.arange(4096, dtype=cp.int64).astype(cp.uint8))
+    with gdscp.CuFile(path, "a") as f:
+        assert f.raw_write(src, 1000, 0, 7) == 1000
+        stream = cp.cuda.Stream(non_blocking=True)
+        assert f.raw_write_async(src, stream, 3000, 0, 11).check_bytes_done() == 3000
+    want = data + src[7:1007].get().tobytes() + src[11:3011].get().tobytes()
+    assert file_bytes(path) == want
+
+
 def _cuda_core_device():
     try:
         from cuda.core import Device

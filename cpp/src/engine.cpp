@@ -54,6 +54,21 @@ MemoryTarget target_for(uintptr_t ptr, bool device) {
   return device ? resolve_device_pointer(ptr) : MemoryTarget{};
 }
 
+MemoryTarget raw_target(uintptr_t base) {
+  const MemoryTarget mem = resolve_device_pointer(base);
+  if (!mem.device) throw_invalid("raw I/O needs device memory; this buffer is host memory");
+  return mem;
+}
+
+// One transfer on the calling thread through the file's device backend.
+size_t raw_transfer(const OpenFile& st, const MemoryTarget& mem, bool write, uintptr_t base, size_t size,
+                    int64_t file_offset, int64_t dev_offset, const Settings& s) {
+  ChunkQueue one({Chunk{static_cast<size_t>(dev_offset), file_offset, size}});
+  char* p = reinterpret_cast<char*>(base);
+  Backend* b = st.device_backend();
+  return write ? b->write(mem, p, one, s, nullptr) : b->read(mem, p, one, s, nullptr);
+}
+
 std::unique_ptr<Future> finished(size_t bytes) {
   auto req = std::make_shared<Request>(1);
   req->task_done(bytes);
@@ -88,14 +103,19 @@ std::shared_ptr<const OpenFile> Handle::state() const {
   return open_;
 }
 
+std::shared_ptr<const OpenFile> Handle::open_for(bool write) const {
+  std::shared_ptr<const OpenFile> st = state();
+  if (write) st->file->require_writable(); else st->file->require_readable();
+  return st;
+}
+
 int Handle::fileno() const { return state()->file->fd(); }
 int Handle::open_flags() const { return state()->file->open_flags(); }
 std::string Handle::path() const { return path_; }
 
 std::unique_ptr<Future> Handle::submit(bool write, uintptr_t buf, bool device, size_t size, int64_t offset,
                                        size_t task_size, const Settings& s) {
-  std::shared_ptr<const OpenFile> st = state();
-  if (write) st->file->require_writable(); else st->file->require_readable();
+  std::shared_ptr<const OpenFile> st = open_for(write);
   if (size == 0) return finished(0);
   if (write && st->file->mode().append) offset = st->file->reserve_append(size);
   const MemoryTarget mem = target_for(buf, device);
@@ -146,16 +166,11 @@ std::unique_ptr<Future> Handle::pwrite(uintptr_t buf, bool device, size_t size, 
 
 size_t Handle::raw(bool write, uintptr_t base, size_t size, int64_t file_offset, int64_t dev_offset,
                    const Settings& s) {
-  std::shared_ptr<const OpenFile> st = state();
-  if (write) st->file->require_writable(); else st->file->require_readable();
-  const MemoryTarget mem = resolve_device_pointer(base);
-  if (!mem.device) throw_invalid("raw I/O needs device memory; this buffer is host memory");
+  std::shared_ptr<const OpenFile> st = open_for(write);
+  const MemoryTarget mem = raw_target(base);
   if (size == 0) return 0;
   if (write && st->file->mode().append) file_offset = st->file->reserve_append(size);
-  ChunkQueue one({Chunk{static_cast<size_t>(dev_offset), file_offset, size}});
-  char* p = reinterpret_cast<char*>(base);
-  Backend* b = st->device_backend();
-  return write ? b->write(mem, p, one, s, nullptr) : b->read(mem, p, one, s, nullptr);
+  return raw_transfer(*st, mem, write, base, size, file_offset, dev_offset, s);
 }
 
 size_t Handle::raw_read(uintptr_t base, size_t size, int64_t file_offset, int64_t dev_offset, const Settings& s) {
@@ -168,10 +183,8 @@ size_t Handle::raw_write(uintptr_t base, size_t size, int64_t file_offset, int64
 
 std::unique_ptr<StreamFuture> Handle::raw_async(bool write, uintptr_t base, size_t size, int64_t file_offset,
                                                 int64_t dev_offset, uintptr_t stream, const Settings& s) {
-  std::shared_ptr<const OpenFile> st = state();
-  if (write) st->file->require_writable(); else st->file->require_readable();
-  const MemoryTarget mem = resolve_device_pointer(base);
-  if (!mem.device) throw_invalid("raw I/O needs device memory; this buffer is host memory");
+  std::shared_ptr<const OpenFile> st = open_for(write);
+  const MemoryTarget mem = raw_target(base);
   if (write && st->file->mode().append && size > 0) file_offset = st->file->reserve_append(size);
   const auto cu_stream = reinterpret_cast<CUstream>(stream);
   if (st->cufile && size > 0) {
@@ -189,7 +202,7 @@ std::unique_ptr<StreamFuture> Handle::raw_async(bool write, uintptr_t base, size
     ScopedContext scope(drv, mem.ctx);
     drv.check(drv.cuStreamSynchronize(cu_stream), "cuStreamSynchronize");
   }
-  const size_t n = raw(write, base, size, file_offset, dev_offset, s);
+  const size_t n = size == 0 ? 0 : raw_transfer(*st, mem, write, base, size, file_offset, dev_offset, s);
   return std::make_unique<StreamFuture>(st, cu_stream, mem.ctx, n, nullptr);
 }
 

@@ -98,6 +98,8 @@ class Handle {
 
  private:
   std::shared_ptr<const OpenFile> state() const;  // throws once closed
+  // state(), checked for reading or writing.
+  std::shared_ptr<const OpenFile> open_for(bool write) const;
   std::unique_ptr<Future> submit(bool write, uintptr_t buf, bool device, size_t size, int64_t file_offset,
                                  size_t task_size, const Settings& s);
   size_t raw(bool write, uintptr_t base, size_t size, int64_t file_offset, int64_t dev_offset,

@@ -8,8 +8,7 @@ import os
 import pathlib
 from typing import Any, Optional, Union
 
-from . import _buffers, _core, _streams, defaults
-from .defaults import CompatMode
+from . import _buffers, _core, _libs, _streams, defaults
 
 __all__ = ["CuFile", "IOFuture", "IOFutureStream"]
 
@@ -93,22 +92,6 @@ def _task_size(task_size: Optional[int]) -> int:
     return task_size
 
 
-def _cufile_library_hint() -> str:
-    """Where the nvidia-cufile wheel's libcufile is, when cuFile may be used at all
-    (the engine tries the system's libcufile.so.0 first)."""
-    mode = defaults.compat_mode()
-    if mode == CompatMode.ON:
-        return ""
-    if mode == CompatMode.AUTO and not os.path.exists("/proc/driver/nvidia-fs/version"):
-        return ""
-    try:
-        from cuda.pathfinder import load_nvidia_dynamic_lib
-
-        return load_nvidia_dynamic_lib("cufile").abs_path or ""
-    except Exception:
-        return ""
-
-
 class CuFile:
     """A file open for parallel I/O between storage and device or host memory.
 
@@ -122,7 +105,7 @@ class CuFile:
         if not isinstance(flags, str):
             raise TypeError(f"flags must be a string such as 'r' or 'w+', not {type(flags).__name__}")
         path = os.fsdecode(os.fspath(file))
-        self._handle = _core.Handle(path, flags, int(defaults.compat_mode()), _cufile_library_hint())
+        self._handle = _core.Handle(path, flags, int(defaults.compat_mode()), "" if defaults.is_compat_mode_preferred() else _libs.cufile_wheel_library())
 
     # -- the file ----------------------------------------------------------
     def close(self) -> None:

@@ -23,7 +23,7 @@ import enum
 import os
 from typing import Any, Callable
 
-from . import _core
+from . import _core, _libs
 
 __all__ = [
     "CompatMode",
@@ -256,7 +256,7 @@ def is_compat_mode_preferred() -> bool:
     """True when device I/O will not use cuFile (compat_mode ON, or AUTO without nvidia-fs)."""
     mode = compat_mode()
     if mode == CompatMode.AUTO:
-        return not os.path.exists("/proc/driver/nvidia-fs/version")
+        return not _libs.nvidia_fs_present()
     return mode == CompatMode.ON
 
 

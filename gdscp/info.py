@@ -19,7 +19,7 @@ import tempfile
 from importlib import metadata
 from typing import Any, Optional
 
-from . import _core, defaults
+from . import _core, _libs, defaults
 from .cufile import CuFile
 
 __all__ = ["system_info", "path_info", "mount_of", "cufile_json"]
@@ -66,17 +66,6 @@ def _cufile_version(code: int) -> Optional[str]:
     if not code:
         return None
     return f"{code // 1000}.{(code % 1000) // 10}.{code % 10}"
-
-
-def _cufile_library_hint() -> str:
-    """The nvidia-cufile wheel's libcufile, when cuda-pathfinder can find it
-    (the engine tries the system's libcufile.so.0 first)."""
-    try:
-        from cuda.pathfinder import load_nvidia_dynamic_lib  # noqa: PLC0415
-
-        return load_nvidia_dynamic_lib("cufile").abs_path or ""
-    except Exception:
-        return ""
 
 
 def _strip_json_comments(text: str) -> str:
@@ -134,7 +123,7 @@ def cufile_json() -> dict[str, Any]:
 def system_info() -> dict[str, Any]:
     """The machine as gdscp sees it (see the module docstring)."""
     cuda = _core.cuda_info()
-    cufile = _core.cufile_info(_cufile_library_hint())
+    cufile = _core.cufile_info(_libs.cufile_wheel_library())
     settings = defaults.current()
     from . import __version__  # noqa: PLC0415 - the package imports this module's siblings first
 

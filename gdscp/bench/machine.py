@@ -7,6 +7,7 @@ import os
 import platform
 from typing import Optional
 
+from .. import _libs
 from .files import available_memory, free_disk, total_memory
 
 __all__ = ["describe_machine", "filesystem_of", "now_iso"]
@@ -112,5 +113,5 @@ def describe_machine(directory: str, device: Optional[int] = None) -> dict:
         "os": {"system": platform.system(), "release": platform.release(), "machine": platform.machine()},
         "python": platform.python_version(),
         "filesystem": filesystem_of(directory),
-        "nvidia_fs": os.path.exists("/proc/driver/nvidia-fs/version"),
+        "nvidia_fs": _libs.nvidia_fs_present(),
     }

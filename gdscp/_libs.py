@@ -1,0 +1,23 @@
+"""Where NVIDIA's pieces are on this machine, as far as Python can tell."""
+
+from __future__ import annotations
+
+import os
+
+__all__ = ["cufile_wheel_library", "nvidia_fs_present"]
+
+
+def nvidia_fs_present() -> bool:
+    """Whether the nvidia-fs kernel module (needed for GPUDirect Storage proper) is loaded."""
+    return os.path.exists("/proc/driver/nvidia-fs/version")
+
+
+def cufile_wheel_library() -> str:
+    """The nvidia-cufile wheel's libcufile, when cuda-pathfinder finds it; "" otherwise.
+    The engine tries the system's libcufile.so.0 first and this path second."""
+    try:
+        from cuda.pathfinder import load_nvidia_dynamic_lib  # noqa: PLC0415 - optional
+
+        return load_nvidia_dynamic_lib("cufile").abs_path or ""
+    except Exception:  # noqa: BLE001 - not installed, or no wheel: the system library it is
+        return ""

@@ -17,7 +17,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from gdscp.bench import ceilings, config, files, measure, report, runner, tools

@@ -10,6 +10,7 @@
 #include "gdscp/engine.hpp"
 #include "gdscp/error.hpp"
 #include "gdscp/fault.hpp"
+#include "gdscp/mapped_read.hpp"
 #include "gdscp/pinned_pool.hpp"
 #include "gdscp/system_info.hpp"
 
@@ -127,7 +128,8 @@ NB_MODULE(_core, m) {
       .def_rw("bounce_buffer_size", &Settings::bounce_buffer_size)
       .def_rw("min_task_size", &Settings::min_task_size)
       .def_rw("direct_io", &Settings::direct_io)
-      .def_rw("pipeline_depth", &Settings::pipeline_depth);
+      .def_rw("pipeline_depth", &Settings::pipeline_depth)
+      .def_rw("mapped_reads", &Settings::mapped_reads);
 
   nb::class_<gdscp::Future>(m, "Future")
       .def("get", &gdscp::Future::get, release())
@@ -191,8 +193,14 @@ NB_MODULE(_core, m) {
     drv.check(drv.cuStreamSynchronize(reinterpret_cast<CUstream>(stream)), "cuStreamSynchronize");
   }, "stream"_a, release());
   m.def("_arm_fault", [](const std::string& op, long skip, long count, int err) {
-    if (op != "pread" && op != "pwrite") throw nb::value_error("op must be 'pread' or 'pwrite'");
-    gdscp::fault::arm(op == "pread" ? gdscp::fault::Op::pread : gdscp::fault::Op::pwrite, skip, count, err);
+    using gdscp::fault::Op;
+    Op which;
+    if (op == "pread") which = Op::pread;
+    else if (op == "pwrite") which = Op::pwrite;
+    else if (op == "map_past_eof") which = Op::map_past_eof;
+    else throw nb::value_error("op must be 'pread', 'pwrite' or 'map_past_eof'");
+    gdscp::fault::arm(which, skip, count, err);
   }, "op"_a, "skip"_a, "count"_a, "errno"_a);
   m.def("_disarm_fault", &gdscp::fault::disarm);
+  m.def("mapped_read_bytes", &gdscp::mapped_read_bytes);
 }

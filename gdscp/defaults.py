@@ -14,7 +14,10 @@ pool), ``task_size`` (largest piece of a request one worker takes),
 the page cache; "on": O_DIRECT for the aligned middle of every read and write
 of 1 MiB and more; "off": never) and
 ``min_task_size`` (medium requests are split down to this size so every
-worker gets a share), and ``pipeline_depth`` (staging buffers in flight per worker).
+worker gets a share), ``pipeline_depth`` (staging buffers in flight per worker),
+and ``mapped_reads`` (True: reads into host memory of data already in the page
+cache copy it through a read-only mapping with streaming stores instead of
+pread; False: always pread).
 """
 
 from __future__ import annotations
@@ -132,6 +135,7 @@ _SPEC: dict[str, tuple[Callable[[str, Any], Any], Any]] = {
     "min_task_size": (_int_parser(4096), 256 << 10),
     "direct_io": (_parse_direct_io, "auto"),
     "pipeline_depth": (_parse_depth, 2),
+    "mapped_reads": (_parse_bool, True),
 }
 
 # The engine's view, passed with every request; never read by the engine otherwise.

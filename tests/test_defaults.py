@@ -24,6 +24,7 @@ SETTINGS = [
     "min_task_size",
     "direct_io",
     "pipeline_depth",
+    "mapped_reads",
 ]
 SIZE_SETTINGS = ["num_threads", "task_size", "bounce_buffer_size", "min_task_size"]
 
@@ -271,7 +272,7 @@ def test_environment_variables_set_defaults():
         "import gdscp, json\n"
         "from gdscp import defaults, _core\n"
         "names = ['compat_mode','num_threads','task_size','gds_threshold','bounce_buffer_size',"
-        "'min_task_size','direct_io','pipeline_depth']\n"
+        "'min_task_size','direct_io','pipeline_depth','mapped_reads']\n"
         "out = {n: (defaults.get(n).name if n == 'compat_mode' else defaults.get(n)) for n in names}\n"
         "out['engine_threads'] = _core.num_threads()\n"
         "print(json.dumps(out))\n"
@@ -286,6 +287,7 @@ def test_environment_variables_set_defaults():
             "GDSCP_MIN_TASK_SIZE": "8192",
             "GDSCP_DIRECT_IO": "1",
             "GDSCP_PIPELINE_DEPTH": "5",
+            "GDSCP_MAPPED_READS": "off",
         },
         code,
     )
@@ -302,6 +304,7 @@ def test_environment_variables_set_defaults():
         "min_task_size": 8192,
         "direct_io": "on",
         "pipeline_depth": 5,
+        "mapped_reads": False,
         "engine_threads": 3,
     }
 

@@ -251,10 +251,15 @@ def test_io_error_into_device_memory(tmp_path):
 # -- a file cut short while it is read ------------------------------------------
 
 
-@pytest.mark.parametrize("device", [False, pytest.param(True, marks=pytest.mark.gpu)], ids=["host", "device"])
-def test_file_truncated_while_read(tmp_path, device):
+@pytest.mark.parametrize(
+    "device, task_size",
+    [(False, 128 << 10), (False, 2 * MiB), pytest.param(True, 128 << 10, marks=pytest.mark.gpu)],
+    ids=["host-pread", "host-mapped", "device"],
+)
+def test_file_truncated_while_read(tmp_path, device, task_size):
     """Another thread shrinks the file during a read: a short count or a clean
-    error, and everything below the final size is exact."""
+    error, and everything below the final size is exact. With 2 MiB tasks host
+    reads copy out of a mapping, where pages cut off raise SIGBUS."""
     run_child(
         f"""
         import random
@@ -285,7 +290,7 @@ def test_file_truncated_while_read(tmp_path, device):
             with gdscp.CuFile(path, "r") as f:
                 t.start()
                 try:
-                    n = f.read(out, task_size=128 << 10)
+                    n = f.read(out, task_size={task_size})
                 except RuntimeError as e:  # every gdscp error is one (OSError ones too)
                     assert path in str(e), e
                     outcomes.add("error")
@@ -302,6 +307,75 @@ def test_file_truncated_while_read(tmp_path, device):
         """,
         tmp_path,
     )
+
+
+def test_mapped_read_survives_pages_cut_off(tmp_path):
+    """A mapped copy that touches pages past the end of the file (what a
+    truncation by another process does) gets SIGBUS; the guard catches it and
+    pread finishes the read: exact bytes, no crash. With faulthandler on (it
+    owns SIGBUS first), off, and after it was turned off again."""
+    run_child(
+        f"""
+        import faulthandler
+        folder = {str(tmp_path)!r}
+        path = os.path.join(folder, "tail.bin")
+        data = payload(8 * MiB + 4097, 6)
+        data.tofile(path)
+        tail = 3 * MiB + 5
+        for phase in ("faulthandler on", "faulthandler off", "on again"):
+            if phase == "faulthandler off":
+                faulthandler.disable()
+            elif phase == "on again":
+                faulthandler.enable()
+            with gdscp.CuFile(path, "r") as f:
+                for dst_shift in (0, 1):
+                    out = np.zeros(tail + dst_shift + 4 * MiB, np.uint8)
+                    before = _core.mapped_read_bytes()
+                    _core._arm_fault("map_past_eof", 0, 1, 1)
+                    try:
+                        # one task: the armed mapped copy is the tail's
+                        n = f.read(out[dst_shift:], file_offset=data.nbytes - tail, task_size=64 * MiB)
+                    finally:
+                        _core._disarm_fault()
+                    assert n == tail, (phase, n)
+                    assert np.array_equal(out[dst_shift:dst_shift + n], data[-tail:]), phase
+                    # (the read may be split among workers: only the armed piece faulted)
+                    assert _core.mapped_read_bytes() - before < tail, "the faulted copy must not count"
+                    # unarmed, the same read goes through the mapping
+                    out[:] = 0
+                    before = _core.mapped_read_bytes()
+                    assert f.read(out[dst_shift:], file_offset=data.nbytes - tail, task_size=64 * MiB) == tail
+                    assert _core.mapped_read_bytes() == before + tail
+                    assert np.array_equal(out[dst_shift:dst_shift + n], data[-tail:]), phase
+        assert_healthy(folder)
+        """,
+        tmp_path,
+    )
+
+
+def test_unrelated_sigbus_still_kills(tmp_path):
+    """The guard only catches faults of its own copies: any other SIGBUS still
+    has its default effect once gdscp has installed the guard."""
+    script = PRELUDE + textwrap.dedent(
+        f"""
+        path = os.path.join({str(tmp_path)!r}, "x.bin")
+        payload(4 * MiB, 1).tofile(path)
+        with gdscp.CuFile(path, "r") as f:
+            f.read(np.empty(4 * MiB, np.uint8), task_size=4 * MiB)
+        assert _core.mapped_read_bytes() > 0
+        sys.stdout.flush()
+        os.kill(os.getpid(), signal.SIGBUS)
+        print("survived")
+        """
+    )
+    env = dict(os.environ)
+    for name in ("ASAN_OPTIONS", "TSAN_OPTIONS"):  # under scripts/sanitize.sh: the death is expected, not a report
+        env[name] = env.get(name, "") + ":handle_sigbus=0"
+    proc = subprocess.run(
+        [sys.executable, "-c", script], cwd=str(tmp_path), capture_output=True, text=True, timeout=CHILD_TIMEOUT, env=env
+    )
+    assert proc.returncode == -signal.SIGBUS, (proc.returncode, proc.stdout, proc.stderr)
+    assert "survived" not in proc.stdout
 
 
 # -- permission denied -----------------------------------------------------------

@@ -10,6 +10,7 @@
 #include "gdscp/cuda_driver.hpp"
 #include "gdscp/error.hpp"
 #include "gdscp/fault.hpp"
+#include "gdscp/mapped_read.hpp"
 #include "gdscp/pinned_pool.hpp"
 #include "gdscp/plan.hpp"
 #include "gdscp/request.hpp"
@@ -24,7 +25,8 @@ constexpr size_t kDirectMin = 1u << 20;  // below this O_DIRECT costs more than 
 // machine, docs/benchmarks.md).
 constexpr size_t kDirectWriteMin = 4u << 20;
 constexpr size_t kMaxWritePiece = 64u << 20;  // bounds the staging memory a writing worker holds
-constexpr int kMaxDepth = 8;             // staging buffers per worker: read into one while others copy
+constexpr int kMaxDepth = 8;
+constexpr size_t kMappedMin = 1u << 20;  // below this mapping costs more than streaming saves             // staging buffers per worker: read into one while others copy
 
 ssize_t sys_pread(int fd, void* buf, size_t n, int64_t off) {
   if (int err = fault::check(fault::Op::pread)) {
@@ -166,6 +168,18 @@ size_t PosixBackend::write(const MemoryTarget& mem, const char* base, ChunkQueue
 }
 
 size_t PosixBackend::read_host(char* dst, size_t size, int64_t off, const Settings& s, Request* progress) {
+  // Cached data goes straight from the page cache with streaming stores. Not
+  // for staging buffers (read_file): they are small, reused and still in the
+  // CPU cache, where pread's cached copy beats streaming stores (89 against
+  // 67 GB/s, docs/benchmarks.md).
+  size_t copied = 0;
+  if (s.mapped_reads && s.direct_io != DirectIO::on && size >= kMappedMin &&
+      mapped_read(file_->fd(), dst, size, off, file_->path(), copied))
+    return finish(copied, progress);
+  return read_file(dst, size, off, s, progress);
+}
+
+size_t PosixBackend::read_file(char* dst, size_t size, int64_t off, const Settings& s, Request* progress) {
   const File& f = *file_;
   // Reads go O_DIRECT only when asked ("on"): with 16 workers, buffered reads
   // and the kernel's readahead beat O_DIRECT on cold data in interleaved runs
@@ -286,7 +300,7 @@ size_t PosixBackend::read_device(const MemoryTarget& mem, char* base, ChunkQueue
     if (i >= depth) drv.check(drv.cuEventSynchronize(st.events[slot]), "cuEventSynchronize");
     if (!bufs[slot].get()) bufs[slot] = BufferPool::pinned().acquire(s.bounce_buffer_size);
     char* staging = static_cast<char*>(bufs[slot].get());
-    const size_t got = read_host(staging, p.size, p.file_offset, s, nullptr);
+    const size_t got = read_file(staging, p.size, p.file_offset, s, nullptr);
     if (got > 0) {
       drv.check(drv.cuMemcpyHtoDAsync(dev + p.buf_offset, staging, got, st.stream), "cuMemcpyHtoDAsync");
       drv.check(drv.cuEventRecord(st.events[slot], st.stream), "cuEventRecord");

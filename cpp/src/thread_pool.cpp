@@ -26,11 +26,14 @@ ThreadPool::~ThreadPool() {
 }
 
 void ThreadPool::spawn_locked(unsigned upto) {
-  // Workers start with every signal blocked (a new thread inherits its
-  // creator's mask), so Ctrl-C and SIGTERM reach a Python thread: CPython
-  // notices a signal that a foreign thread caught only much later, if at all.
+  // Workers start with every asynchronous signal blocked (a new thread
+  // inherits its creator's mask), so Ctrl-C and SIGTERM reach a Python thread:
+  // CPython notices a signal that a foreign thread caught only much later, if
+  // at all. Fault signals stay open: a blocked SIGBUS kills the process instead
+  // of reaching a handler (the mapped read's guard needs it).
   sigset_t all, previous;
   sigfillset(&all);
+  for (int sig : {SIGBUS, SIGSEGV, SIGFPE, SIGILL, SIGTRAP}) sigdelset(&all, sig);
   pthread_sigmask(SIG_BLOCK, &all, &previous);
   while (workers_.size() < upto) {
     auto w = std::make_unique<Worker>();

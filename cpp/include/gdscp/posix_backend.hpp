@@ -1,5 +1,6 @@
 // gdscp's own path: pread/pwrite on the buffered descriptor (O_DIRECT for the
-// aligned middle where enabled); device memory is staged through pinned
+// aligned middle where enabled; cached reads into host memory by a mapped
+// streaming copy); device memory is staged through pinned
 // buffers, the next chunk's read overlapping the previous chunk's async copy.
 #pragma once
 
@@ -21,7 +22,10 @@ class PosixBackend final : public Backend {
                Request* progress) override;
 
  private:
+  // Host memory: a mapped streaming copy of cached data, else read_file.
   size_t read_host(char* dst, size_t size, int64_t off, const Settings& s, Request* progress);
+  // pread (O_DIRECT for the aligned middle where asked).
+  size_t read_file(char* dst, size_t size, int64_t off, const Settings& s, Request* progress);
   size_t write_host(const char* src, size_t size, int64_t off, const Settings& s, Request* progress);
   size_t read_device(const MemoryTarget& mem, char* base, ChunkQueue& work, const Settings& s,
                      Request* progress);

@@ -19,6 +19,7 @@ struct Settings {
   size_t min_task_size = 256u << 10;      // medium requests are split down to this
   DirectIO direct_io = DirectIO::automatic;
   int pipeline_depth = 2;                 // staging buffers in flight per worker (2..8)
+  bool mapped_reads = true;               // cached chunks into host memory: map + streaming copy
 };
 
 }  // namespace gdscp

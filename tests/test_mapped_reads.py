@@ -1,0 +1,164 @@
+"""Cached reads into host memory copied out of a mapping with streaming stores.
+
+The copy must give exactly what the OS reads at every edge (sizes around the
+1 MiB floor, unaligned file offsets and destinations, the end of the file), and
+must be taken only when it should: host memory, data in the page cache,
+``mapped_reads`` on and ``direct_io`` not forced.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+
+import numpy as np
+import pytest
+
+import gdscp
+from gdscp import _core
+
+MiB = 1 << 20
+PAGE = mmap.PAGESIZE
+
+
+def _payload(size: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, size, dtype=np.uint8)
+
+
+@pytest.fixture
+def hot_file(tmp_path):
+    """A 20 MiB + 4097 file, written with plain Python I/O so it sits in the page cache."""
+    data = _payload(20 * MiB + 4097, 1)
+    path = tmp_path / "hot.bin"
+    path.write_bytes(data.tobytes())
+    return str(path), data
+
+
+def _os_read(path: str, size: int, offset: int) -> bytes:
+    with open(path, "rb") as f:
+        f.seek(offset)
+        return f.read(size)
+
+
+@pytest.mark.parametrize("size", [MiB - 1, MiB, MiB + 1, 3 * MiB + PAGE - 1, 17 * MiB + PAGE + 1])
+@pytest.mark.parametrize("offset", [0, 1, PAGE - 1, PAGE + 1, 5 * MiB + 3])
+@pytest.mark.parametrize("shift", [0, 1, 15, 17])
+def test_bytes_match_the_os(hot_file, size, offset, shift):
+    path, _ = hot_file
+    want = _os_read(path, size, offset)
+    buf = np.full(size + shift + 64, 0xA5, np.uint8)
+    before = _core.mapped_read_bytes()
+    with gdscp.CuFile(path, "r") as f:
+        n = f.read(buf[shift : shift + size], file_offset=offset, task_size=4 * MiB)
+    assert n == len(want)
+    assert buf[shift : shift + n].tobytes() == want
+    assert (buf[:shift] == 0xA5).all() and (buf[shift + size :] == 0xA5).all(), "wrote outside the buffer"
+    if size >= 4 * MiB:
+        assert _core.mapped_read_bytes() > before, "a hot read of 4 MiB tasks did not use the mapping"
+
+
+@pytest.mark.parametrize("past", [1, PAGE, 3 * MiB])
+def test_reads_past_end_of_file_are_short_and_exact(hot_file, past):
+    path, data = hot_file
+    offset = data.nbytes - 2 * MiB - 5
+    buf = np.zeros(2 * MiB + 5 + past, np.uint8)
+    with gdscp.CuFile(path, "r") as f:
+        n = f.read(buf, file_offset=offset)
+        assert n == 2 * MiB + 5
+        assert np.array_equal(buf[:n], data[offset:])
+        assert (buf[n:] == 0).all()
+        assert f.read(buf, file_offset=data.nbytes) == 0
+        assert f.read(buf, file_offset=data.nbytes + 10 * MiB) == 0
+
+
+def test_whole_file_in_many_tasks(hot_file):
+    path, data = hot_file
+    out = np.empty_like(data)
+    before = _core.mapped_read_bytes()
+    with gdscp.CuFile(path, "r") as f:
+        futures = [f.pread(out[i : i + 7 * MiB], file_offset=i, task_size=2 * MiB) for i in range(0, data.nbytes, 7 * MiB)]
+        assert sum(fut.get() for fut in futures) == data.nbytes
+    assert np.array_equal(out, data)
+    assert _core.mapped_read_bytes() - before >= 18 * MiB
+
+
+@pytest.mark.parametrize("setting", [{"mapped_reads": False}, {"direct_io": True}], ids=["mapped_reads-off", "direct_io-on"])
+def test_turned_off(hot_file, setting):
+    path, data = hot_file
+    out = np.empty_like(data)
+    before = _core.mapped_read_bytes()
+    with gdscp.defaults.set(setting), gdscp.CuFile(path, "r") as f:
+        assert f.read(out, task_size=4 * MiB) == data.nbytes
+    assert np.array_equal(out, data)
+    assert _core.mapped_read_bytes() == before
+
+
+def _resident_pages(path: str) -> int:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+    size = os.path.getsize(path)
+    vec = ctypes.create_string_buffer((size + PAGE - 1) // PAGE)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        assert addr not in (None, ctypes.c_void_p(-1).value)
+        try:
+            assert libc.mincore(addr, size, vec) == 0, os.strerror(ctypes.get_errno())
+        finally:
+            libc.munmap(addr, size)
+    finally:
+        os.close(fd)
+    return sum(b & 1 for b in vec.raw)
+
+
+def test_cold_data_is_read_with_pread(hot_file):
+    """Pages not in the page cache are not faulted in through the mapping
+    (slower than pread's readahead): the engine reads them with pread."""
+    path, data = hot_file
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    if _resident_pages(path) > 0:
+        pytest.skip("this filesystem keeps the file cached after POSIX_FADV_DONTNEED")
+    out = np.empty_like(data)
+    before = _core.mapped_read_bytes()
+    with gdscp.CuFile(path, "r") as f:
+        assert f.read(out, task_size=4 * MiB) == data.nbytes
+    assert np.array_equal(out, data)
+    assert _core.mapped_read_bytes() == before
+    # now cached: the same read goes through the mapping
+    with gdscp.CuFile(path, "r") as f:
+        assert f.read(out, task_size=4 * MiB) == data.nbytes
+    assert np.array_equal(out, data)
+    assert _core.mapped_read_bytes() > before
+
+
+def test_not_a_regular_file():
+    """Character devices are read with pread (here /dev/zero, never mapped)."""
+    before = _core.mapped_read_bytes()
+    out = np.full(4 * MiB, 7, np.uint8)
+    with gdscp.CuFile("/dev/zero", "r") as f:
+        assert f.read(out, task_size=4 * MiB) == out.nbytes
+    assert (out == 0).all()
+    assert _core.mapped_read_bytes() == before
+
+
+def test_handle_opened_for_update(tmp_path):
+    """A file written and read back through one "w+" handle (the written bytes
+    are in the page cache unless O_DIRECT wrote them)."""
+    data = _payload(9 * MiB + 11, 3)
+    path = str(tmp_path / "rw.bin")
+    with gdscp.defaults.set("direct_io", False), gdscp.CuFile(path, "w+") as f:
+        assert f.write(data) == data.nbytes
+        out = np.empty_like(data)
+        before = _core.mapped_read_bytes()
+        assert f.read(out, task_size=4 * MiB) == data.nbytes
+    assert np.array_equal(out, data)
+    assert _core.mapped_read_bytes() > before

@@ -56,6 +56,9 @@ if [[ $steps == *all* || $steps == *bench* ]]; then
    echo "gpu rc=$?"
    timeout 120 gdscp benchmark --size 4G --threads 16,32 --host --mode read --dir /tmp --json > "$OUT/bench-host.json" 2>"$OUT/bench-host.err"
    echo "host rc=$?"
+   # the same with pread only, to show what the mapped streaming copy adds
+   GDSCP_MAPPED_READS=0 timeout 120 gdscp benchmark --size 4G --threads 16 --host --mode read --dir /tmp --json > "$OUT/bench-host-pread.json" 2>"$OUT/bench-host-pread.err"
+   echo "host (pread) rc=$?"
    timeout 150 gdscp benchmark --size 2G --threads 16 --mode read --drop-cache --dir /tmp --json > "$OUT/bench-cold.json" 2>"$OUT/bench-cold.err"
    echo "cold rc=$?")
   python3 scripts/bench_summary.py "$OUT"/bench-*.json | tee "$OUT/bench-summary.txt"

@@ -172,6 +172,7 @@ NB_MODULE(_core, m) {
 
   m.def("set_num_threads", &gdscp::set_num_threads, "n"_a, release());
   m.def("num_threads", &gdscp::num_threads);
+  m.def("busy_threads", &gdscp::busy_threads);
   m.def("host_buffer", &host_buffer, "obj"_a, "writable"_a);
   m.def("dlpack_info", &dlpack_info, "capsule"_a);
   m.def("cuda_info", [] { return to_dict(gdscp::cuda_info()); });

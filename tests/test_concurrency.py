@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -199,3 +200,54 @@ def test_concurrent_num_threads_changes_do_not_deadlock(tmp_path):
     except subprocess.TimeoutExpired as e:
         pytest.fail(f"child hung\nstdout:\n{e.stdout}\nstderr:\n{e.stderr}")
     assert proc.returncode == 0 and "CHILD-OK" in proc.stdout, f"{proc.stdout}\n{proc.stderr}"
+
+
+def test_shrinking_parks_workers_and_growing_reuses_them(tmp_path):
+    """A shrink parks surplus workers and a grow wakes them: no new threads
+    (and so no new CUDA streams) when the size goes back up, and a parked
+    worker takes no tasks."""
+    original = gdscp.defaults.get("num_threads")
+    path = str(tmp_path / "park.bin")
+    data = payload(8 * MiB + 3, 9)
+
+    def round_trip() -> None:
+        with gdscp.CuFile(path, "w+") as f:
+            assert f.write(data, task_size=256 << 10) == data.nbytes
+            out = np.zeros_like(data)
+            assert f.read(out, task_size=256 << 10) == data.nbytes
+        assert np.array_equal(out, data)
+
+    def os_threads() -> set[str]:
+        return set(os.listdir("/proc/self/task"))  # thread ids: a new thread has a new one
+
+    try:
+        gdscp.defaults.set("num_threads", original + 6)
+        round_trip()
+        most = os_threads()
+        gdscp.defaults.set("num_threads", 1)
+        assert _core.num_threads() == 1
+        round_trip()
+        # a read of many tasks: the parked workers must not take any of them
+        out = np.zeros(64 * MiB, np.uint8)
+        big = str(tmp_path / "park-big.bin")
+        payload(out.nbytes, 10).tofile(big)
+        most_busy = 0
+        with gdscp.CuFile(big, "r") as f:
+            future = f.pread(out, task_size=64 << 10)
+            while not future.done():
+                most_busy = max(most_busy, _core.busy_threads())
+            assert future.get() == out.nbytes
+        assert most_busy <= 1, f"{most_busy} workers busy with num_threads=1"
+        gdscp.defaults.set("num_threads", original + 6)
+        round_trip()
+        assert os_threads() == most, "growing again replaced workers with new threads"
+    finally:
+        gdscp.defaults.set("num_threads", original)
+    assert _core.busy_threads() == 0 or _wait_idle()
+
+
+def _wait_idle(seconds: float = 10) -> bool:
+    deadline = time.monotonic() + seconds
+    while _core.busy_threads() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return _core.busy_threads() == 0

@@ -59,15 +59,20 @@ def round_trip(folder, xp=np, size=4 * MiB + 12345, name="healthy.bin"):
     os.unlink(path)
 
 def assert_healthy(folder, xp=np):
-    """No worker is stuck and transfers work.
+    """No worker is stuck and transfers work, on one worker and on all.
 
-    Shrinking the pool to one worker joins all the others (a stuck one would
-    hang here, and the parent's deadline would report it); the transfer that
-    follows needs the remaining worker.
+    Once the transfers have returned every worker must go idle (a worker
+    still busy seconds later is stuck, and the parent's deadline catches a
+    transfer that never returns).
     """
     with gdscp.defaults.set("num_threads", 1):
         round_trip(folder, xp)
     round_trip(folder, xp)
+    import time
+    deadline = time.monotonic() + 10
+    while _core.busy_threads() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert _core.busy_threads() == 0, f"{_core.busy_threads()} workers still busy"
 
 def expect_os_error(call, err, path):
     try:

@@ -246,5 +246,6 @@ size_t StreamFuture::check_bytes_done() {
 
 void set_num_threads(unsigned n) { ThreadPool::process_default().resize(n); }
 unsigned num_threads() { return ThreadPool::process_default().size(); }
+unsigned busy_threads() { return ThreadPool::process_default().busy(); }
 
 }  // namespace gdscp

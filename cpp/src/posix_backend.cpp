@@ -170,8 +170,8 @@ size_t PosixBackend::write(const MemoryTarget& mem, const char* base, ChunkQueue
 size_t PosixBackend::read_host(char* dst, size_t size, int64_t off, const Settings& s, Request* progress) {
   // Cached data goes straight from the page cache with streaming stores. Not
   // for staging buffers (read_file): they are small, reused and still in the
-  // CPU cache, where pread's cached copy beats streaming stores (89 against
-  // 67 GB/s, docs/benchmarks.md).
+  // CPU cache, where pread's cached copy wins (hot file -> GPU 52 against
+  // 38-43 GB/s with streaming stores into them, docs/benchmarks.md).
   size_t copied = 0;
   if (s.mapped_reads && s.direct_io != DirectIO::on && size >= kMappedMin &&
       mapped_read(file_->fd(), dst, size, off, file_->path(), copied))

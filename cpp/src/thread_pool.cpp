@@ -11,7 +11,8 @@ namespace gdscp {
 
 ThreadPool::ThreadPool(unsigned threads) {
   std::lock_guard<std::mutex> lock(mutex_);
-  spawn_locked(std::max(threads, 1u));
+  active_ = std::max(threads, 1u);
+  spawn_locked(active_);
 }
 
 ThreadPool::~ThreadPool() {
@@ -37,6 +38,7 @@ void ThreadPool::spawn_locked(unsigned upto) {
   pthread_sigmask(SIG_BLOCK, &all, &previous);
   while (workers_.size() < upto) {
     auto w = std::make_unique<Worker>();
+    w->index = static_cast<unsigned>(workers_.size());
     Worker* self = w.get();
     w->thread = std::thread([this, self] { worker_loop(self); });
     workers_.push_back(std::move(w));
@@ -47,14 +49,16 @@ void ThreadPool::spawn_locked(unsigned upto) {
 void ThreadPool::worker_loop(Worker* self) {
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
-    cv_.wait(lock, [&] { return stopping_ || self->retire || !queue_.empty(); });
-    if (self->retire || (stopping_ && queue_.empty())) return;
+    cv_.wait(lock, [&] { return stopping_ || (self->index < active_ && !queue_.empty()); });
+    if (stopping_ && (queue_.empty() || self->index >= active_)) return;
     auto task = std::move(queue_.front());
     queue_.pop_front();
+    ++busy_;
     lock.unlock();
     task();  // tasks catch their own errors (engine.cpp)
     task = nullptr;  // let go of what the task held before taking the lock
     lock.lock();
+    --busy_;
   }
 }
 
@@ -68,28 +72,24 @@ void ThreadPool::submit_many(std::vector<std::function<void()>> tasks) {
 
 void ThreadPool::resize(unsigned threads) {
   threads = std::max(threads, 1u);
-  std::vector<std::unique_ptr<Worker>> leaving;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (workers_.size() < threads) {
-      spawn_locked(threads);
-    } else {
-      // Surplus workers finish the task in hand, then leave; queued tasks stay
-      // for the others. A later grow spawns new workers, never revives these.
-      for (size_t i = threads; i < workers_.size(); ++i) {
-        workers_[i]->retire = true;
-        leaving.push_back(std::move(workers_[i]));
-      }
-      workers_.resize(threads);
-    }
+    if (workers_.size() < threads) spawn_locked(threads);
+    // Surplus workers finish the task in hand and park; queued tasks stay for
+    // the active ones.
+    active_ = threads;
   }
   cv_.notify_all();
-  for (auto& w : leaving) w->thread.join();
 }
 
 unsigned ThreadPool::size() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return static_cast<unsigned>(workers_.size());
+  return active_;
+}
+
+unsigned ThreadPool::busy() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return busy_;
 }
 
 namespace {
@@ -110,8 +110,7 @@ ThreadPool& ThreadPool::process_default() {
     if (::getpid() != owner) {
       // In a forked child the parent's threads are gone; its pool object is
       // unusable (its mutex may even be held). Start afresh.
-      const unsigned n = static_cast<unsigned>(pool->workers_.size());
-      pool = new ThreadPool(n);
+      pool = new ThreadPool(pool->active_);
       owner = ::getpid();
     }
   }

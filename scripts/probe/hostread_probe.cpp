@@ -1,6 +1,9 @@
 // Experiment: can a hot page-cache read into host memory beat pread?
-// Compares, with N threads over a file in the page cache:
-//   memcpy / NT-store copy (ceilings), pread, mmap(chunk)+NT copy, mmap(chunk)+memcpy.
+// Compares, with N threads over a 4 GiB file in the page cache:
+//   memcpy / NT-store copy (ceilings), pread, mmap(chunk)+NT copy, mmap(chunk)+memcpy,
+//   and the same into small reused (staging-like) buffers.
+// Results: docs/benchmarks.md ("Hot reads into host memory").
+//   g++ -O3 -mavx2 -std=c++17 -pthread scripts/probe/hostread_probe.cpp -o /tmp/probe && /tmp/probe /tmp/probe.bin [MiB]
 #include <immintrin.h>
 #include <fcntl.h>
 #include <sys/mman.h>

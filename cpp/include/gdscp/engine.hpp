@@ -117,5 +117,6 @@ class Handle {
 // Sets the process-wide pool's size (gdscp.defaults num_threads).
 void set_num_threads(unsigned n);
 unsigned num_threads();
+unsigned busy_threads();  // workers running a task now (tests: none may be stuck)
 
 }  // namespace gdscp

@@ -22,9 +22,13 @@ class ThreadPool {
   void submit_many(std::vector<std::function<void()>> tasks);
 
   // Safe while work is queued or running: queued tasks stay queued; a shrinking
-  // pool lets surplus workers finish their current task, then joins them.
+  // pool lets surplus workers finish their current task, then parks them. A
+  // parked worker costs only its stack's address space; growing again wakes it
+  // with its per-thread state (CUDA streams, staging events) intact, where a new
+  // thread would create them inside the next transfer.
   void resize(unsigned threads);
-  unsigned size() const;
+  unsigned size() const;   // active workers
+  unsigned busy() const;   // workers running a task now
 
   // The process-wide pool (the only one most callers need). It is rebuilt in a
   // forked child, where the parent's workers do not exist.
@@ -33,7 +37,7 @@ class ThreadPool {
  private:
   struct Worker {
     std::thread thread;
-    bool retire = false;  // set (under the mutex) when a shrink lets this worker go
+    unsigned index = 0;  // takes tasks while index < active_
   };
   void worker_loop(Worker* self);
   void spawn_locked(unsigned upto);
@@ -42,6 +46,8 @@ class ThreadPool {
   std::condition_variable cv_;
   std::deque<std::function<void()>> queue_;
   std::vector<std::unique_ptr<Worker>> workers_;
+  unsigned active_ = 0;
+  unsigned busy_ = 0;
   bool stopping_ = false;
 };
 

@@ -129,7 +129,8 @@ NB_MODULE(_core, m) {
       .def_rw("min_task_size", &Settings::min_task_size)
       .def_rw("direct_io", &Settings::direct_io)
       .def_rw("pipeline_depth", &Settings::pipeline_depth)
-      .def_rw("mapped_reads", &Settings::mapped_reads);
+      .def_rw("mapped_reads", &Settings::mapped_reads)
+      .def_rw("grouped_copies", &Settings::grouped_copies);
 
   nb::class_<gdscp::Future>(m, "Future")
       .def("get", &gdscp::Future::get, release())

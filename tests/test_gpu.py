@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 import os
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -120,6 +121,60 @@ def test_larger_than_task_size_and_bounce_buffer(cp, tmp_file, tmp_path, bounce,
         with gdscp.CuFile(out, "w") as f:
             assert f.write(buf[3:]) == size
         assert file_bytes(out) == data
+
+
+@pytest.mark.parametrize("grouped", [True, False], ids=["grouped", "per-worker"])
+@pytest.mark.parametrize("threads", [1, 3, 16])
+@pytest.mark.parametrize("size", [4 * MiB, 4 * MiB + 1, 10 * MiB + 4097])
+def test_grouped_and_per_worker_staging(cp, tmp_file, grouped, threads, size):
+    """Reads of several chunks stage pieces in shared chunk-sized slots and copy
+    each chunk at once (grouped_copies); with 2 MiB chunks and 256 KiB pieces
+    the ring of slots wraps many times. Both ways give the file's bytes, at an
+    unaligned file offset into an unaligned device view."""
+    path, data = tmp_file(size + 4095)
+    settings = {"num_threads": threads, "task_size": 2 * MiB, "bounce_buffer_size": 256 * KiB, "gds_threshold": 0}
+    with gdscp.defaults.set(settings):
+        gdscp.defaults._settings.grouped_copies = grouped
+        try:
+            buf = cp.full(size + 8, POISON, dtype=cp.uint8)
+            with gdscp.CuFile(path) as f:
+                assert f.read(buf[3 : 3 + size], size, 4095) == size
+        finally:
+            gdscp.defaults._settings.grouped_copies = True
+    got = host_of(buf)
+    assert got[3 : 3 + size] == data[4095 : 4095 + size]
+    assert got[:3] == bytes([POISON]) * 3 and got[3 + size :] == bytes([POISON]) * 5
+
+
+def test_grouped_staging_errors_and_cancel(cp, tmp_file):
+    """A failing pread among the pieces of a grouped read: a clean error, no
+    worker left waiting for a slot; a cancelled read returns; then exact bytes."""
+    import errno
+
+    from gdscp import _core
+
+    size = 48 * MiB + 5
+    path, data = tmp_file(size)
+    settings = {"num_threads": 8, "task_size": 2 * MiB, "bounce_buffer_size": 512 * KiB, "compat_mode": "on"}
+    with gdscp.defaults.set(settings), gdscp.CuFile(path) as f:
+        buf = cp.zeros(size, dtype=cp.uint8)
+        for skip in (0, 5, 37):
+            _core._arm_fault("pread", skip, 1, errno.EIO)
+            try:
+                with pytest.raises(OSError) as e:
+                    f.read(buf)
+                assert e.value.errno == errno.EIO
+            finally:
+                _core._disarm_fault()
+        future = f.pread(buf)
+        future.cancel()
+        assert 0 <= future.get() <= size
+        assert f.read(buf) == size
+    assert host_of(buf) == data
+    deadline = time.monotonic() + 10
+    while _core.busy_threads() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert _core.busy_threads() == 0, "a worker is stuck"
 
 
 @pytest.mark.parametrize("file_offset", [1, 4095, 4097, 1_000_003])

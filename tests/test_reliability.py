@@ -258,13 +258,19 @@ def test_io_error_into_device_memory(tmp_path):
 
 @pytest.mark.parametrize(
     "device, task_size",
-    [(False, 128 << 10), (False, 2 * MiB), pytest.param(True, 128 << 10, marks=pytest.mark.gpu)],
-    ids=["host-pread", "host-mapped", "device"],
+    [
+        (False, 128 << 10),
+        (False, 2 * MiB),
+        pytest.param(True, 128 << 10, marks=pytest.mark.gpu),
+        pytest.param(True, 2 * MiB, marks=pytest.mark.gpu),
+    ],
+    ids=["host-pread", "host-mapped", "device", "device-grouped"],
 )
 def test_file_truncated_while_read(tmp_path, device, task_size):
     """Another thread shrinks the file during a read: a short count or a clean
     error, and everything below the final size is exact. With 2 MiB tasks host
-    reads copy out of a mapping, where pages cut off raise SIGBUS."""
+    reads copy out of a mapping, where pages cut off raise SIGBUS, and device
+    reads stage 256 KiB pieces in shared slots (a short piece in a chunk)."""
     run_child(
         f"""
         import random
@@ -274,6 +280,7 @@ def test_file_truncated_while_read(tmp_path, device, task_size):
         else:
             xp = np
         path = os.path.join(folder, "shrinking.bin")
+        gdscp.defaults.set("bounce_buffer_size", 256 << 10)
         size = 16 * MiB
         data = payload(size, 5)
         rng = random.Random(7)

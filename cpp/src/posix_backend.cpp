@@ -10,10 +10,12 @@
 #include "gdscp/cuda_driver.hpp"
 #include "gdscp/error.hpp"
 #include "gdscp/fault.hpp"
+#include "gdscp/grouped_staging.hpp"
 #include "gdscp/mapped_read.hpp"
 #include "gdscp/pinned_pool.hpp"
 #include "gdscp/plan.hpp"
 #include "gdscp/request.hpp"
+#include "gdscp/thread_pool.hpp"
 
 namespace gdscp {
 namespace {
@@ -283,6 +285,8 @@ class PieceStream {
 
 size_t PosixBackend::read_device(const MemoryTarget& mem, char* base, ChunkQueue& work, const Settings& s,
                                  Request* progress) {
+  if (s.grouped_copies && work.size() >= 2 && s.task_size >= 2 * s.bounce_buffer_size)
+    return read_device_grouped(mem, base, work, s, progress);
   const CudaDriver& drv = CudaDriver::require();
   ScopedContext scope(drv, mem.ctx);
   StreamState& st = stream_state(drv, mem.ctx);
@@ -307,6 +311,59 @@ size_t PosixBackend::read_device(const MemoryTarget& mem, char* base, ChunkQueue
     }
     total += got;
     if (progress) progress->add_progress(got);
+  }
+  drain.finish();
+  return total;
+}
+
+size_t PosixBackend::read_device_grouped(const MemoryTarget& mem, char* base, ChunkQueue& work,
+                                         const Settings& s, Request* progress) {
+  const CudaDriver& drv = CudaDriver::require();
+  ScopedContext scope(drv, mem.ctx);
+  StreamState& st = stream_state(drv, mem.ctx);
+  StreamDrain drain(drv, st.stream);
+  // As much pinned staging as the per-worker pipelines would use (workers x
+  // depth x bounce), in chunk-sized slots.
+  auto& ring = work.shared_state<GroupedStaging>([&] {
+    const size_t workers = ThreadPool::process_default().size();
+    const size_t budget = workers * pipeline_depth(s) * s.bounce_buffer_size;
+    const size_t slots = std::max<size_t>(2, budget / s.task_size);
+    return std::make_shared<GroupedStaging>(drv, mem.ctx, work.chunks(), s.bounce_buffer_size, slots);
+  });
+  const auto dev = reinterpret_cast<CUdeviceptr>(base);
+  size_t total = 0;
+  GroupedStaging::Piece* p = nullptr;
+  try {
+    const std::atomic<bool>* cancelled = work.cancel_flag();
+    while (!(cancelled && cancelled->load(std::memory_order_relaxed)) && ring.claim(p)) {
+      char* staging = ring.wait_for_slot(*p, cancelled);
+      if (!staging) break;  // the request failed elsewhere or was cancelled
+      p->got = read_file(staging, p->size, p->file_offset, s, nullptr);
+      total += p->got;
+      if (progress) progress->add_progress(p->got);
+      if (!ring.piece_done(*p)) continue;
+      // Last piece of its chunk: one copy for the chunk (one per piece if a
+      // piece came up short, so that only bytes read are copied).
+      const size_t g = p->group;
+      const Chunk& c = ring.chunk(g);
+      char* slot = ring.slot_memory(g);
+      if (ring.full_chunk(g)) {
+        drv.check(drv.cuMemcpyHtoDAsync(dev + c.buf_offset, slot, c.size, st.stream), "cuMemcpyHtoDAsync");
+      } else {
+        const auto [first, last] = ring.piece_range(g);
+        for (size_t i = first; i < last; ++i) {
+          const auto& q = ring.piece(i);
+          if (q.got == 0) continue;
+          drv.check(drv.cuMemcpyHtoDAsync(dev + q.buf_offset, slot + (q.buf_offset - c.buf_offset), q.got, st.stream),
+                    "cuMemcpyHtoDAsync");
+        }
+      }
+      drv.check(drv.cuEventRecord(ring.slot_event(g), st.stream), "cuEventRecord");
+      ring.issued(g);
+    }
+  } catch (...) {
+    ring.fail();
+    throw;
   }
   drain.finish();
   return total;

@@ -36,10 +36,12 @@ def pieces_rate(piece, nstreams, depth=2):
         rates.append(size / (time.perf_counter() - t0) / 1e9)
     return statistics.median(rates)
 
-for piece in (4 * MiB, 8 * MiB, 16 * MiB):
-    print(f"pinned pieces {piece >> 20} MiB x 16 streams: {pieces_rate(piece, 16):.2f}", flush=True)
+for piece in (4 * MiB, 16 * MiB):
+    for nstreams in (16,):
+        print(f"pinned pieces {piece >> 20} MiB x {nstreams} streams: {pieces_rate(piece, nstreams):.2f}", flush=True)
 
-def rate(cfg, runs=5):
+def rate(cfg, runs=5, grouped=True):
+    gdscp.defaults._settings.grouped_copies = grouped
     with gdscp.defaults.set(cfg), gdscp.CuFile(path) as f:
         f.read(dev)
         rs = []
@@ -51,14 +53,16 @@ def rate(cfg, runs=5):
             rs.append(size / (time.perf_counter() - t0) / 1e9)
     return statistics.median(rs), max(rs)
 
-for threads in (12, 16):
-    for bounce in (4 * MiB, 6 * MiB, 8 * MiB, 16 * MiB):
-        for task in (16 * MiB, 32 * MiB):
-            if bounce > task:
-                continue
-            cfg = dict(num_threads=threads, bounce_buffer_size=bounce, pipeline_depth=2, task_size=task)
-            med, best = rate(cfg)
-            print(f"gdscp thr={threads} bounce={bounce >> 20}M task={task >> 20}M: median {med:.2f} best {best:.2f}", flush=True)
+ref = np.fromfile(path, dtype=np.uint8, count=64 * MiB)
+for rnd in range(2):
+    for threads in (12, 16):
+        for grouped in (False, True):
+            cfg = dict(num_threads=threads)
+            dev[: 64 * MiB].fill(0)
+            med, best = rate(cfg, grouped=grouped)
+            assert (dev[: 64 * MiB].get() == ref).all()
+            print(f"gdscp thr={threads} grouped_copies={grouped}: median {med:.2f} best {best:.2f}", flush=True)
+gdscp.defaults._settings.grouped_copies = True
 ref = np.fromfile(path, dtype=np.uint8, count=64 * MiB)
 assert (dev[:64 * MiB].get() == ref).all()
 os.unlink(path)

@@ -1,10 +1,12 @@
 // Pure planning: how a request is cut into tasks and where O_DIRECT may apply.
-// No threads, no CUDA, no I/O.
+// No CUDA, no I/O.
 #pragma once
 
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <vector>
 
 namespace gdscp {
@@ -34,11 +36,23 @@ class ChunkQueue {
     return true;
   }
   size_t size() const noexcept { return chunks_.size(); }
+  const std::vector<Chunk>& chunks() const noexcept { return chunks_; }
+  const std::atomic<bool>* cancel_flag() const noexcept { return cancelled_; }
+
+  // State a backend shares among the workers of this request, made by the
+  // first worker that asks (if `make` throws, the next one tries again).
+  template <class T, class Make>
+  T& shared_state(Make&& make) {
+    std::call_once(state_once_, [&] { state_ = make(); });
+    return *static_cast<T*>(state_.get());
+  }
 
  private:
   std::vector<Chunk> chunks_;
   std::atomic<size_t> next_{0};
   const std::atomic<bool>* cancelled_;
+  std::once_flag state_once_;
+  std::shared_ptr<void> state_;
 };
 
 // The task size actually used: never above `task_size`; for a request that

@@ -132,15 +132,17 @@ def test_grouped_and_per_worker_staging(cp, tmp_file, grouped, threads, size):
     the ring of slots wraps many times. Both ways give the file's bytes, at an
     unaligned file offset into an unaligned device view."""
     path, data = tmp_file(size + 4095)
-    settings = {"num_threads": threads, "task_size": 2 * MiB, "bounce_buffer_size": 256 * KiB, "gds_threshold": 0}
+    settings = {
+        "num_threads": threads,
+        "task_size": 2 * MiB,
+        "bounce_buffer_size": 256 * KiB,
+        "gds_threshold": 0,
+        "grouped_copies": grouped,
+    }
     with gdscp.defaults.set(settings):
-        gdscp.defaults._settings.grouped_copies = grouped
-        try:
-            buf = cp.full(size + 8, POISON, dtype=cp.uint8)
-            with gdscp.CuFile(path) as f:
-                assert f.read(buf[3 : 3 + size], size, 4095) == size
-        finally:
-            gdscp.defaults._settings.grouped_copies = True
+        buf = cp.full(size + 8, POISON, dtype=cp.uint8)
+        with gdscp.CuFile(path) as f:
+            assert f.read(buf[3 : 3 + size], size, 4095) == size
     got = host_of(buf)
     assert got[3 : 3 + size] == data[4095 : 4095 + size]
     assert got[:3] == bytes([POISON]) * 3 and got[3 + size :] == bytes([POISON]) * 5
@@ -155,7 +157,13 @@ def test_grouped_staging_errors_and_cancel(cp, tmp_file):
 
     size = 48 * MiB + 5
     path, data = tmp_file(size)
-    settings = {"num_threads": 8, "task_size": 2 * MiB, "bounce_buffer_size": 512 * KiB, "compat_mode": "on"}
+    settings = {
+        "num_threads": 8,
+        "task_size": 2 * MiB,
+        "bounce_buffer_size": 512 * KiB,
+        "compat_mode": "on",
+        "grouped_copies": True,
+    }
     with gdscp.defaults.set(settings), gdscp.CuFile(path) as f:
         buf = cp.zeros(size, dtype=cp.uint8)
         for skip in (0, 5, 37):

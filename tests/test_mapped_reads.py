@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import mmap
 import os
+import time
 
 import numpy as np
 import pytest
@@ -24,6 +25,17 @@ PAGE = mmap.PAGESIZE
 
 def _payload(size: int, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, 256, size, dtype=np.uint8)
+
+
+@pytest.fixture(autouse=True)
+def engine_idle():
+    """The byte counter is process-wide: wait until no transfer that an earlier
+    test left running (a closed handle finishes its transfers) is still moving
+    bytes."""
+    deadline = time.monotonic() + 30
+    while _core.busy_threads() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert _core.busy_threads() == 0, "workers still busy from an earlier test"
 
 
 @pytest.fixture

@@ -280,7 +280,7 @@ def test_file_truncated_while_read(tmp_path, device, task_size):
         else:
             xp = np
         path = os.path.join(folder, "shrinking.bin")
-        gdscp.defaults.set("bounce_buffer_size", 256 << 10)
+        gdscp.defaults.set({{"bounce_buffer_size": 256 << 10, "grouped_copies": True}})
         size = 16 * MiB
         data = payload(size, 5)
         rng = random.Random(7)

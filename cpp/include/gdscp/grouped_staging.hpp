@@ -1,10 +1,12 @@
 // Shared staging for one request's device reads: the workers of a request read
 // bounce-sized pieces into a ring of chunk-sized pinned slots, and whoever
 // finishes a chunk's last piece copies the whole chunk to the GPU at once.
-// Large copies run the copy engine closer to its peak (16 MiB copies 54.4
-// against 53.3 GB/s for 4 MiB ones on the H200 machine) while the staging
-// memory in use stays as small as with per-worker buffers, so it stays in the
-// CPU cache (docs/benchmarks.md).
+// Large copies run the copy engine closer to its peak (16 MiB copies 54.6
+// against 52.9 GB/s for 4 MiB ones on the H200 machine) while the staging
+// memory in use stays as small as with per-worker buffers, so it can stay in
+// the CPU cache. Off by default (Settings::grouped_copies): on an open handle
+// at 12-16 threads it read hot files 1-3% faster, but at 4 and 32 threads and
+// in the benchmark's 2 GiB runs it was slower (docs/benchmarks.md).
 #pragma once
 
 #include <atomic>

@@ -18,6 +18,7 @@ import pytest
 
 import gdscp
 from gdscp import _core
+from gdscp.bench.files import drop_cache
 
 MiB = 1 << 20
 PAGE = mmap.PAGESIZE
@@ -131,12 +132,7 @@ def test_cold_data_is_read_with_pread(hot_file):
     """Pages not in the page cache are not faulted in through the mapping
     (slower than pread's readahead): the engine reads them with pread."""
     path, data = hot_file
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
+    drop_cache(path, use_drop_caches=False)
     if _resident_pages(path) > 0:
         pytest.skip("this filesystem keeps the file cached after POSIX_FADV_DONTNEED")
     out = np.empty_like(data)

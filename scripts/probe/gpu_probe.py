@@ -6,7 +6,7 @@ buffer and task sizes. Results: docs/benchmarks.md ("Where the last 5% go").
 
     python scripts/probe/gpu_probe.py      # on the GPU machine, after building
 """
-import os, statistics, sys, time, threading
+import os, statistics, time
 import cupy, numpy as np
 import gdscp
 from gdscp.bench import ceilings, files

@@ -205,4 +205,8 @@ NB_MODULE(_core, m) {
   }, "op"_a, "skip"_a, "count"_a, "errno"_a);
   m.def("_disarm_fault", &gdscp::fault::disarm);
   m.def("mapped_read_bytes", &gdscp::mapped_read_bytes);
+  // Benchmark ceiling: raw addresses from numpy (arr.ctypes.data); no checks.
+  m.def("_stream_copy", [](uintptr_t dst, uintptr_t src, size_t n) {
+    gdscp::stream_copy(reinterpret_cast<char*>(dst), reinterpret_cast<const char*>(src), n);
+  }, "dst"_a, "src"_a, "nbytes"_a, release());
 }

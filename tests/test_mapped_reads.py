@@ -172,3 +172,15 @@ def test_handle_opened_for_update(tmp_path):
         assert f.read(out, task_size=4 * MiB) == data.nbytes
     assert np.array_equal(out, data)
     assert _core.mapped_read_bytes() > before
+
+
+@pytest.mark.parametrize("size", [0, 1, 15, 16, 17, 63, 64, 65, 4095, MiB + 3])
+@pytest.mark.parametrize("src_shift, dst_shift", [(0, 0), (1, 0), (0, 1), (7, 13)])
+def test_stream_copy_is_exact(size, src_shift, dst_shift):
+    """The streaming copy itself (also the benchmark's host ceiling): every
+    length around its 16- and 64-byte steps, any alignment, nothing outside."""
+    src = _payload(size + 64, size)
+    dst = np.full(size + 64, 0xA5, np.uint8)
+    _core._stream_copy(dst.ctypes.data + dst_shift, src.ctypes.data + src_shift, size)
+    assert np.array_equal(dst[dst_shift : dst_shift + size], src[src_shift : src_shift + size])
+    assert (dst[:dst_shift] == 0xA5).all() and (dst[dst_shift + size :] == 0xA5).all()

@@ -75,7 +75,7 @@ bool guard_installed() {
 
 // ---- streaming copy -------------------------------------------------------
 
-void stream_copy(char* dst, const char* src, size_t n) {
+void stream_copy_x86(char* dst, const char* src, size_t n) noexcept {
   const size_t head = std::min(n, (16 - (reinterpret_cast<uintptr_t>(dst) & 15)) & 15);
   std::memcpy(dst, src, head);
   dst += head;
@@ -102,7 +102,7 @@ __attribute__((noinline)) bool guarded_copy(char* dst, const char* src, size_t n
   if (sigsetjmp(env, 1) != 0) return false;  // SIGBUS: the handler cleared t_guard
   t_guard = &env;
   std::atomic_signal_fence(std::memory_order_seq_cst);
-  stream_copy(dst, src, n);
+  stream_copy_x86(dst, src, n);
   std::atomic_signal_fence(std::memory_order_seq_cst);
   t_guard = nullptr;
   return true;
@@ -122,6 +122,14 @@ bool all_resident(void* map, size_t len, size_t page) {
 }  // namespace
 
 uint64_t mapped_read_bytes() noexcept { return g_mapped_bytes.load(std::memory_order_relaxed); }
+
+void stream_copy(char* dst, const char* src, size_t n) noexcept {
+#if defined(__x86_64__)
+  stream_copy_x86(dst, src, n);
+#else
+  std::memcpy(dst, src, n);
+#endif
+}
 
 #if defined(__x86_64__)
 

@@ -23,4 +23,8 @@ bool mapped_read(int fd, char* dst, size_t size, int64_t off, const std::string&
 // Bytes copied by mapped_read since the process started (for tests and `gdscp info`).
 uint64_t mapped_read_bytes() noexcept;
 
+// The copy mapped_read uses: streaming stores on x86-64, memcpy elsewhere.
+// Also the benchmark's host-memory ceiling (the best copy this machine does).
+void stream_copy(char* dst, const char* src, size_t n) noexcept;
+
 }  // namespace gdscp

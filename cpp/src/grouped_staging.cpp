@@ -54,11 +54,7 @@ GroupedStaging::GroupedStaging(const CudaDriver& drv, CUcontext ctx, const std::
   }
   first_piece_.push_back(pieces_.size());
   left_.reset(new std::atomic<size_t>[groups_.size()]);
-  short_.reset(new std::atomic<bool>[groups_.size()]);
-  for (size_t g = 0; g < groups_.size(); ++g) {
-    left_[g].store(first_piece_[g + 1] - first_piece_[g]);
-    short_[g].store(false);
-  }
+  for (size_t g = 0; g < groups_.size(); ++g) left_[g].store(first_piece_[g + 1] - first_piece_[g]);
   slots_.resize(std::max<size_t>(1, std::min(slots, groups_.size())));
   try {
     for (auto& s : slots_) {
@@ -112,13 +108,16 @@ char* GroupedStaging::wait_for_slot(const Piece& p, const std::atomic<bool>* can
   return slot_memory(p.group) + (p.buf_offset - groups_[p.group].buf_offset);
 }
 
-bool GroupedStaging::piece_done(Piece& p) {
-  if (p.got < p.size) short_[p.group].store(true, std::memory_order_relaxed);
+bool GroupedStaging::piece_done(const Piece& p) {
   // acq_rel: the finisher sees every other piece's bytes and `got`.
   return left_[p.group].fetch_sub(1, std::memory_order_acq_rel) == 1;
 }
 
-bool GroupedStaging::full_chunk(size_t group) const { return !short_[group].load(std::memory_order_relaxed); }
+bool GroupedStaging::full_chunk(size_t group) const {
+  for (size_t i = first_piece_[group]; i < first_piece_[group + 1]; ++i)
+    if (pieces_[i].got < pieces_[i].size) return false;
+  return true;
+}
 
 void GroupedStaging::issued(size_t group) {
   {

@@ -143,7 +143,7 @@ bool mapped_read(int fd, char* dst, size_t size, int64_t off, const std::string&
   }
   const size_t n = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(size), file_size - off));
   if (!guard_installed()) return false;
-  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  static const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   // Test hook: map the range 4 MiB further on, as if the file had lost its
   // last 4 MiB since fstat, and skip the residency check: a read of the
   // file's tail then touches pages past its end and the SIGBUS guard must
@@ -155,29 +155,26 @@ bool mapped_read(int fd, char* dst, size_t size, int64_t off, const std::string&
   const size_t len = lead + n;
   void* map = mmap(nullptr, len, PROT_READ, MAP_SHARED, fd, map_off);
   if (map == MAP_FAILED) return false;
+  struct Unmap {
+    void* p;
+    size_t n;
+    ~Unmap() { munmap(p, n); }
+  } unmap{map, len};
   // Only cached data: cold pages would fault in one readahead window at a
   // time, slower than pread's readahead. (For files this process neither owns
   // nor may write, mincore reports no page as cached: those use pread.)
-  if (!past_eof && !all_resident(map, len, page)) {
-    munmap(map, len);
-    return false;
-  }
+  if (!past_eof && !all_resident(map, len, page)) return false;
   // The fault hook treats this copy as the read call it replaces (which
   // would retry EINTR).
   int err;
   while ((err = fault::check(fault::Op::pread)) == EINTR) {
   }
-  if (err) {
-    munmap(map, len);
-    throw_os_error(err, "read (mapped)", path, off);
-  }
-  bool ok = guarded_copy(dst, static_cast<const char*>(map) + lead, n);
-  munmap(map, len);
+  if (err) throw_os_error(err, "read (mapped)", path, off);
+  if (!guarded_copy(dst, static_cast<const char*>(map) + lead, n)) return false;
   // A file cut short during the copy does not always raise SIGBUS: with large
   // page-cache folios the pages past the new end may still be mapped (and
   // read as zeros). pread then reports the short count and the right bytes.
-  ok = ok && fstat(fd, &st) == 0 && st.st_size >= off + static_cast<int64_t>(n);
-  if (!ok) return false;
+  if (fstat(fd, &st) != 0 || st.st_size < off + static_cast<int64_t>(n)) return false;
   g_mapped_bytes.fetch_add(n, std::memory_order_relaxed);
   copied = n;
   return true;

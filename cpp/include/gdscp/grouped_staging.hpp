@@ -52,8 +52,8 @@ class GroupedStaging {
   // Records `p` as read; true if it was its chunk's last piece: the caller
   // then copies the chunk (full_chunk() says whether one copy covers it) and
   // calls issued() after recording slot_event() behind the copy.
-  bool piece_done(Piece& p);
-  bool full_chunk(size_t group) const;
+  bool piece_done(const Piece& p);
+  bool full_chunk(size_t group) const;  // every piece of it came back whole
   const Chunk& chunk(size_t group) const { return groups_[group]; }
   char* slot_memory(size_t group) const;
   CUevent slot_event(size_t group) const { return slots_[group % slots_.size()].event; }
@@ -71,7 +71,6 @@ class GroupedStaging {
   std::vector<Piece> pieces_;
   std::vector<size_t> first_piece_;                 // per group, plus one past the end
   std::unique_ptr<std::atomic<size_t>[]> left_;     // pieces of each group still unread
-  std::unique_ptr<std::atomic<bool>[]> short_;      // a piece of the group came up short
   std::atomic<size_t> next_{0};
 
   struct Slot {

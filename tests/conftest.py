@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+import time
 
 import numpy as np
 import pytest
@@ -108,6 +109,31 @@ def rng() -> np.random.Generator:
 
 def random_bytes(size: int, seed: int = 0) -> bytes:
     return np.random.default_rng(seed).integers(0, 256, size, dtype=np.uint8).tobytes()
+
+
+class DLPackOnly:
+    """An array seen only through DLPack, as from libraries without the buffer
+    protocol or the CUDA array interface."""
+
+    def __init__(self, array):
+        self._array = array
+
+    def __dlpack__(self, *args, **kwargs):
+        return self._array.__dlpack__(*args, **kwargs)
+
+    def __dlpack_device__(self):
+        return self._array.__dlpack_device__()
+
+
+def wait_engine_idle(seconds: float = 10) -> bool:
+    """Wait until no engine worker runs a task (a transfer returned or left
+    running by an earlier test finishes); True once idle."""
+    from gdscp import _core
+
+    deadline = time.monotonic() + seconds
+    while _core.busy_threads() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return _core.busy_threads() == 0
 
 
 @pytest.fixture

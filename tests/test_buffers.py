@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import gdscp
-from conftest import random_bytes
+from conftest import DLPackOnly, random_bytes
 
 MiB = 1 << 20
 
@@ -213,19 +213,6 @@ def test_file_object_stays_alive_through_future(tmp_file):
     future = gdscp.CuFile(path).pread(arr, task_size=128 * 1024)
     assert future.get() == 4 * MiB
     assert arr.tobytes() == data
-
-
-class DLPackOnly:
-    """Exposes nothing but DLPack, like arrays of some libraries."""
-
-    def __init__(self, array):
-        self._array = array
-
-    def __dlpack__(self, *args, **kwargs):
-        return self._array.__dlpack__(*args, **kwargs)
-
-    def __dlpack_device__(self):
-        return self._array.__dlpack_device__()
 
 
 def test_host_dlpack_object(tmp_file, tmp_path):

@@ -12,13 +12,13 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 
 import numpy as np
 import pytest
 
 import gdscp
 from gdscp import _core
+from conftest import wait_engine_idle
 
 MiB = 1 << 20
 DEADLINE = 60  # seconds a thread may take before the test calls it stuck
@@ -243,11 +243,4 @@ def test_shrinking_parks_workers_and_growing_reuses_them(tmp_path):
         assert os_threads() == most, "growing again replaced workers with new threads"
     finally:
         gdscp.defaults.set("num_threads", original)
-    assert _core.busy_threads() == 0 or _wait_idle()
-
-
-def _wait_idle(seconds: float = 10) -> bool:
-    deadline = time.monotonic() + seconds
-    while _core.busy_threads() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return _core.busy_threads() == 0
+    assert wait_engine_idle()

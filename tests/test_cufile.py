@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 import gdscp
 from gdscp import _core
+from gdscp.bench.files import drop_cache
 from conftest import POISON, as_bytes, from_bytes, poisoned, random_bytes
 
 MiB = 1 << 20
@@ -527,16 +528,6 @@ def direct_dir(request, tmp_path):
         os.rmdir(folder)
 
 
-def drop_page_cache(path: str) -> None:
-    """Flush and evict ``path`` from the page cache, so direct_io "auto" sees cold data."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
-
-
 @pytest.mark.parametrize("mode", ["on", "auto"])
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("file_offset", [0, 4096, 3, 4097])
@@ -546,7 +537,7 @@ def test_direct_io_same_bytes(xp, direct_dir, mode, threads, file_offset, view_s
     data = random_bytes(file_offset + size + 10_000, seed=file_offset + view_start)
     path = os.path.join(direct_dir, "direct.bin")
     write_file(path, data)
-    drop_page_cache(path)
+    drop_cache(path, use_drop_caches=False)
     # A page-aligned host allocation, so that view_start=0 really is aligned.
     backing = poisoned(xp, size + 8192 + view_start)
     if xp is np:
@@ -559,7 +550,7 @@ def test_direct_io_same_bytes(xp, direct_dir, mode, threads, file_offset, view_s
             assert f.read(view, size, file_offset) == size
             assert as_bytes(view) == data[file_offset : file_offset + size]
             # Past end of file, through the O_DIRECT path too.
-            drop_page_cache(path)
+            drop_cache(path, use_drop_caches=False)
             tail = poisoned(xp, 3 * MiB)
             n = len(data) - (2 * MiB + 1)
             assert f.read(tail, file_offset=2 * MiB + 1) == n

@@ -11,14 +11,13 @@ from __future__ import annotations
 import gc
 import os
 import threading
-import time
 
 import numpy as np
 import pytest
 
 import gdscp
 from gdscp import CompatMode
-from conftest import POISON, has_gpu, random_bytes
+from conftest import POISON, DLPackOnly, has_gpu, random_bytes, wait_engine_idle
 
 pytestmark = pytest.mark.gpu
 
@@ -179,10 +178,7 @@ def test_grouped_staging_errors_and_cancel(cp, tmp_file):
         assert 0 <= future.get() <= size
         assert f.read(buf) == size
     assert host_of(buf) == data
-    deadline = time.monotonic() + 10
-    while _core.busy_threads() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert _core.busy_threads() == 0, "a worker is stuck"
+    assert wait_engine_idle(), "a worker is stuck"
 
 
 @pytest.mark.parametrize("file_offset", [1, 4095, 4097, 1_000_003])
@@ -489,19 +485,6 @@ def test_torch_cuda_tensors(cp, tmp_file, tmp_path):
     with gdscp.CuFile(out, "w") as f:
         assert f.write(t[3:]) == 5 * MiB + 5
     assert file_bytes(out) == data[3:]
-
-
-class DLPackOnly:
-    """An array seen only through DLPack, as from libraries without the CUDA array interface."""
-
-    def __init__(self, array):
-        self._array = array
-
-    def __dlpack__(self, *args, **kwargs):
-        return self._array.__dlpack__(*args, **kwargs)
-
-    def __dlpack_device__(self):
-        return self._array.__dlpack_device__()
 
 
 def test_dlpack_only_device_object(cp, tmp_file, tmp_path):

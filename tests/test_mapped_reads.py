@@ -11,7 +11,6 @@ from __future__ import annotations
 import ctypes
 import mmap
 import os
-import time
 
 import numpy as np
 import pytest
@@ -19,6 +18,7 @@ import pytest
 import gdscp
 from gdscp import _core
 from gdscp.bench.files import drop_cache
+from conftest import wait_engine_idle
 
 MiB = 1 << 20
 PAGE = mmap.PAGESIZE
@@ -33,10 +33,7 @@ def engine_idle():
     """The byte counter is process-wide: wait until no transfer that an earlier
     test left running (a closed handle finishes its transfers) is still moving
     bytes."""
-    deadline = time.monotonic() + 30
-    while _core.busy_threads() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert _core.busy_threads() == 0, "workers still busy from an earlier test"
+    assert wait_engine_idle(30), "workers still busy from an earlier test"
 
 
 @pytest.fixture

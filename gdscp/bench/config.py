@@ -103,7 +103,7 @@ class Plan:
 
 def default_threads(cpus: Optional[int] = None) -> tuple[list[int], str]:
     """Thread counts to sweep: 1 (no parallelism), 4 (a few), gdscp's default
-    (one per core, 4 to 16) and 16 where there are 16 cores (where KvikIO and
+    (one per core, 4 to 32) and 16 where there are 16 cores (where KvikIO and
     gdscp peak on the reference H200)."""
     if cpus is None:
         try:

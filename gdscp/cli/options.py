@@ -47,7 +47,7 @@ Threads = Annotated[
         "--threads",
         min=1,
         metavar="N",
-        help="Worker threads (default: GDSCP_NUM_THREADS, else one per core, 4 to 16).",
+        help="Worker threads (default: GDSCP_NUM_THREADS, else one per core, 4 to 32).",
         rich_help_panel=_TUNING,
     ),
 ]

@@ -40,9 +40,8 @@ for piece in (4 * MiB, 16 * MiB):
     for nstreams in (16,):
         print(f"pinned pieces {piece >> 20} MiB x {nstreams} streams: {pieces_rate(piece, nstreams):.2f}", flush=True)
 
-def rate(cfg, runs=5, grouped=True):
-    gdscp.defaults._settings.grouped_copies = grouped
-    with gdscp.defaults.set(cfg), gdscp.CuFile(path) as f:
+def rate(cfg, runs=5, grouped=False):
+    with gdscp.defaults.set({**cfg, "grouped_copies": grouped}), gdscp.CuFile(path) as f:
         f.read(dev)
         rs = []
         for _ in range(runs):
@@ -62,7 +61,6 @@ for rnd in range(2):
             med, best = rate(cfg, grouped=grouped)
             assert (dev[: 64 * MiB].get() == ref).all()
             print(f"gdscp thr={threads} grouped_copies={grouped}: median {med:.2f} best {best:.2f}", flush=True)
-gdscp.defaults._settings.grouped_copies = True
 ref = np.fromfile(path, dtype=np.uint8, count=64 * MiB)
 assert (dev[:64 * MiB].get() == ref).all()
 os.unlink(path)

@@ -2,7 +2,7 @@
 # One call on the GPU machine: build gdscp, run the GPU tests, then the
 # benchmarks. Logs and JSON go to $OUT (or ./device-out).
 #
-#   bash scripts/device_check.sh [tests|sweep|bench|all]...   (default: all)
+#   bash scripts/device_check.sh [tests|sweep|bench|probe|all]...   (default: all; probe: only when named)
 #
 # KvikIO, when its wheels were carried in .whl/ (see docs/benchmarks.md), is
 # installed to /tmp/site and measured beside gdscp.
@@ -45,6 +45,10 @@ fi
 if [[ $steps == *all* || $steps == *sweep* ]]; then
   echo "== sweep"
   timeout 400 python3 scripts/gpu_sweep.py "$OUT/sweep.json" --dir /tmp 2>&1 | tee "$OUT/sweep.log" | tail -60
+fi
+if [[ $steps == *probe* ]]; then
+  echo "== probe"
+  (cd /tmp && OUT="$OUT" timeout 420 python3 "$OLDPWD/scripts/probe/gpu_probe.py" 2>&1) | tee "$OUT/probe.log" | grep -v '^cold round' | tail -80
 fi
 if [[ $steps == *all* || $steps == *bench* ]]; then
   # Issue 4's figures, each beside KvikIO and the machine's ceilings in the same run:

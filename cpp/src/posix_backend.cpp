@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <unordered_map>
 
@@ -27,8 +28,8 @@ constexpr size_t kDirectMin = 1u << 20;  // below this O_DIRECT costs more than 
 // machine, docs/benchmarks.md).
 constexpr size_t kDirectWriteMin = 4u << 20;
 constexpr size_t kMaxWritePiece = 64u << 20;  // bounds the staging memory a writing worker holds
-constexpr int kMaxDepth = 8;
-constexpr size_t kMappedMin = 1u << 20;  // below this mapping costs more than streaming saves             // staging buffers per worker: read into one while others copy
+constexpr int kMaxDepth = 8;  // staging buffers per worker: read into one while others copy
+constexpr size_t kMappedMin = 1u << 20;  // below this mapping costs more than streaming saves
 
 ssize_t sys_pread(int fd, void* buf, size_t n, int64_t off) {
   if (int err = fault::check(fault::Op::pread)) {
@@ -117,6 +118,16 @@ size_t write_piece(const Settings& s) {
 
 size_t pipeline_depth(const Settings& s) {
   return static_cast<size_t>(std::clamp(s.pipeline_depth, 2, kMaxDepth));
+}
+
+// Chunk-sized slots of a grouped read: the chunks the workers are filling (the
+// pieces in flight span at most this many) plus `depth` chunks queued on the
+// copy engine. Sized by the pieces in flight rather than as workers x depth x
+// piece, so the ring stays small enough for the CPU cache at any thread count.
+size_t grouped_slots(size_t workers, size_t piece, size_t chunk, size_t depth) {
+  size_t slots = (workers * piece + chunk - 1) / chunk + 1 + depth;
+  if (const char* e = std::getenv("GDSCP_PROBE_GROUPED_SLOTS")) slots = std::max(2L, std::atol(e));  // experiment only
+  return std::max<size_t>(slots, 4);
 }
 
 }  // namespace
@@ -322,12 +333,9 @@ size_t PosixBackend::read_device_grouped(const MemoryTarget& mem, char* base, Ch
   ScopedContext scope(drv, mem.ctx);
   StreamState& st = stream_state(drv, mem.ctx);
   StreamDrain drain(drv, st.stream);
-  // As much pinned staging as the per-worker pipelines would use (workers x
-  // depth x bounce), in chunk-sized slots.
   auto& ring = work.shared_state<GroupedStaging>([&] {
     const size_t workers = ThreadPool::process_default().size();
-    const size_t budget = workers * pipeline_depth(s) * s.bounce_buffer_size;
-    const size_t slots = std::max<size_t>(2, budget / s.task_size);
+    const size_t slots = grouped_slots(workers, s.bounce_buffer_size, work.chunks().front().size, pipeline_depth(s));
     return std::make_shared<GroupedStaging>(drv, mem.ctx, work.chunks(), s.bounce_buffer_size, slots);
   });
   const auto dev = reinterpret_cast<CUdeviceptr>(base);

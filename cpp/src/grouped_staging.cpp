@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <unordered_map>
 
 namespace gdscp {
@@ -24,7 +25,9 @@ CUevent take_event(const CudaDriver& drv, CUcontext ctx) {
     }
   }
   CUevent ev = nullptr;
-  drv.check(drv.cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+  const char* blocking = std::getenv("GDSCP_PROBE_BLOCKING_EVENTS");  // experiment knob
+  drv.check(drv.cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING | (blocking && *blocking == '1' ? CU_EVENT_BLOCKING_SYNC : 0)),
+            "cuEventCreate");
   return ev;
 }
 

@@ -1,35 +1,30 @@
 """Experiment: hot file -> GPU with grouped copies against per-worker staging,
 and cold file -> GPU against the disk, in one device call.
 
-Hot part (4 GiB file in the page cache): every configuration is read on an
-open handle (one warm-up, then RUNS timed reads), twice in alternating order;
-then a benchmark-like pass opens the file for every read and interleaves the
-contenders run by run, KvikIO included when importable. Cold part (2 GiB file,
-cache dropped before every read): the disk's own readers and gdscp variants,
+Hot part (4 GiB file in the page cache): each engine variant (set through the
+engine's GDSCP_PROBE_* environment knobs, so each runs in its own process) is
+measured the way a side-by-side check would: for every run, every thread count
+in turn, the file opened for each read. Variants run twice, in alternating
+order; KvikIO runs the same loop in its own process. Cold part (2 GiB, cache
+dropped before every read): the disk's own readers and gdscp variants,
 interleaved round by round. Results: docs/benchmarks.md.
 
     OUT=dir python3 scripts/probe/gpu_probe.py     # on the GPU machine, after building
 """
+import importlib.util
 import json
 import os
 import statistics
-import threading
+import subprocess
+import sys
 import time
 
-import cupy
 import numpy as np
-
-import gdscp
-from gdscp.bench import ceilings, files
-
-try:
-    import kvikio
-    import kvikio.defaults
-except Exception:  # KvikIO is optional
-    kvikio = None
 
 GiB, MiB = 1 << 30, 1 << 20
 RUNS = 5
+PATH = "/tmp/gdscp-probe.bin"
+SIZE = 4 * GiB
 OUT = os.environ.get("OUT", ".")
 results = []
 
@@ -39,49 +34,14 @@ def log(**row):
     print(json.dumps(row), flush=True)
 
 
-def sync():
-    cupy.cuda.runtime.deviceSynchronize()
-
-
 def timed(read, nbytes):
-    sync()
+    import cupy
+
+    cupy.cuda.runtime.deviceSynchronize()
     t0 = time.perf_counter()
     read()
-    sync()
+    cupy.cuda.runtime.deviceSynchronize()
     return nbytes / (time.perf_counter() - t0) / 1e9
-
-
-def machine():
-    info = {}
-    for key in ("index2", "index3"):
-        p = f"/sys/devices/system/cpu/cpu0/cache/{key}/size"
-        if os.path.exists(p):
-            info[key] = open(p).read().strip()
-    with open("/proc/cpuinfo") as f:
-        info["model"] = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), "")
-    log(kind="machine", **info)
-
-
-def config(threads, grouped, piece=4 * MiB, task=16 * MiB, slots=None):
-    name = f"{'grouped' if grouped else 'per-worker'} thr={threads} piece={piece >> 20}M task={task >> 20}M"
-    if slots:
-        name += f" slots={slots}"
-    cfg = dict(num_threads=threads, grouped_copies=grouped, bounce_buffer_size=piece, task_size=task)
-    return name, cfg, slots
-
-
-class Slots:
-    """The probe-only slot-count override read by the engine at each grouped request."""
-
-    def __init__(self, n):
-        self.n = n
-
-    def __enter__(self):
-        if self.n:
-            os.environ["GDSCP_PROBE_GROUPED_SLOTS"] = str(self.n)
-
-    def __exit__(self, *exc):
-        os.environ.pop("GDSCP_PROBE_GROUPED_SLOTS", None)
 
 
 def check(dev, path, size):
@@ -91,136 +51,172 @@ def check(dev, path, size):
             raise SystemExit(f"wrong bytes at {start}")
 
 
-def hot(path, size, dev):
-    log(kind="ceiling", what="pinned h2d 1 GiB", gb_per_s=ceilings.pinned_copy_rate(1 * GiB, 5)["gb_per_s"])
-    configs = [config(t, False) for t in (12, 16)]
-    configs += [config(t, True) for t in (8, 12, 16, 24, 32)]
-    configs += [config(t, True, piece=2 * MiB) for t in (12, 16, 24, 32)]
-    configs += [config(t, True, task=32 * MiB) for t in (12, 16, 24)]
-    configs += [config(16, True, piece=2 * MiB, task=32 * MiB), config(16, True, piece=1 * MiB)]
-    configs += [config(16, True, slots=n) for n in (4, 5, 6, 8, 10)]
-    configs += [config(12, True, slots=n) for n in (5, 8)]
-    for rnd in range(2):
-        for name, cfg, slots in (configs if rnd == 0 else configs[::-1]):
-            with gdscp.defaults.set(cfg), Slots(slots), gdscp.CuFile(path) as f:
-                f.read(dev)
-                rates = [timed(lambda: f.read(dev), size) for _ in range(RUNS)]
-            dev[: 64 * MiB].fill(0)
-            log(kind="hot-open-handle", round=rnd, name=name, median=statistics.median(rates), rates=rates)
-        check_after = configs[0]
-        with gdscp.defaults.set(check_after[1]):
-            gdscp.CuFile(path).read(dev)
-        check(dev, path, size)
+def hot_child(tool, counts):
+    """One process: every run, every thread count, open-read-close; prints JSON."""
+    import cupy
 
-    # Benchmark-like: open for every read, contenders interleaved run by run.
-    contenders = [config(t, False) for t in (12, 16)]
-    contenders += [config(t, True) for t in (12, 16, 24)]
-    contenders += [config(16, True, piece=2 * MiB), config(16, True, task=32 * MiB)]
-    contenders.append(("gdscp defaults", {}, None))
-    kv = [16, 32] if kvikio else []
-    rates = {name: [] for name, _, _ in contenders}
-    rates.update({f"kvikio thr={t}": [] for t in kv})
-    for name, cfg, slots in contenders:  # warm-up
-        with gdscp.defaults.set(cfg), Slots(slots), gdscp.CuFile(path) as f:
-            f.read(dev)
-    for t in kv:
-        with kvikio.defaults.set("num_threads", t), kvikio.CuFile(path, "r") as f:
-            f.read(dev)
-    for run in range(RUNS):
-        for name, cfg, slots in contenders:
-            with gdscp.defaults.set(cfg), Slots(slots):
-                f = gdscp.CuFile(path)
-                rates[name].append(timed(lambda: f.pread(dev).get(), size))
+    dev = cupy.empty(SIZE, dtype=cupy.uint8)
+    if tool == "kvikio":
+        import kvikio
+        import kvikio.defaults
+
+        def setting(t):
+            return kvikio.defaults.set("num_threads", t)
+
+        def opener():
+            return kvikio.CuFile(PATH, "r")
+    else:
+        import gdscp
+
+        def setting(t):
+            return gdscp.defaults.set("num_threads", t)
+
+        def opener():
+            return gdscp.CuFile(PATH, "r")
+
+    rates = {t: [] for t in counts}
+    for run in range(RUNS + 1):  # run 0 warms up
+        for t in counts:
+            with setting(t):
+                f = opener()
+                r = timed(lambda: f.pread(dev).get(), SIZE)
                 f.close()
-        for t in kv:
-            with kvikio.defaults.set("num_threads", t):
-                f = kvikio.CuFile(path, "r")
-                rates[f"kvikio thr={t}"].append(timed(lambda: f.pread(dev).get(), size))
-                f.close()
-    for name, r in rates.items():
-        log(kind="hot-open-per-run", name=name, median=statistics.median(r), rates=r)
-    check(dev, path, size)
+            if run:
+                rates[t].append(r)
+    check(dev, PATH, SIZE)
+    print(json.dumps({str(t): r for t, r in rates.items()}))
+
+
+def hot():
+    from gdscp.bench import ceilings
+
+    log(kind="ceiling", what="pinned h2d 1 GiB", gb_per_s=ceilings.pinned_copy_rate(1 * GiB, 5)["gb_per_s"])
+    variants = {
+        "per-worker": {},
+        "per-worker blocking-events": {"GDSCP_PROBE_BLOCKING_EVENTS": "1"},
+        "grouped": {"GDSCP_GROUPED_COPIES": "1"},
+        "grouped cap8": {"GDSCP_GROUPED_COPIES": "1", "GDSCP_PROBE_GROUPED_READERS": "8"},
+        "grouped cap12": {"GDSCP_GROUPED_COPIES": "1", "GDSCP_PROBE_GROUPED_READERS": "12"},
+        "grouped blocking-events": {"GDSCP_GROUPED_COPIES": "1", "GDSCP_PROBE_BLOCKING_EVENTS": "1"},
+        "grouped cap8 blocking-events": {
+            "GDSCP_GROUPED_COPIES": "1", "GDSCP_PROBE_GROUPED_READERS": "8", "GDSCP_PROBE_BLOCKING_EVENTS": "1"},
+        "grouped cap12 blocking-events": {
+            "GDSCP_GROUPED_COPIES": "1", "GDSCP_PROBE_GROUPED_READERS": "12", "GDSCP_PROBE_BLOCKING_EVENTS": "1"},
+    }
+    runs = [(name, env, "gdscp", "8,12,16,32") for name, env in variants.items()]
+    if importlib.util.find_spec("kvikio"):
+        runs.append(("kvikio", {}, "kvikio", "8,16,32"))
+    for rnd in range(2):
+        for name, env, tool, counts in (runs if rnd == 0 else runs[::-1]):
+            proc = subprocess.run(
+                [sys.executable, __file__, "--hot-child", tool, counts],
+                env={**os.environ, **env}, capture_output=True, text=True, timeout=120,
+            )
+            if proc.returncode != 0:
+                log(kind="hot", round=rnd, name=name, error=proc.stderr[-2000:])
+                continue
+            rates = json.loads(proc.stdout.strip().splitlines()[-1])
+            for t, r in rates.items():
+                log(kind="hot", round=rnd, name=name, threads=int(t), median=statistics.median(r), rates=r)
     log(kind="ceiling", what="pinned h2d 1 GiB (end)", gb_per_s=ceilings.pinned_copy_rate(1 * GiB, 5)["gb_per_s"])
 
 
-def cold(path, size, dev):
-    view = dev[:size]
+def cold(size):
+    import cupy
 
-    def gd(cfg=None, advice=None, willneed=False):
+    import gdscp
+    from gdscp.bench import ceilings, files
+
+    dev = cupy.empty(size, dtype=cupy.uint8)
+
+    def sync():
+        cupy.cuda.runtime.deviceSynchronize()
+
+    def gd(env, advice=None):
         def run():
-            files.drop_cache(path)
-            with gdscp.defaults.set(cfg or {}), gdscp.CuFile(path) as f:
-                if advice is not None:
-                    os.posix_fadvise(f.fileno(), 0, 0, advice)
-                stop = threading.Event()
-                helper = None
-                if willneed:
-                    # Ask the kernel for the range ahead of the workers, 64 MiB at a time.
-                    def ahead():
-                        for off in range(0, size, 64 * MiB):
-                            if stop.is_set():
-                                return
-                            os.posix_fadvise(f.fileno(), off, 64 * MiB, os.POSIX_FADV_WILLNEED)
-                    helper = threading.Thread(target=ahead)
-                t0 = time.perf_counter()
-                if helper:
-                    helper.start()
-                n = f.pread(view).get()
-                sync()
-                dt = time.perf_counter() - t0
-                stop.set()
-                if helper:
-                    helper.join()
+            files.drop_cache(PATH)
+            old = {k: os.environ.get(k) for k in env}
+            os.environ.update(env)
+            try:
+                with gdscp.CuFile(PATH) as f:
+                    if advice is not None:
+                        os.posix_fadvise(f.fileno(), 0, 0, advice)
+                    sync()
+                    t0 = time.perf_counter()
+                    n = f.pread(dev).get()
+                    sync()
+                    dt = time.perf_counter() - t0
+            finally:
+                for k, v in old.items():
+                    if v is None:
+                        os.environ.pop(k, None)
+                    else:
+                        os.environ[k] = v
             assert n == size
             return size / dt / 1e9
         return run
 
     def kv(t):
         def run():
-            files.drop_cache(path)
-            with kvikio.defaults.set("num_threads", t), kvikio.CuFile(path, "r") as f:
+            import kvikio
+            import kvikio.defaults
+
+            files.drop_cache(PATH)
+            with kvikio.defaults.set("num_threads", t), kvikio.CuFile(PATH, "r") as f:
+                sync()
                 t0 = time.perf_counter()
-                f.pread(view).get()
+                f.pread(dev).get()
                 sync()
                 return size / (time.perf_counter() - t0) / 1e9
         return run
 
+    grouped = {"GDSCP_PROBE_GROUPED_READERS": "8"}
     variants = {
-        "disk O_DIRECT 16 thr": lambda: ceilings.direct_read_rate(path, size, 16, 1)["gb_per_s"]["median"],
-        "disk buffered 1 thr": lambda: ceilings.buffered_read_rate(path, size, 1)["gb_per_s"]["median"],
-        "gdscp defaults": gd(),
-        "gdscp 4 thr": gd({"num_threads": 4}),
-        "gdscp 8 thr": gd({"num_threads": 8}),
-        "gdscp FADV_SEQUENTIAL": gd(advice=os.POSIX_FADV_SEQUENTIAL),
-        "gdscp + WILLNEED ahead": gd(willneed=True),
-        "gdscp direct_io=on": gd({"direct_io": "on"}),
+        "disk O_DIRECT 16 thr": lambda: ceilings.direct_read_rate(PATH, size, 16, 1)["gb_per_s"]["median"],
+        "disk buffered 1 thr": lambda: ceilings.buffered_read_rate(PATH, size, 1)["gb_per_s"]["median"],
+        "gdscp buffered (now)": gd({}),
+        "gdscp cold willneed": gd({"GDSCP_PROBE_COLD": "willneed"}),
+        "gdscp cold direct": gd({"GDSCP_PROBE_COLD": "direct"}),
+        "gdscp FADV_SEQUENTIAL": gd({}, os.POSIX_FADV_SEQUENTIAL),
+        "gdscp cold willneed + FADV_SEQUENTIAL": gd({"GDSCP_PROBE_COLD": "willneed"}, os.POSIX_FADV_SEQUENTIAL),
+        "gdscp grouped cap8 buffered": gd(grouped),
+        "gdscp grouped cap8 cold willneed": gd({**grouped, "GDSCP_PROBE_COLD": "willneed"}),
+        "gdscp grouped cap8 cold direct": gd({**grouped, "GDSCP_PROBE_COLD": "direct"}),
     }
-    if kvikio:
+    if importlib.util.find_spec("kvikio"):
         variants["kvikio 16 thr"] = kv(16)
     rates = {k: [] for k in variants}
     for rnd in range(4):
         for name, fn in variants.items():
-            rates[name].append(fn())
+            grouped_on = "grouped" in name
+            with gdscp.defaults.set("grouped_copies", grouped_on):
+                rates[name].append(fn())
             print(f"cold round {rnd} {name}: {rates[name][-1]:.3f}", flush=True)
     for name, r in rates.items():
         log(kind="cold", name=name, median=statistics.median(r), rates=r)
 
 
 def main():
-    machine()
-    path = "/tmp/gdscp-probe.bin"
-    size = 4 * GiB
-    files.make_file(path, size)
-    files.warm_cache(path)
-    dev = cupy.empty(size, dtype=cupy.uint8)
+    from gdscp.bench import files
+
+    info = {}
+    p = "/sys/devices/system/cpu/cpu0/cache/index3/size"
+    if os.path.exists(p):
+        info["llc"] = open(p).read().strip()
+    log(kind="machine", **info)
+    files.make_file(PATH, SIZE)
+    files.warm_cache(PATH)
     try:
-        hot(path, size, dev)
-        cold(path, 2 * GiB, dev)
+        hot()
+        cold(2 * GiB)
     finally:
-        os.unlink(path)
+        os.unlink(PATH)
         with open(os.path.join(OUT, "probe.json"), "w") as f:
             json.dump(results, f, indent=1)
 
 
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) > 1 and sys.argv[1] == "--hot-child":
+        hot_child(sys.argv[2], [int(t) for t in sys.argv[3].split(",")])
+    else:
+        main()

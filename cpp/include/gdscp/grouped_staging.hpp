@@ -61,6 +61,8 @@ class GroupedStaging {
   // Pieces of `group`, for the rare chunk with a short read: copied one by one.
   std::pair<size_t, size_t> piece_range(size_t group) const { return {first_piece_[group], first_piece_[group + 1]}; }
   const Piece& piece(size_t i) const { return pieces_[i]; }
+  // Readers that joined before this one.
+  size_t join() { return readers_.fetch_add(1, std::memory_order_relaxed); }
   // A worker failed: every waiting worker gives up.
   void fail();
 
@@ -72,6 +74,7 @@ class GroupedStaging {
   std::vector<size_t> first_piece_;                 // per group, plus one past the end
   std::unique_ptr<std::atomic<size_t>[]> left_;     // pieces of each group still unread
   std::atomic<size_t> next_{0};
+  std::atomic<size_t> readers_{0};
 
   struct Slot {
     BufferPool::Lease buffer;

@@ -25,7 +25,7 @@ class PosixBackend final : public Backend {
   // Host memory: a mapped streaming copy of cached data, else read_file.
   size_t read_host(char* dst, size_t size, int64_t off, const Settings& s, Request* progress);
   // pread (O_DIRECT for the aligned middle where asked).
-  size_t read_file(char* dst, size_t size, int64_t off, const Settings& s, Request* progress);
+  size_t read_file(char* dst, size_t size, int64_t off, const Settings& s, Request* progress, bool direct = false);
   size_t write_host(const char* src, size_t size, int64_t off, const Settings& s, Request* progress);
   size_t read_device(const MemoryTarget& mem, char* base, ChunkQueue& work, const Settings& s,
                      Request* progress);

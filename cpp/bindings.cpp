@@ -10,6 +10,7 @@
 #include "gdscp/engine.hpp"
 #include "gdscp/error.hpp"
 #include "gdscp/fault.hpp"
+#include "gdscp/grouped_staging.hpp"
 #include "gdscp/mapped_read.hpp"
 #include "gdscp/pinned_pool.hpp"
 #include "gdscp/system_info.hpp"
@@ -205,6 +206,15 @@ NB_MODULE(_core, m) {
   }, "op"_a, "skip"_a, "count"_a, "errno"_a);
   m.def("_disarm_fault", &gdscp::fault::disarm);
   m.def("mapped_read_bytes", &gdscp::mapped_read_bytes);
+  m.def("grouped_stats", [] {
+    const auto st = gdscp::grouped_stats();
+    nb::dict d;
+    d["requests"] = st.requests;
+    d["readers"] = st.readers;
+    d["bytes"] = st.bytes;
+    return d;
+  });
+  m.def("grouped_reader_limit", &gdscp::grouped_readers, "workers"_a);
   // Benchmark ceiling: raw addresses from numpy (arr.ctypes.data); no checks.
   m.def("_stream_copy", [](uintptr_t dst, uintptr_t src, size_t n) {
     gdscp::stream_copy(reinterpret_cast<char*>(dst), reinterpret_cast<const char*>(src), n);

@@ -56,7 +56,7 @@ if [[ $steps == *all* || $steps == *bench* ]]; then
   # hot file -> host memory, and cold file -> GPU.
   echo "== gdscp benchmark"
   (cd /tmp
-   timeout 300 gdscp benchmark --size 4G --threads 4,16,32 --dir /tmp --json > "$OUT/bench-gpu.json" 2>"$OUT/bench-gpu.err"
+   timeout 300 gdscp benchmark --size 4G --threads 4,8,16,32 --dir /tmp --json > "$OUT/bench-gpu.json" 2>"$OUT/bench-gpu.err"
    echo "gpu rc=$?"
    timeout 120 gdscp benchmark --size 4G --threads 16,32 --host --mode read --dir /tmp --json > "$OUT/bench-host.json" 2>"$OUT/bench-host.err"
    echo "host rc=$?"

@@ -136,6 +136,25 @@ def wait_engine_idle(seconds: float = 10) -> bool:
     return _core.busy_threads() == 0
 
 
+def first_page_cached(path: str) -> bool | None:
+    """Whether the page cache holds the first page of ``path``, from cachestat(2)
+    (Linux 6.5+, called through ctypes); None where the kernel cannot tell."""
+    import ctypes
+
+    class Range(ctypes.Structure):
+        _fields_ = [("off", ctypes.c_uint64), ("len", ctypes.c_uint64)]
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    stat = (ctypes.c_uint64 * 5)()
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if libc.syscall(451, fd, ctypes.byref(Range(0, 1)), stat, 0) != 0:
+            return None
+    finally:
+        os.close(fd)
+    return stat[0] > 0
+
+
 @pytest.fixture
 def tmp_file(tmp_path):
     """Factory: ``tmp_file(size, name=None, seed=None, dir=None)`` -> (path, bytes).

@@ -17,7 +17,7 @@ import pytest
 
 import gdscp
 from gdscp import CompatMode
-from conftest import POISON, DLPackOnly, has_gpu, random_bytes, wait_engine_idle
+from conftest import POISON, DLPackOnly, first_page_cached, has_gpu, random_bytes, wait_engine_idle
 
 pytestmark = pytest.mark.gpu
 
@@ -138,6 +138,9 @@ def test_grouped_and_per_worker_staging(cp, tmp_file, grouped, threads, size):
         "gds_threshold": 0,
         "grouped_copies": grouped,
     }
+    from gdscp import _core
+
+    before = _core.grouped_stats()
     with gdscp.defaults.set(settings):
         buf = cp.full(size + 8, POISON, dtype=cp.uint8)
         with gdscp.CuFile(path) as f:
@@ -145,6 +148,57 @@ def test_grouped_and_per_worker_staging(cp, tmp_file, grouped, threads, size):
     got = host_of(buf)
     assert got[3 : 3 + size] == data[4095 : 4095 + size]
     assert got[:3] == bytes([POISON]) * 3 and got[3 + size :] == bytes([POISON]) * 5
+    # The file was just written, so it is cached: with grouped_copies on, a read
+    # of several chunks on several workers goes the grouped way, all its bytes.
+    after = _core.grouped_stats()
+    if grouped and threads > 1 and first_page_cached(path):
+        assert after["requests"] - before["requests"] == 1
+        assert after["bytes"] - before["bytes"] == size
+    elif not grouped:
+        assert after == before
+
+
+@pytest.mark.parametrize("threads", [2, 16, 32])
+def test_grouped_read_caps_its_readers(cp, tmp_file, threads):
+    """A grouped read is read by at most half the CPUs' worth of workers (4 to
+    16): the rest of the pool returns at once. Exactly that many join."""
+    from gdscp import _core
+
+    size = 64 * MiB + 3
+    path, data = tmp_file(size)
+    if not first_page_cached(path):
+        pytest.skip("cachestat(2) cannot tell here that the file is cached")
+    settings = {"num_threads": threads, "task_size": 2 * MiB, "bounce_buffer_size": 512 * KiB, "gds_threshold": 0}
+    before = _core.grouped_stats()
+    with gdscp.defaults.set(settings), gdscp.CuFile(path) as f:
+        buf = cp.zeros(size, dtype=cp.uint8)
+        assert f.read(buf) == size
+    after = _core.grouped_stats()
+    assert after["requests"] - before["requests"] == 1
+    assert after["readers"] - before["readers"] == _core.grouped_reader_limit(threads)
+    assert _core.grouped_reader_limit(threads) <= min(threads, 16)
+    assert after["bytes"] - before["bytes"] == size
+    assert host_of(buf) == data
+
+
+def test_cold_device_read_uses_every_worker(cp, tmp_file):
+    """Data not in the page cache goes per-worker (every worker's pread keeps a
+    readahead window going) even with grouped_copies on; the bytes are right."""
+    from gdscp import _core
+    from gdscp.bench.files import drop_cache
+
+    size = 40 * MiB + 7
+    path, data = tmp_file(size)
+    drop_cache(path, use_drop_caches=False)
+    if first_page_cached(path) is not False:
+        pytest.skip("the file's pages could not be dropped, or cachestat(2) is missing")
+    before = _core.grouped_stats()
+    settings = {"num_threads": 8, "task_size": 4 * MiB, "gds_threshold": 0}
+    with gdscp.defaults.set(settings), gdscp.CuFile(path) as f:
+        buf = cp.zeros(size, dtype=cp.uint8)
+        assert f.read(buf) == size
+    assert _core.grouped_stats() == before
+    assert host_of(buf) == data
 
 
 def test_grouped_staging_errors_and_cancel(cp, tmp_file):

@@ -1,8 +1,9 @@
 #include "gdscp/grouped_staging.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <unordered_map>
 
 namespace gdscp {
@@ -25,9 +26,7 @@ CUevent take_event(const CudaDriver& drv, CUcontext ctx) {
     }
   }
   CUevent ev = nullptr;
-  const char* blocking = std::getenv("GDSCP_PROBE_BLOCKING_EVENTS");  // experiment knob
-  drv.check(drv.cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING | (blocking && *blocking == '1' ? CU_EVENT_BLOCKING_SYNC : 0)),
-            "cuEventCreate");
+  drv.check(drv.cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
   return ev;
 }
 
@@ -39,11 +38,36 @@ void give_event(CUcontext ctx, CUevent ev) noexcept {
   }
 }
 
+std::atomic<uint64_t> g_requests{0}, g_readers{0}, g_bytes{0};
+
 }  // namespace
 
+// Chunk-sized slots of a grouped read: the chunks the readers are filling (the
+// pieces in flight span at most this many) plus `depth` chunks queued on the
+// copy engine. Sized by the pieces in flight rather than as workers x depth x
+// piece, so the ring stays small enough for the CPU cache.
+size_t grouped_slots(size_t readers, size_t piece, size_t chunk, size_t depth) {
+  return std::max<size_t>((readers * piece + chunk - 1) / chunk + 1 + depth, 4);
+}
+
+// Readers of one grouped read: half the CPUs, 4 to 16. More readers than that
+// only contend for memory bandwidth and the CPUs' sibling threads while the copy
+// engine is already busy: on the H200 machine (16 CPUs, ~55 GB/s link) 8 readers
+// reached 53-54 GB/s where all 16 workers reached 52 and 32 workers 36-38
+// (docs/benchmarks.md, third session).
+size_t grouped_readers(size_t workers) {
+  static const size_t half = static_cast<size_t>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN))) / 2;
+  return std::min(workers, std::clamp<size_t>(half, 4, 16));
+}
+
+GroupedStats grouped_stats() noexcept {
+  return {g_requests.load(std::memory_order_relaxed), g_readers.load(std::memory_order_relaxed),
+          g_bytes.load(std::memory_order_relaxed)};
+}
+
 GroupedStaging::GroupedStaging(const CudaDriver& drv, CUcontext ctx, const std::vector<Chunk>& groups, size_t piece,
-                               size_t slots)
-    : drv_(drv), ctx_(ctx), groups_(groups) {
+                               size_t slots, size_t readers)
+    : drv_(drv), ctx_(ctx), groups_(groups), max_readers_(std::max<size_t>(1, readers)) {
   size_t largest = 0;
   first_piece_.reserve(groups_.size() + 1);
   for (size_t g = 0; g < groups_.size(); ++g) {
@@ -58,6 +82,7 @@ GroupedStaging::GroupedStaging(const CudaDriver& drv, CUcontext ctx, const std::
   first_piece_.push_back(pieces_.size());
   left_.reset(new std::atomic<size_t>[groups_.size()]);
   for (size_t g = 0; g < groups_.size(); ++g) left_[g].store(first_piece_[g + 1] - first_piece_[g]);
+  g_requests.fetch_add(1, std::memory_order_relaxed);
   slots_.resize(std::max<size_t>(1, std::min(slots, groups_.size())));
   try {
     for (auto& s : slots_) {
@@ -111,7 +136,14 @@ char* GroupedStaging::wait_for_slot(const Piece& p, const std::atomic<bool>* can
   return slot_memory(p.group) + (p.buf_offset - groups_[p.group].buf_offset);
 }
 
+bool GroupedStaging::join() {
+  if (readers_.fetch_add(1, std::memory_order_relaxed) >= max_readers_) return false;
+  g_readers.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
 bool GroupedStaging::piece_done(const Piece& p) {
+  g_bytes.fetch_add(p.got, std::memory_order_relaxed);
   // acq_rel: the finisher sees every other piece's bytes and `got`.
   return left_[p.group].fetch_sub(1, std::memory_order_acq_rel) == 1;
 }

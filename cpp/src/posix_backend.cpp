@@ -1,13 +1,11 @@
 #include "gdscp/posix_backend.hpp"
 
-#include <fcntl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <cstdlib>
 #include <cstring>
 #include <unordered_map>
 
@@ -74,8 +72,6 @@ size_t direct_transfer(int fd, char* buf, size_t size, int64_t off, const std::s
 // wait for work the caller queued on the legacy default stream. Never
 // destroyed: at thread exit (process exit included) the context may already be
 // gone, so a thread that did device I/O leaves one stream and its events behind.
-unsigned event_flags();
-
 struct StreamState {
   CUstream stream = nullptr;
   CUevent events[kMaxDepth] = {};
@@ -87,7 +83,7 @@ StreamState& stream_state(const CudaDriver& drv, CUcontext ctx) {
   if (it != states.end()) return it->second;
   StreamState st;
   drv.check(drv.cuStreamCreate(&st.stream, CU_STREAM_DEFAULT), "cuStreamCreate");
-  for (auto& ev : st.events) drv.check(drv.cuEventCreate(&ev, event_flags()), "cuEventCreate");
+  for (auto& ev : st.events) drv.check(drv.cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
   return states.emplace(ctx, st).first->second;
 }
 
@@ -125,34 +121,6 @@ size_t pipeline_depth(const Settings& s) {
   return static_cast<size_t>(std::clamp(s.pipeline_depth, 2, kMaxDepth));
 }
 
-// Chunk-sized slots of a grouped read: the chunks the workers are filling (the
-// pieces in flight span at most this many) plus `depth` chunks queued on the
-// copy engine. Sized by the pieces in flight rather than as workers x depth x
-// piece, so the ring stays small enough for the CPU cache at any thread count.
-size_t grouped_slots(size_t workers, size_t piece, size_t chunk, size_t depth) {
-  size_t slots = (workers * piece + chunk - 1) / chunk + 1 + depth;
-  if (const char* e = std::getenv("GDSCP_PROBE_GROUPED_SLOTS")) slots = std::max(2L, std::atol(e));  // experiment only
-  return std::max<size_t>(slots, 4);
-}
-
-// Experiment knobs (environment, read per request): GDSCP_PROBE_COLD=none|willneed|direct,
-// GDSCP_PROBE_GROUPED_READERS=N, GDSCP_PROBE_BLOCKING_EVENTS=1 (read when events are made).
-long probe_knob(const char* name, long fallback) {
-  const char* e = std::getenv(name);
-  return e ? std::atol(e) : fallback;
-}
-enum class ColdMode { none = 0, willneed = 1, direct = 2 };
-ColdMode cold_mode() {
-  const char* e = std::getenv("GDSCP_PROBE_COLD");
-  if (!e) return ColdMode::none;
-  if (std::strcmp(e, "willneed") == 0) return ColdMode::willneed;
-  if (std::strcmp(e, "direct") == 0) return ColdMode::direct;
-  return ColdMode::none;
-}
-unsigned event_flags() {
-  return CU_EVENT_DISABLE_TIMING | (probe_knob("GDSCP_PROBE_BLOCKING_EVENTS", 0) ? CU_EVENT_BLOCKING_SYNC : 0);
-}
-
 #ifndef __NR_cachestat
 #define __NR_cachestat 451  // the same on every architecture (Linux 6.5+)
 #endif
@@ -164,28 +132,24 @@ struct CacheStat {
   uint64_t nr_cache, nr_dirty, nr_writeback, nr_evicted, nr_recently_evicted;
 };
 
-// Whether the page holding `off` is missing from the page cache (cachestat(2),
-// which starts no readahead). Where the kernel lacks cachestat: false.
-bool page_uncached(int fd, int64_t off) {
+// Whether the page cache seems to hold the request: the first page of up to 8
+// chunks spread over it, checked with cachestat(2) (which starts no readahead).
+// False where that cannot be told (no cachestat before Linux 6.5; EPERM for
+// files the process may not write on kernels that restrict it).
+bool looks_cached(int fd, const std::vector<Chunk>& chunks) {
   static std::atomic<bool> unsupported{false};
-  if (unsupported.load(std::memory_order_relaxed)) return false;
-  CacheStatRange range{static_cast<uint64_t>(off), 1};
-  CacheStat stat{};
-  if (::syscall(__NR_cachestat, fd, &range, &stat, 0) != 0) {
-    if (errno == ENOSYS) unsupported.store(true, std::memory_order_relaxed);
-    return false;
+  if (unsupported.load(std::memory_order_relaxed) || chunks.empty()) return false;
+  const size_t samples = std::min<size_t>(8, chunks.size());
+  for (size_t i = 0; i < samples; ++i) {
+    const Chunk& c = chunks[i * (chunks.size() - 1) / std::max<size_t>(1, samples - 1)];
+    CacheStatRange range{static_cast<uint64_t>(c.file_offset), 1};
+    CacheStat stat{};
+    if (::syscall(__NR_cachestat, fd, &range, &stat, 0) != 0) {
+      if (errno == ENOSYS) unsupported.store(true, std::memory_order_relaxed);
+      return false;
+    }
+    if (stat.nr_cache == 0) return false;
   }
-  return stat.nr_cache == 0;
-}
-
-constexpr size_t kPrefetchMin = 4u << 20;  // below this the read's own readahead is enough
-
-// A chunk whose first page is not cached: ask the kernel for all of it now
-// (POSIX_FADV_WILLNEED queues the reads and returns), so the disk sees the
-// whole chunk at once instead of one readahead window per worker at a time.
-bool prefetch_if_cold(int fd, int64_t off, size_t size, ColdMode mode) {
-  if (mode == ColdMode::none || size < kPrefetchMin || !page_uncached(fd, off)) return false;
-  if (mode == ColdMode::willneed) ::posix_fadvise(fd, off, static_cast<off_t>(size), POSIX_FADV_WILLNEED);
   return true;
 }
 
@@ -224,15 +188,9 @@ size_t pwrite_full(int fd, const void* buf, size_t size, int64_t offset, const s
 size_t PosixBackend::read(const MemoryTarget& mem, char* base, ChunkQueue& work, const Settings& s,
                           Request* progress) {
   if (mem.device) return read_device(mem, base, work, s, progress);
-  const ColdMode cold = s.direct_io == DirectIO::automatic ? cold_mode() : ColdMode::none;
   size_t total = 0;
   Chunk c;
-  while (work.next(c)) {
-    if (prefetch_if_cold(file_->fd(), c.file_offset, c.size, cold))
-      total += read_file(base + c.buf_offset, c.size, c.file_offset, s, progress, cold == ColdMode::direct);
-    else
-      total += read_host(base + c.buf_offset, c.size, c.file_offset, s, progress);
-  }
+  while (work.next(c)) total += read_host(base + c.buf_offset, c.size, c.file_offset, s, progress);
   return total;
 }
 
@@ -257,14 +215,13 @@ size_t PosixBackend::read_host(char* dst, size_t size, int64_t off, const Settin
   return read_file(dst, size, off, s, progress);
 }
 
-size_t PosixBackend::read_file(char* dst, size_t size, int64_t off, const Settings& s, Request* progress,
-                               bool direct) {
+size_t PosixBackend::read_file(char* dst, size_t size, int64_t off, const Settings& s, Request* progress) {
   const File& f = *file_;
   // Reads go O_DIRECT only when asked ("on"): with 16 workers, buffered reads
   // and the kernel's readahead beat O_DIRECT on cold data in interleaved runs
   // on the H200 machine (docs/benchmarks.md), and hot data needs the cache.
   size_t done = 0;
-  if ((direct || s.direct_io == DirectIO::on) && f.direct_fd() >= 0 && size >= kDirectMin) {
+  if (s.direct_io == DirectIO::on && f.direct_fd() >= 0 && size >= kDirectMin) {
     const size_t rest = size - done;
     const int64_t rest_off = off + static_cast<int64_t>(done);
     const AlignedSplit part = align_split(rest_off, rest, kDirectAlign);
@@ -340,14 +297,10 @@ namespace {
 class PieceStream {
  public:
   PieceStream(ChunkQueue& work, size_t piece) : work_(work), piece_(piece) {}
-  // `started`: set when `out` is the first piece of a newly claimed chunk.
-  const Chunk& chunk() const { return current_; }
-  bool next(Chunk& out, bool* started = nullptr) {
-    if (started) *started = false;
+  bool next(Chunk& out) {
     while (pos_ >= current_.size) {
       if (!work_.next(current_)) return false;
       pos_ = 0;
-      if (started) *started = true;
     }
     const size_t n = std::min(piece_, current_.size - pos_);
     out = {current_.buf_offset + pos_, current_.file_offset + static_cast<int64_t>(pos_), n};
@@ -366,29 +319,38 @@ class PieceStream {
 
 size_t PosixBackend::read_device(const MemoryTarget& mem, char* base, ChunkQueue& work, const Settings& s,
                                  Request* progress) {
-  if (s.grouped_copies && work.size() >= 2 && s.task_size >= 2 * s.bounce_buffer_size)
-    return read_device_grouped(mem, base, work, s, progress);
   const CudaDriver& drv = CudaDriver::require();
   ScopedContext scope(drv, mem.ctx);
+  // Cached data is bound by the copy engine: grouped copies. Data on the disk
+  // is bound by the disk, and every worker's pread keeps a readahead window in
+  // flight: per-worker staging (grouped with its fewer readers was slower cold:
+  // 1.67 against 2.00 GB/s). One decision per request, made by its first worker.
+  if (s.grouped_copies && work.size() >= 2 && work.chunks().front().size >= 2 * s.bounce_buffer_size) {
+    GroupedStaging* ring = work.shared_state<GroupedStaging>([&]() -> std::shared_ptr<GroupedStaging> {
+      if (!looks_cached(file_->fd(), work.chunks())) return nullptr;
+      const size_t readers = grouped_readers(ThreadPool::process_default().size());
+      const size_t slots = grouped_slots(readers, s.bounce_buffer_size, work.chunks().front().size,
+                                         pipeline_depth(s));
+      return std::make_shared<GroupedStaging>(drv, mem.ctx, work.chunks(), s.bounce_buffer_size, slots, readers);
+    });
+    if (ring) return read_device_grouped(mem, base, work, *ring, s, progress);
+  }
   StreamState& st = stream_state(drv, mem.ctx);
   const size_t depth = pipeline_depth(s);
   BufferPool::Lease bufs[kMaxDepth];
   StreamDrain drain(drv, st.stream);
   const auto dev = reinterpret_cast<CUdeviceptr>(base);
   PieceStream pieces(work, s.bounce_buffer_size);
-  const ColdMode cold = s.direct_io == DirectIO::automatic ? cold_mode() : ColdMode::none;
-  bool chunk_cold = false, started = false;
   size_t total = 0;
   Chunk p;
   // Read piece i into slot i % depth while the copies of the pieces before it
   // are still running; the pipeline runs on across chunks, draining once.
-  for (size_t i = 0; pieces.next(p, &started); ++i) {
-    if (started) chunk_cold = prefetch_if_cold(file_->fd(), pieces.chunk().file_offset, pieces.chunk().size, cold);
+  for (size_t i = 0; pieces.next(p); ++i) {
     const size_t slot = i % depth;
     if (i >= depth) drv.check(drv.cuEventSynchronize(st.events[slot]), "cuEventSynchronize");
     if (!bufs[slot].get()) bufs[slot] = BufferPool::pinned().acquire(s.bounce_buffer_size);
     char* staging = static_cast<char*>(bufs[slot].get());
-    const size_t got = read_file(staging, p.size, p.file_offset, s, nullptr, chunk_cold && cold == ColdMode::direct);
+    const size_t got = read_file(staging, p.size, p.file_offset, s, nullptr);
     if (got > 0) {
       drv.check(drv.cuMemcpyHtoDAsync(dev + p.buf_offset, staging, got, st.stream), "cuMemcpyHtoDAsync");
       drv.check(drv.cuEventRecord(st.events[slot], st.stream), "cuEventRecord");
@@ -401,20 +363,11 @@ size_t PosixBackend::read_device(const MemoryTarget& mem, char* base, ChunkQueue
 }
 
 size_t PosixBackend::read_device_grouped(const MemoryTarget& mem, char* base, ChunkQueue& work,
-                                         const Settings& s, Request* progress) {
+                                         GroupedStaging& ring, const Settings& s, Request* progress) {
+  if (!ring.join()) return 0;  // the request has its readers; this worker is free for others
   const CudaDriver& drv = CudaDriver::require();
-  ScopedContext scope(drv, mem.ctx);
   StreamState& st = stream_state(drv, mem.ctx);
   StreamDrain drain(drv, st.stream);
-  const size_t cap = static_cast<size_t>(probe_knob("GDSCP_PROBE_GROUPED_READERS", 0));
-  auto& ring = work.shared_state<GroupedStaging>([&] {
-    size_t workers = ThreadPool::process_default().size();
-    if (cap) workers = std::min(workers, cap);
-    const size_t slots = grouped_slots(workers, s.bounce_buffer_size, work.chunks().front().size, pipeline_depth(s));
-    return std::make_shared<GroupedStaging>(drv, mem.ctx, work.chunks(), s.bounce_buffer_size, slots);
-  });
-  if (cap && ring.join() >= cap) return 0;  // enough readers on this request
-  const ColdMode cold = s.direct_io == DirectIO::automatic ? cold_mode() : ColdMode::none;
   const auto dev = reinterpret_cast<CUdeviceptr>(base);
   size_t total = 0;
   GroupedStaging::Piece* p = nullptr;
@@ -423,14 +376,7 @@ size_t PosixBackend::read_device_grouped(const MemoryTarget& mem, char* base, Ch
     while (!(cancelled && cancelled->load(std::memory_order_relaxed)) && ring.claim(p)) {
       char* staging = ring.wait_for_slot(*p, cancelled);
       if (!staging) break;  // the request failed elsewhere or was cancelled
-      bool direct = false;
-      if (cold == ColdMode::direct) {
-        direct = p->size >= kDirectMin && page_uncached(file_->fd(), p->file_offset);
-      } else if (p->index == ring.piece_range(p->group).first) {
-        const Chunk& c = ring.chunk(p->group);
-        prefetch_if_cold(file_->fd(), c.file_offset, c.size, cold);
-      }
-      p->got = read_file(staging, p->size, p->file_offset, s, nullptr, direct);
+      p->got = read_file(staging, p->size, p->file_offset, s, nullptr);
       total += p->got;
       if (progress) progress->add_progress(p->got);
       if (!ring.piece_done(*p)) continue;

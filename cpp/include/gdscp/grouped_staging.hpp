@@ -4,9 +4,10 @@
 // Large copies run the copy engine closer to its peak (16 MiB copies 54.6
 // against 52.9 GB/s for 4 MiB ones on the H200 machine) while the staging
 // memory in use stays as small as with per-worker buffers, so it can stay in
-// the CPU cache. Off by default (Settings::grouped_copies): on an open handle
-// at 12-16 threads it read hot files 1-3% faster, but at 4 and 32 threads and
-// in the benchmark's 2 GiB runs it was slower (docs/benchmarks.md).
+// the CPU cache. Used for requests whose data is in the page cache, by at
+// most half the CPUs' worth of readers (posix_backend.cpp); on by default
+// (Settings::grouped_copies): hot 4 GiB file -> GPU 53-54 GB/s against 52-53
+// per-worker on the H200 machine (docs/benchmarks.md, third session).
 #pragma once
 
 #include <atomic>
@@ -23,6 +24,20 @@
 
 namespace gdscp {
 
+// Readers of one grouped read when the pool has `workers`: half the CPUs,
+// 4 to 16, never more than `workers`.
+size_t grouped_readers(size_t workers);
+// Chunk-sized slots for `readers` reading `piece`-sized pieces of `chunk`-sized
+// chunks, with `depth` chunks queued on the copy engine.
+size_t grouped_slots(size_t readers, size_t piece, size_t chunk, size_t depth);
+
+// Process-wide counts, for tests: grouped requests, the readers that joined
+// them, and the bytes they read.
+struct GroupedStats {
+  uint64_t requests, readers, bytes;
+};
+GroupedStats grouped_stats() noexcept;
+
 class GroupedStaging {
  public:
   struct Piece {
@@ -35,21 +50,25 @@ class GroupedStaging {
   };
 
   // `groups`: the request's chunks; each is cut into `piece`-sized pieces and
-  // staged in one of `slots` pinned buffers of the largest chunk's size.
-  // Needs the request's context current (allocates pinned memory, events).
+  // staged in one of `slots` pinned buffers of the largest chunk's size, by at
+  // most `readers` workers. Needs the request's context current (allocates
+  // pinned memory, events).
   GroupedStaging(const CudaDriver& drv, CUcontext ctx, const std::vector<Chunk>& groups, size_t piece,
-                 size_t slots);
+                 size_t slots, size_t readers);
   ~GroupedStaging();
   GroupedStaging(const GroupedStaging&) = delete;
   GroupedStaging& operator=(const GroupedStaging&) = delete;
 
+  // A worker joins the request as a reader; false once it has `readers` (the
+  // worker then leaves the pieces to them).
+  bool join();
   // The next piece in file order; false when none is left.
   bool claim(Piece*& out);
   // Where `p` goes once its slot is free (the copy of the slot's previous
   // chunk has finished); nullptr if the request failed or `cancelled` was set
   // meanwhile (the worker should stop).
   char* wait_for_slot(const Piece& p, const std::atomic<bool>* cancelled);
-  // Records `p` as read; true if it was its chunk's last piece: the caller
+  // Records `p` as read (its `got` set); true if it was its chunk's last piece: the caller
   // then copies the chunk (full_chunk() says whether one copy covers it) and
   // calls issued() after recording slot_event() behind the copy.
   bool piece_done(const Piece& p);
@@ -61,8 +80,6 @@ class GroupedStaging {
   // Pieces of `group`, for the rare chunk with a short read: copied one by one.
   std::pair<size_t, size_t> piece_range(size_t group) const { return {first_piece_[group], first_piece_[group + 1]}; }
   const Piece& piece(size_t i) const { return pieces_[i]; }
-  // Readers that joined before this one.
-  size_t join() { return readers_.fetch_add(1, std::memory_order_relaxed); }
   // A worker failed: every waiting worker gives up.
   void fail();
 
@@ -75,6 +92,7 @@ class GroupedStaging {
   std::unique_ptr<std::atomic<size_t>[]> left_;     // pieces of each group still unread
   std::atomic<size_t> next_{0};
   std::atomic<size_t> readers_{0};
+  size_t max_readers_;
 
   struct Slot {
     BufferPool::Lease buffer;

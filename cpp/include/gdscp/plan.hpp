@@ -40,11 +40,12 @@ class ChunkQueue {
   const std::atomic<bool>* cancel_flag() const noexcept { return cancelled_; }
 
   // State a backend shares among the workers of this request, made by the
-  // first worker that asks (if `make` throws, the next one tries again).
+  // first worker that asks (if `make` throws, the next one tries again); null
+  // if `make` returned null.
   template <class T, class Make>
-  T& shared_state(Make&& make) {
+  T* shared_state(Make&& make) {
     std::call_once(state_once_, [&] { state_ = make(); });
-    return *static_cast<T*>(state_.get());
+    return static_cast<T*>(state_.get());
   }
 
  private:

@@ -11,6 +11,8 @@
 
 namespace gdscp {
 
+class GroupedStaging;
+
 class PosixBackend final : public Backend {
  public:
   explicit PosixBackend(std::shared_ptr<File> file) : file_(std::move(file)) {}
@@ -25,13 +27,14 @@ class PosixBackend final : public Backend {
   // Host memory: a mapped streaming copy of cached data, else read_file.
   size_t read_host(char* dst, size_t size, int64_t off, const Settings& s, Request* progress);
   // pread (O_DIRECT for the aligned middle where asked).
-  size_t read_file(char* dst, size_t size, int64_t off, const Settings& s, Request* progress, bool direct = false);
+  size_t read_file(char* dst, size_t size, int64_t off, const Settings& s, Request* progress);
   size_t write_host(const char* src, size_t size, int64_t off, const Settings& s, Request* progress);
   size_t read_device(const MemoryTarget& mem, char* base, ChunkQueue& work, const Settings& s,
                      Request* progress);
   // Requests of several chunks: pieces into shared chunk-sized slots, one GPU
   // copy per chunk (grouped_staging.hpp).
-  size_t read_device_grouped(const MemoryTarget& mem, char* base, ChunkQueue& work, const Settings& s,
+  size_t read_device_grouped(const MemoryTarget& mem, char* base, ChunkQueue& work, GroupedStaging& ring,
+                             const Settings& s,
                              Request* progress);
   size_t write_device(const MemoryTarget& mem, const char* base, ChunkQueue& work, const Settings& s,
                       Request* progress);

@@ -2,7 +2,7 @@
 # One call on the GPU machine: build gdscp, run the GPU tests, then the
 # benchmarks. Logs and JSON go to $OUT (or ./device-out).
 #
-#   bash scripts/device_check.sh [tests|sweep|bench|probe|all]...   (default: all; probe: only when named)
+#   bash scripts/device_check.sh [tests|sweep|bench|probe|gap|all]...   (default: all; probe, gap: only when named)
 #
 # KvikIO, when its wheels were carried in .whl/ (see docs/benchmarks.md), is
 # installed to /tmp/site and measured beside gdscp.
@@ -49,6 +49,16 @@ fi
 if [[ $steps == *probe* ]]; then
   echo "== probe"
   (cd /tmp && OUT="$OUT" timeout 420 python3 "$OLDPWD/scripts/probe/gpu_probe.py" 2>&1) | tee "$OUT/probe.log" | grep -v '^cold round' | tail -80
+fi
+if [[ $steps == *gap* ]]; then
+  echo "== bench gap"
+  (cd /tmp && OUT="$OUT" timeout 200 python3 "$OLDPWD/scripts/probe/bench_gap.py" 2>&1) | tee "$OUT/gap.log" | tail -40
+  (cd /tmp
+   for g in 1 0; do
+     GDSCP_GROUPED_COPIES=$g timeout 150 gdscp benchmark --size 4G --threads 8,16 --mode read --dir /tmp --json > "$OUT/bench-gap-grouped$g.json" 2>/dev/null
+     echo "grouped=$g rc=$?"
+   done)
+  python3 scripts/bench_summary.py "$OUT"/bench-gap-*.json
 fi
 if [[ $steps == *all* || $steps == *bench* ]]; then
   # Issue 4's figures, each beside KvikIO and the machine's ceilings in the same run:

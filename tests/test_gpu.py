@@ -171,7 +171,13 @@ def test_grouped_read_caps_its_readers(cp, tmp_file, threads):
     path, data = tmp_file(size)
     if not first_page_cached(path):
         pytest.skip("cachestat(2) cannot tell here that the file is cached")
-    settings = {"num_threads": threads, "task_size": 2 * MiB, "bounce_buffer_size": 512 * KiB, "gds_threshold": 0}
+    settings = {
+        "num_threads": threads,
+        "task_size": 2 * MiB,
+        "bounce_buffer_size": 512 * KiB,
+        "gds_threshold": 0,
+        "grouped_copies": True,
+    }
     before = _core.grouped_stats()
     with gdscp.defaults.set(settings), gdscp.CuFile(path) as f:
         buf = cp.zeros(size, dtype=cp.uint8)
@@ -186,7 +192,8 @@ def test_grouped_read_caps_its_readers(cp, tmp_file, threads):
 
 def test_cold_device_read_uses_every_worker(cp, tmp_file):
     """Data not in the page cache goes per-worker (every worker's pread keeps a
-    readahead window going) even with grouped_copies on; the bytes are right."""
+    readahead window going) even with grouped_copies on; the bytes are right.
+    Off by default: then nothing goes the grouped way at all."""
     from gdscp import _core
     from gdscp.bench.files import drop_cache
 
@@ -196,8 +203,13 @@ def test_cold_device_read_uses_every_worker(cp, tmp_file):
     if first_page_cached(path) is not False:
         pytest.skip("the file's pages could not be dropped, or cachestat(2) is missing")
     before = _core.grouped_stats()
-    settings = {"num_threads": 8, "task_size": 4 * MiB, "gds_threshold": 0}
+    settings = {"num_threads": 8, "task_size": 4 * MiB, "gds_threshold": 0, "grouped_copies": True}
     with gdscp.defaults.set(settings), gdscp.CuFile(path) as f:
+        buf = cp.zeros(size, dtype=cp.uint8)
+        assert f.read(buf) == size
+    assert _core.grouped_stats() == before
+    assert host_of(buf) == data
+    with gdscp.CuFile(path) as f:  # now cached, with the default settings
         buf = cp.zeros(size, dtype=cp.uint8)
         assert f.read(buf) == size
     assert _core.grouped_stats() == before

@@ -52,9 +52,9 @@ size_t grouped_slots(size_t readers, size_t piece, size_t chunk, size_t depth) {
 
 // Readers of one grouped read: half the CPUs, 4 to 16. More readers than that
 // only contend for memory bandwidth and the CPUs' sibling threads while the copy
-// engine is already busy: on the H200 machine (16 CPUs, ~55 GB/s link) 8 readers
-// reached 53-54 GB/s where all 16 workers reached 52 and 32 workers 36-38
-// (docs/benchmarks.md, third session).
+// engine is already busy: on one H200 machine instance (16 CPUs, ~55 GB/s link)
+// 8 readers reached 53-54 GB/s where all 16 workers reached 52 and 32 workers
+// 36-38 (docs/benchmarks.md, third session).
 size_t grouped_readers(size_t workers) {
   static const size_t half = static_cast<size_t>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN))) / 2;
   return std::min(workers, std::clamp<size_t>(half, 4, 16));

@@ -321,10 +321,11 @@ size_t PosixBackend::read_device(const MemoryTarget& mem, char* base, ChunkQueue
                                  Request* progress) {
   const CudaDriver& drv = CudaDriver::require();
   ScopedContext scope(drv, mem.ctx);
-  // Cached data is bound by the copy engine: grouped copies. Data on the disk
-  // is bound by the disk, and every worker's pread keeps a readahead window in
-  // flight: per-worker staging (grouped with its fewer readers was slower cold:
-  // 1.67 against 2.00 GB/s). One decision per request, made by its first worker.
+  // With grouped_copies on (off by default): cached data, bound by the copy
+  // engine, goes grouped. Data on the disk is bound by the disk, and every
+  // worker's pread keeps a readahead window in flight: per-worker staging
+  // (grouped with its fewer readers was slower cold: 1.67 against 2.00 GB/s).
+  // One decision per request, made by its first worker.
   if (s.grouped_copies && work.size() >= 2 && work.chunks().front().size >= 2 * s.bounce_buffer_size) {
     GroupedStaging* ring = work.shared_state<GroupedStaging>([&]() -> std::shared_ptr<GroupedStaging> {
       if (!looks_cached(file_->fd(), work.chunks())) return nullptr;

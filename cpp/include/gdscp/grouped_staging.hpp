@@ -5,9 +5,10 @@
 // against 52.9 GB/s for 4 MiB ones on the H200 machine) while the staging
 // memory in use stays as small as with per-worker buffers, so it can stay in
 // the CPU cache. Used for requests whose data is in the page cache, by at
-// most half the CPUs' worth of readers (posix_backend.cpp); on by default
-// (Settings::grouped_copies): hot 4 GiB file -> GPU 53-54 GB/s against 52-53
-// per-worker on the H200 machine (docs/benchmarks.md, third session).
+// most half the CPUs' worth of readers (posix_backend.cpp). Off by default
+// (Settings::grouped_copies): on one H200 machine instance it read a hot 4 GiB
+// file at 53-54 GB/s against 52-53 per-worker, on another at 30-38 against
+// 45-50 (docs/benchmarks.md, third session).
 #pragma once
 
 #include <atomic>

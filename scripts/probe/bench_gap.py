@@ -22,6 +22,7 @@ import numpy as np
 
 import gdscp
 from gdscp.bench import files
+from gpu_probe import timed  # this folder, on sys.path when run as a script
 
 try:
     import kvikio
@@ -45,19 +46,11 @@ def meminfo():
     return out
 
 
-def timed(fn):
-    cupy.cuda.runtime.deviceSynchronize()
-    t0 = time.perf_counter()
-    fn()
-    cupy.cuda.runtime.deviceSynchronize()
-    return SIZE / (time.perf_counter() - t0) / 1e9
-
-
 def gd(threads, grouped, dev):
     def run():
         with gdscp.defaults.set({"num_threads": threads, "grouped_copies": grouped}):
             f = gdscp.CuFile(PATH)
-            r = timed(lambda: f.pread(dev).get())
+            r = timed(lambda: f.pread(dev).get(), SIZE)
             f.close()
         return r
     return run
@@ -67,7 +60,7 @@ def kv(threads, dev):
     def run():
         with kvikio.defaults.set("num_threads", threads):
             f = kvikio.CuFile(PATH, "r")
-            r = timed(lambda: f.pread(dev).get())
+            r = timed(lambda: f.pread(dev).get(), SIZE)
             f.close()
         return r
     return run

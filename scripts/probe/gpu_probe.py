@@ -1,13 +1,16 @@
 """Experiment: hot file -> GPU with grouped copies against per-worker staging,
 and cold file -> GPU against the disk, in one device call.
 
-Hot part (4 GiB file in the page cache): each engine variant (set through the
-engine's GDSCP_PROBE_* environment knobs, so each runs in its own process) is
-measured the way a side-by-side check would: for every run, every thread count
+Hot part (4 GiB file in the page cache): each engine variant (set through
+GDSCP_* environment variables, so each runs in its own process) is measured the
+way a side-by-side check would: for every run, every thread count
 in turn, the file opened for each read. Variants run twice, in alternating
 order; KvikIO runs the same loop in its own process. Cold part (2 GiB, cache
 dropped before every read): the disk's own readers and gdscp variants,
-interleaved round by round. Results: docs/benchmarks.md.
+interleaved round by round. Results: docs/benchmarks.md (third session). The
+06:29 run there also measured engine variants behind GDSCP_PROBE_* knobs (a
+reader cap of 8 or 12, blocking-sync events, cold chunks prefetched or read
+O_DIRECT), which existed at commit f49dc89 only.
 
     OUT=dir python3 scripts/probe/gpu_probe.py     # on the GPU machine, after building
 """
@@ -92,16 +95,8 @@ def hot():
 
     log(kind="ceiling", what="pinned h2d 1 GiB", gb_per_s=ceilings.pinned_copy_rate(1 * GiB, 5)["gb_per_s"])
     variants = {
-        "per-worker": {},
-        "per-worker blocking-events": {"GDSCP_PROBE_BLOCKING_EVENTS": "1"},
+        "per-worker": {"GDSCP_GROUPED_COPIES": "0"},
         "grouped": {"GDSCP_GROUPED_COPIES": "1"},
-        "grouped cap8": {"GDSCP_GROUPED_COPIES": "1", "GDSCP_PROBE_GROUPED_READERS": "8"},
-        "grouped cap12": {"GDSCP_GROUPED_COPIES": "1", "GDSCP_PROBE_GROUPED_READERS": "12"},
-        "grouped blocking-events": {"GDSCP_GROUPED_COPIES": "1", "GDSCP_PROBE_BLOCKING_EVENTS": "1"},
-        "grouped cap8 blocking-events": {
-            "GDSCP_GROUPED_COPIES": "1", "GDSCP_PROBE_GROUPED_READERS": "8", "GDSCP_PROBE_BLOCKING_EVENTS": "1"},
-        "grouped cap12 blocking-events": {
-            "GDSCP_GROUPED_COPIES": "1", "GDSCP_PROBE_GROUPED_READERS": "12", "GDSCP_PROBE_BLOCKING_EVENTS": "1"},
     }
     runs = [(name, env, "gdscp", "8,12,16,32") for name, env in variants.items()]
     if importlib.util.find_spec("kvikio"):
@@ -132,26 +127,17 @@ def cold(size):
     def sync():
         cupy.cuda.runtime.deviceSynchronize()
 
-    def gd(env, advice=None):
+    def gd(settings, advice=None):
         def run():
             files.drop_cache(PATH)
-            old = {k: os.environ.get(k) for k in env}
-            os.environ.update(env)
-            try:
-                with gdscp.CuFile(PATH) as f:
-                    if advice is not None:
-                        os.posix_fadvise(f.fileno(), 0, 0, advice)
-                    sync()
-                    t0 = time.perf_counter()
-                    n = f.pread(dev).get()
-                    sync()
-                    dt = time.perf_counter() - t0
-            finally:
-                for k, v in old.items():
-                    if v is None:
-                        os.environ.pop(k, None)
-                    else:
-                        os.environ[k] = v
+            with gdscp.defaults.set(settings), gdscp.CuFile(PATH) as f:
+                if advice is not None:
+                    os.posix_fadvise(f.fileno(), 0, 0, advice)
+                sync()
+                t0 = time.perf_counter()
+                n = f.pread(dev).get()
+                sync()
+                dt = time.perf_counter() - t0
             assert n == size
             return size / dt / 1e9
         return run
@@ -170,27 +156,20 @@ def cold(size):
                 return size / (time.perf_counter() - t0) / 1e9
         return run
 
-    grouped = {"GDSCP_PROBE_GROUPED_READERS": "8"}
     variants = {
         "disk O_DIRECT 16 thr": lambda: ceilings.direct_read_rate(PATH, size, 16, 1)["gb_per_s"]["median"],
         "disk buffered 1 thr": lambda: ceilings.buffered_read_rate(PATH, size, 1)["gb_per_s"]["median"],
-        "gdscp buffered (now)": gd({}),
-        "gdscp cold willneed": gd({"GDSCP_PROBE_COLD": "willneed"}),
-        "gdscp cold direct": gd({"GDSCP_PROBE_COLD": "direct"}),
+        "gdscp defaults": gd({}),
         "gdscp FADV_SEQUENTIAL": gd({}, os.POSIX_FADV_SEQUENTIAL),
-        "gdscp cold willneed + FADV_SEQUENTIAL": gd({"GDSCP_PROBE_COLD": "willneed"}, os.POSIX_FADV_SEQUENTIAL),
-        "gdscp grouped cap8 buffered": gd(grouped),
-        "gdscp grouped cap8 cold willneed": gd({**grouped, "GDSCP_PROBE_COLD": "willneed"}),
-        "gdscp grouped cap8 cold direct": gd({**grouped, "GDSCP_PROBE_COLD": "direct"}),
+        "gdscp direct_io=on": gd({"direct_io": "on"}),
+        "gdscp grouped": gd({"grouped_copies": True}),
     }
     if importlib.util.find_spec("kvikio"):
         variants["kvikio 16 thr"] = kv(16)
     rates = {k: [] for k in variants}
     for rnd in range(4):
         for name, fn in variants.items():
-            grouped_on = "grouped" in name
-            with gdscp.defaults.set("grouped_copies", grouped_on):
-                rates[name].append(fn())
+            rates[name].append(fn())
             print(f"cold round {rnd} {name}: {rates[name][-1]:.3f}", flush=True)
     for name, r in rates.items():
         log(kind="cold", name=name, median=statistics.median(r), rates=r)

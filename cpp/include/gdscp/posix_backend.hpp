@@ -34,8 +34,7 @@ class PosixBackend final : public Backend {
   // Requests of several chunks: pieces into shared chunk-sized slots, one GPU
   // copy per chunk (grouped_staging.hpp).
   size_t read_device_grouped(const MemoryTarget& mem, char* base, ChunkQueue& work, GroupedStaging& ring,
-                             const Settings& s,
-                             Request* progress);
+                             const Settings& s, Request* progress);
   size_t write_device(const MemoryTarget& mem, const char* base, ChunkQueue& work, const Settings& s,
                       Request* progress);
 

@@ -1,10 +1,10 @@
 #include "gdscp/grouped_staging.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <unordered_map>
+
+#include "gdscp/thread_pool.hpp"
 
 namespace gdscp {
 namespace {
@@ -56,8 +56,7 @@ size_t grouped_slots(size_t readers, size_t piece, size_t chunk, size_t depth) {
 // 8 readers reached 53-54 GB/s where all 16 workers reached 52 and 32 workers
 // 36-38 (docs/benchmarks.md, third session).
 size_t grouped_readers(size_t workers) {
-  static const size_t half = static_cast<size_t>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN))) / 2;
-  return std::min(workers, std::clamp<size_t>(half, 4, 16));
+  return std::min(workers, std::clamp<size_t>(ThreadPool::online_cpus() / 2, 4, 16));
 }
 
 GroupedStats grouped_stats() noexcept {

@@ -326,12 +326,12 @@ size_t PosixBackend::read_device(const MemoryTarget& mem, char* base, ChunkQueue
   // worker's pread keeps a readahead window in flight: per-worker staging
   // (grouped with its fewer readers was slower cold: 1.67 against 2.00 GB/s).
   // One decision per request, made by its first worker.
-  if (s.grouped_copies && work.size() >= 2 && work.chunks().front().size >= 2 * s.bounce_buffer_size) {
+  // (s.task_size is this request's chunk size: the engine sets it.)
+  if (s.grouped_copies && work.size() >= 2 && s.task_size >= 2 * s.bounce_buffer_size) {
     GroupedStaging* ring = work.shared_state<GroupedStaging>([&]() -> std::shared_ptr<GroupedStaging> {
       if (!looks_cached(file_->fd(), work.chunks())) return nullptr;
       const size_t readers = grouped_readers(ThreadPool::process_default().size());
-      const size_t slots = grouped_slots(readers, s.bounce_buffer_size, work.chunks().front().size,
-                                         pipeline_depth(s));
+      const size_t slots = grouped_slots(readers, s.bounce_buffer_size, s.task_size, pipeline_depth(s));
       return std::make_shared<GroupedStaging>(drv, mem.ctx, work.chunks(), s.bounce_buffer_size, slots, readers);
     });
     if (ring) return read_device_grouped(mem, base, work, *ring, s, progress);

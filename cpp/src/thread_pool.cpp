@@ -92,17 +92,15 @@ unsigned ThreadPool::busy() const {
   return busy_;
 }
 
-namespace {
-unsigned initial_threads() {
-  long n = ::sysconf(_SC_NPROCESSORS_ONLN);
-  return static_cast<unsigned>(std::clamp<long>(n, 1, 64));
+unsigned ThreadPool::online_cpus() {
+  static const unsigned n = static_cast<unsigned>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
+  return n;
 }
-}  // namespace
 
 ThreadPool& ThreadPool::process_default() {
   // Deliberately leaked: workers must not be joined during static destruction,
   // when the CUDA driver they may be using is being torn down.
-  static ThreadPool* pool = new ThreadPool(initial_threads());
+  static ThreadPool* pool = new ThreadPool(std::min(online_cpus(), 64u));
   static pid_t owner = ::getpid();
   static std::mutex fork_mutex;
   if (::getpid() != owner) {

@@ -33,6 +33,8 @@ class ThreadPool {
   // The process-wide pool (the only one most callers need). It is rebuilt in a
   // forked child, where the parent's workers do not exist.
   static ThreadPool& process_default();
+  // CPUs online (read once): the default pool's starting size, up to 64.
+  static unsigned online_cpus();
 
  private:
   struct Worker {

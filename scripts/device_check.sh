@@ -2,7 +2,7 @@
 # One call on the GPU machine: build gdscp, run the GPU tests, then the
 # benchmarks. Logs and JSON go to $OUT (or ./device-out).
 #
-#   bash scripts/device_check.sh [tests|sweep|bench|probe|gap|all]...   (default: all; probe, gap: only when named)
+#   bash scripts/device_check.sh [tests|sweep|bench|probe|staging|context|gap|all]...   (default: all; probe, staging, context, gap: only when named)
 #
 # KvikIO, when its wheels were carried in .whl/ (see docs/benchmarks.md), is
 # installed to /tmp/site and measured beside gdscp.
@@ -49,6 +49,14 @@ fi
 if [[ $steps == *probe* ]]; then
   echo "== probe"
   (cd /tmp && OUT="$OUT" timeout 420 python3 "$OLDPWD/scripts/probe/gpu_probe.py" 2>&1) | tee "$OUT/probe.log" | grep -v '^cold round' | tail -80
+fi
+if [[ $steps == *staging* ]]; then
+  echo "== staging probe"
+  (cd /tmp && OUT="$OUT" timeout 400 python3 "$OLDPWD/scripts/probe/staging_probe.py" 2>&1) | tee "$OUT/staging.log" | tail -70
+fi
+if [[ $steps == *context* ]]; then
+  echo "== context probe"
+  (cd /tmp && OUT="$OUT" timeout 400 python3 "$OLDPWD/scripts/probe/context_probe.py" 2>&1) | tee "$OUT/context.log" | tail -30
 fi
 if [[ $steps == *gap* ]]; then
   echo "== bench gap"

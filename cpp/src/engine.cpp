@@ -132,7 +132,7 @@ std::unique_ptr<Future> Handle::submit(bool write, uintptr_t buf, bool device, s
   auto req = std::make_shared<Request>(inline_run ? 1 : workers, st);
   Settings rs = s;
   rs.task_size = piece;  // what the backends see: this request's chunk size
-  auto work = std::make_shared<ChunkQueue>(std::move(chunks), req->cancel_flag());
+  auto work = std::make_shared<ChunkQueue>(std::move(chunks), req->cancel_flag(), inline_run ? 1 : workers);
 
   // Every worker of the request runs this over the shared queue; the request
   // keeps the file (and `backend`) alive until the last one ends.

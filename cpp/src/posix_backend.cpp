@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <unordered_map>
+#include <utility>
 
 #include "gdscp/cuda_driver.hpp"
 #include "gdscp/error.hpp"
@@ -292,27 +293,37 @@ size_t PosixBackend::write_host(const char* src, size_t size, int64_t off, const
 
 namespace {
 
-// A request's claimed chunks cut into staging-buffer-sized pieces, claiming the
-// next chunk only when the current one is used up.
+// A request's bytes as staging-buffer-sized pieces, each claimed when the
+// worker is ready for it, so every worker's pipeline runs to the end of the
+// request and they all finish together. (Claiming whole chunks left the
+// request's last chunks to one worker each: up to a chunk read serially while
+// the copy engine waited.) No piece is larger than the request's chunk size,
+// so a medium request is still spread over the workers.
+//
+// For a large read, each worker's first piece is smaller, the k-th worker
+// to start taking (k + 1) / workers of a piece: the first copies reach the copy
+// engine after a fraction of a piece's read instead of a whole one, and the
+// workers' later pieces arrive spread out rather than all at once.
+// Hot 4 GiB file -> GPU on the H200 machine: docs/benchmarks.md (fourth session).
 class PieceStream {
  public:
-  PieceStream(ChunkQueue& work, size_t piece) : work_(work), piece_(piece) {}
-  bool next(Chunk& out) {
-    while (pos_ >= current_.size) {
-      if (!work_.next(current_)) return false;
-      pos_ = 0;
+  // `chunk`: the request's chunk size (no piece is larger); `stagger`: graded
+  // first pieces, for reads.
+  PieceStream(ChunkQueue& work, size_t piece, size_t chunk, bool stagger)
+      : work_(work), piece_(std::max<size_t>(1, std::min(piece, chunk))), first_(piece_) {
+    const size_t workers = work.workers();
+    if (stagger && workers > 1 && work.bytes() >= 2 * workers * piece_) {
+      const size_t k = work.join() % workers;
+      first_ = std::min(piece_, round_up(piece_ * (k + 1) / workers, kStaggerAlign));
     }
-    const size_t n = std::min(piece_, current_.size - pos_);
-    out = {current_.buf_offset + pos_, current_.file_offset + static_cast<int64_t>(pos_), n};
-    pos_ += n;
-    return true;
   }
+  bool next(Chunk& out) { return work_.claim(std::exchange(first_, piece_), out); }
 
  private:
+  static constexpr size_t kStaggerAlign = 64u << 10;
   ChunkQueue& work_;
   size_t piece_;
-  Chunk current_{0, 0, 0};
-  size_t pos_ = 0;
+  size_t first_;  // the size of the next claim: piece_ after the first
 };
 
 }  // namespace
@@ -341,7 +352,7 @@ size_t PosixBackend::read_device(const MemoryTarget& mem, char* base, ChunkQueue
   BufferPool::Lease bufs[kMaxDepth];
   StreamDrain drain(drv, st.stream);
   const auto dev = reinterpret_cast<CUdeviceptr>(base);
-  PieceStream pieces(work, s.bounce_buffer_size);
+  PieceStream pieces(work, s.bounce_buffer_size, s.task_size, /*stagger=*/true);
   size_t total = 0;
   Chunk p;
   // Read piece i into slot i % depth while the copies of the pieces before it
@@ -419,7 +430,7 @@ size_t PosixBackend::write_device(const MemoryTarget& mem, const char* base, Chu
   StreamDrain drain(drv, st.stream);
   const auto dev = reinterpret_cast<CUdeviceptr>(base);
   const size_t piece = write_piece(s);
-  PieceStream pieces(work, piece);
+  PieceStream pieces(work, piece, s.task_size, /*stagger=*/false);
   auto issue_copy = [&](size_t slot) {
     if (!bufs[slot].get()) bufs[slot] = BufferPool::pinned().acquire(piece);
     const Chunk& p = pending[slot];

@@ -23,18 +23,41 @@ std::vector<Chunk> split(int64_t file_offset, size_t size, size_t piece);
 // The chunks of one request, claimed one at a time by the workers sharing the
 // request: whoever is free takes the next chunk, so the work balances itself,
 // and each worker can keep its staging pipeline full across chunks.
+//
+// A backend takes work from one queue in one of two ways, never both: whole
+// chunks (next), or byte ranges of its own size (claim), for a pipeline whose
+// unit is smaller than a chunk: then the last pieces of a request are spread
+// over every worker instead of waiting on whoever holds the last chunk.
 class ChunkQueue {
  public:
-  explicit ChunkQueue(std::vector<Chunk> chunks, const std::atomic<bool>* cancelled = nullptr)
-      : chunks_(std::move(chunks)), cancelled_(cancelled) {}
+  // `chunks` must be one contiguous range, in order (as split() cuts it);
+  // `workers`: how many workers the request runs on.
+  explicit ChunkQueue(std::vector<Chunk> chunks, const std::atomic<bool>* cancelled = nullptr, size_t workers = 1)
+      : chunks_(std::move(chunks)), cancelled_(cancelled), workers_(workers) {
+    for (const Chunk& c : chunks_) bytes_ += c.size;
+  }
   // The next unclaimed chunk; false once none is left or the request was cancelled.
   bool next(Chunk& out) noexcept {
-    if (cancelled_ && cancelled_->load(std::memory_order_relaxed)) return false;
+    if (cancelled()) return false;
     const size_t i = next_.fetch_add(1, std::memory_order_relaxed);
     if (i >= chunks_.size()) return false;
     out = chunks_[i];
     return true;
   }
+  // The next unclaimed `want` bytes (fewer at the end); false once none are
+  // left or the request was cancelled.
+  bool claim(size_t want, Chunk& out) noexcept {
+    if (cancelled() || want == 0) return false;
+    const size_t start = claimed_.fetch_add(want, std::memory_order_relaxed);
+    if (start >= bytes_) return false;
+    const Chunk& first = chunks_.front();
+    out = {first.buf_offset + start, first.file_offset + static_cast<int64_t>(start), std::min(want, bytes_ - start)};
+    return true;
+  }
+  // A worker starting on the request: 0 for the first, 1 for the next...
+  size_t join() noexcept { return joined_.fetch_add(1, std::memory_order_relaxed); }
+  size_t workers() const noexcept { return workers_; }
+  size_t bytes() const noexcept { return bytes_; }
   size_t size() const noexcept { return chunks_.size(); }
   const std::vector<Chunk>& chunks() const noexcept { return chunks_; }
   const std::atomic<bool>* cancel_flag() const noexcept { return cancelled_; }
@@ -49,9 +72,15 @@ class ChunkQueue {
   }
 
  private:
+  bool cancelled() const noexcept { return cancelled_ && cancelled_->load(std::memory_order_relaxed); }
+
   std::vector<Chunk> chunks_;
   std::atomic<size_t> next_{0};
+  std::atomic<size_t> claimed_{0};
+  std::atomic<size_t> joined_{0};
   const std::atomic<bool>* cancelled_;
+  size_t workers_;
+  size_t bytes_ = 0;
   std::once_flag state_once_;
   std::shared_ptr<void> state_;
 };

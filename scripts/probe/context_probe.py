@@ -2,7 +2,7 @@
 reads slower than in a process of their own (about 1 GB/s on one machine, 4
 minutes apart). Each context runs in its own process, twice, in alternating
 order; every gdscp figure is 16 threads, the file opened for each read, median
-of 6 after a warm-up:
+of RUNS after a warm-up:
 
   alone        gdscp only;
   kvikio       KvikIO imported and reading in the same process, rounds alternating;
@@ -14,7 +14,9 @@ of 6 after a warm-up:
   evict        gdscp only, with a 2 GiB host copy between reads (CPU caches flushed);
   kvikio-32    as kvikio, KvikIO at 32 threads;
   kvikio-8first as kvikio, gdscp at 8 threads before its 16-thread read.
-main() runs the contexts listed in it (the first run used the first five).
+The 2026-11-30 runs (docs/benchmarks.md, fourth session) used alone, kvikio,
+cycle, cufile, bench-like (6 runs); alone, kvikio, kvikio-sleep, kvikio-warm,
+evict (5 runs); and the list main() has now (4 runs).
 
     OUT=dir python3 scripts/probe/context_probe.py   # on the GPU machine, after building
 """

@@ -78,18 +78,6 @@ def child(context):
         scratch_a = np.ones(2 * GiB, dtype=np.uint8)
         scratch_b = np.empty_like(scratch_a)
 
-    def baselines():
-        with open(PATH, "rb", buffering=0) as f:
-            view = memoryview(host)
-            done = 0
-            while done < SIZE:
-                done += f.readinto(view[done:])
-        d = cupy.asarray(host)
-        del d
-        a = np.fromfile(PATH, dtype=np.uint8)
-        d = cupy.asarray(a)
-        del a, d
-
     counts = (4, 8, 16, 32) if context in ("cycle", "bench-like") else (8, 16) if context == "kvikio-8first" else (16,)
     kv_counts = (32,) if context == "kvikio-32" else counts
     out = {"gdscp": [], "kvikio": []}
@@ -99,7 +87,9 @@ def child(context):
             if run and t == 16:
                 out["gdscp"].append(r)
         if context == "bench-like":
-            baselines()
+            from bench_gap import baselines  # this folder, on sys.path
+
+            baselines(host, PATH, SIZE)
         if uses_kvikio:
             for t in kv_counts:
                 r = kv(t)

@@ -90,17 +90,11 @@ def hot_child(tool, counts):
     print(json.dumps({str(t): r for t, r in rates.items()}))
 
 
-def hot():
-    from gdscp.bench import ceilings
-
-    log(kind="ceiling", what="pinned h2d 1 GiB", gb_per_s=ceilings.pinned_copy_rate(1 * GiB, 5)["gb_per_s"])
-    variants = {
-        "per-worker": {"GDSCP_GROUPED_COPIES": "0"},
-        "grouped": {"GDSCP_GROUPED_COPIES": "1"},
-    }
-    runs = [(name, env, "gdscp", "8,12,16,32") for name, env in variants.items()]
-    if importlib.util.find_spec("kvikio"):
-        runs.append(("kvikio", {}, "kvikio", "8,16,32"))
+def run_variants(runs, log):
+    """Each (name, environment, tool, thread counts) in its own hot_child process,
+    two rounds in opposite order; logs every median and returns
+    {(name, threads): [median of round 1, median of round 2]}."""
+    table = {}
     for rnd in range(2):
         for name, env, tool, counts in (runs if rnd == 0 else runs[::-1]):
             proc = subprocess.run(
@@ -113,6 +107,22 @@ def hot():
             rates = json.loads(proc.stdout.strip().splitlines()[-1])
             for t, r in rates.items():
                 log(kind="hot", round=rnd, name=name, threads=int(t), median=statistics.median(r), rates=r)
+                table.setdefault((name, int(t)), []).append(statistics.median(r))
+    return table
+
+
+def hot():
+    from gdscp.bench import ceilings
+
+    log(kind="ceiling", what="pinned h2d 1 GiB", gb_per_s=ceilings.pinned_copy_rate(1 * GiB, 5)["gb_per_s"])
+    variants = {
+        "per-worker": {"GDSCP_GROUPED_COPIES": "0"},
+        "grouped": {"GDSCP_GROUPED_COPIES": "1"},
+    }
+    runs = [(name, env, "gdscp", "8,12,16,32") for name, env in variants.items()]
+    if importlib.util.find_spec("kvikio"):
+        runs.append(("kvikio", {}, "kvikio", "8,16,32"))
+    run_variants(runs, log)
     log(kind="ceiling", what="pinned h2d 1 GiB (end)", gb_per_s=ceilings.pinned_copy_rate(1 * GiB, 5)["gb_per_s"])
 
 

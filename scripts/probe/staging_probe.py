@@ -94,20 +94,7 @@ def hot():
     runs = [(name, env, "gdscp", counts) for name, (env, counts) in VARIANTS.items()]
     if importlib.util.find_spec("kvikio"):
         runs.append(("kvikio", {}, "kvikio", "16"))
-    table = {}
-    for rnd in range(2):
-        for name, env, tool, counts in (runs if rnd == 0 else runs[::-1]):
-            proc = subprocess.run(
-                [sys.executable, gpu_probe.__file__, "--hot-child", tool, counts],
-                env={**os.environ, **env}, capture_output=True, text=True, timeout=120,
-            )
-            if proc.returncode != 0:
-                log(kind="hot", round=rnd, name=name, error=proc.stderr[-2000:])
-                continue
-            rates = json.loads(proc.stdout.strip().splitlines()[-1])
-            for t, r in rates.items():
-                log(kind="hot", round=rnd, name=name, threads=int(t), median=statistics.median(r), rates=r)
-                table.setdefault((name, int(t)), []).append(statistics.median(r))
+    table = gpu_probe.run_variants(runs, log)
     print("\nvariant, threads: round medians")
     for (name, t), meds in sorted(table.items(), key=lambda kv: -max(kv[1])):
         print(f"{name:12s} {t:3d}: " + " / ".join(f"{m:.2f}" for m in meds))

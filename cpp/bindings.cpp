@@ -5,6 +5,9 @@
 #include <nanobind/stl/unique_ptr.h>
 
 #include <cstring>
+#include <memory>
+#include <random>
+#include <vector>
 
 #include "gdscp/cuda_driver.hpp"
 #include "gdscp/engine.hpp"
@@ -13,6 +16,7 @@
 #include "gdscp/grouped_staging.hpp"
 #include "gdscp/mapped_read.hpp"
 #include "gdscp/pinned_pool.hpp"
+#include "gdscp/plan.hpp"
 #include "gdscp/system_info.hpp"
 
 namespace nb = nanobind;
@@ -215,6 +219,31 @@ NB_MODULE(_core, m) {
     return d;
   });
   m.def("grouped_reader_limit", &gdscp::grouped_readers, "workers"_a);
+  // For tests: the pieces `workers` workers claim from one request (chunks of
+  // `chunk` bytes, staging pieces of `piece`), the workers taking turns in an
+  // order drawn from `seed` and each starting at its first turn, as the pool's
+  // workers do. Returns (worker, buf_offset, file_offset, size) in claim order.
+  m.def("_plan_pieces", [](int64_t file_offset, size_t size, size_t chunk, size_t piece, size_t workers,
+                           bool stagger, uint64_t seed) {
+    gdscp::ChunkQueue work(gdscp::split(file_offset, size, chunk), nullptr, workers);
+    std::vector<std::unique_ptr<gdscp::PieceStream>> streams(workers);
+    std::vector<size_t> active(workers);
+    for (size_t w = 0; w < workers; ++w) active[w] = w;
+    std::mt19937_64 rng(seed);
+    nb::list out;
+    while (!active.empty()) {
+      const size_t i = rng() % active.size();
+      const size_t w = active[i];
+      if (!streams[w]) streams[w] = std::make_unique<gdscp::PieceStream>(work, piece, chunk, stagger);
+      gdscp::Chunk c;
+      if (streams[w]->next(c)) {
+        out.append(nb::make_tuple(w, c.buf_offset, c.file_offset, c.size));
+      } else {
+        active.erase(active.begin() + static_cast<std::ptrdiff_t>(i));
+      }
+    }
+    return out;
+  }, "file_offset"_a, "size"_a, "chunk"_a, "piece"_a, "workers"_a, "stagger"_a, "seed"_a);
   // Benchmark ceiling: raw addresses from numpy (arr.ctypes.data); no checks.
   m.def("_stream_copy", [](uintptr_t dst, uintptr_t src, size_t n) {
     gdscp::stream_copy(reinterpret_cast<char*>(dst), reinterpret_cast<const char*>(src), n);

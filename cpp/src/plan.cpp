@@ -15,6 +15,27 @@ std::vector<Chunk> split(int64_t file_offset, size_t size, size_t piece) {
   return out;
 }
 
+// Pieces are claimed one at a time, so every worker's pipeline runs to the end
+// of the request and they all finish together. (Claiming whole chunks left the
+// request's last chunks to one worker each: up to a chunk read serially while
+// the copy engine waited.) No piece is larger than the request's chunk size,
+// so a medium request is still spread over the workers.
+//
+// For a large read, each worker's first piece is smaller, the k-th worker to
+// start taking (k + 1) / workers of a piece (in 64 KiB steps): the first copies
+// reach the copy engine after a fraction of a piece's read instead of a whole
+// one, and the workers' later pieces arrive spread out rather than all at once.
+// Hot 4 GiB file -> GPU on the H200 machine: docs/benchmarks.md (fourth session).
+PieceStream::PieceStream(ChunkQueue& work, size_t piece, size_t chunk, bool stagger)
+    : work_(work), piece_(std::max<size_t>(1, std::min(piece, chunk))), first_(piece_) {
+  constexpr size_t kStaggerStep = 64u << 10;
+  const size_t workers = work.workers();
+  if (stagger && workers > 1 && work.bytes() >= 2 * workers * piece_) {
+    const size_t k = work.join() % workers;
+    first_ = std::min(piece_, round_up(piece_ * (k + 1) / workers, kStaggerStep));
+  }
+}
+
 size_t effective_task_size(size_t size, size_t task_size, unsigned workers, size_t min_task) {
   task_size = std::max<size_t>(task_size, 1);
   if (workers <= 1 || size <= min_task) return std::min(task_size, std::max<size_t>(size, 1));

@@ -8,7 +8,6 @@
 #include <cerrno>
 #include <cstring>
 #include <unordered_map>
-#include <utility>
 
 #include "gdscp/cuda_driver.hpp"
 #include "gdscp/error.hpp"
@@ -291,42 +290,6 @@ size_t PosixBackend::write_host(const char* src, size_t size, int64_t off, const
   return finish(size, progress);
 }
 
-namespace {
-
-// A request's bytes as staging-buffer-sized pieces, each claimed when the
-// worker is ready for it, so every worker's pipeline runs to the end of the
-// request and they all finish together. (Claiming whole chunks left the
-// request's last chunks to one worker each: up to a chunk read serially while
-// the copy engine waited.) No piece is larger than the request's chunk size,
-// so a medium request is still spread over the workers.
-//
-// For a large read, each worker's first piece is smaller, the k-th worker
-// to start taking (k + 1) / workers of a piece: the first copies reach the copy
-// engine after a fraction of a piece's read instead of a whole one, and the
-// workers' later pieces arrive spread out rather than all at once.
-// Hot 4 GiB file -> GPU on the H200 machine: docs/benchmarks.md (fourth session).
-class PieceStream {
- public:
-  // `chunk`: the request's chunk size (no piece is larger); `stagger`: graded
-  // first pieces, for reads.
-  PieceStream(ChunkQueue& work, size_t piece, size_t chunk, bool stagger)
-      : work_(work), piece_(std::max<size_t>(1, std::min(piece, chunk))), first_(piece_) {
-    const size_t workers = work.workers();
-    if (stagger && workers > 1 && work.bytes() >= 2 * workers * piece_) {
-      const size_t k = work.join() % workers;
-      first_ = std::min(piece_, round_up(piece_ * (k + 1) / workers, kStaggerAlign));
-    }
-  }
-  bool next(Chunk& out) { return work_.claim(std::exchange(first_, piece_), out); }
-
- private:
-  static constexpr size_t kStaggerAlign = 64u << 10;
-  ChunkQueue& work_;
-  size_t piece_;
-  size_t first_;  // the size of the next claim: piece_ after the first
-};
-
-}  // namespace
 
 size_t PosixBackend::read_device(const MemoryTarget& mem, char* base, ChunkQueue& work, const Settings& s,
                                  Request* progress) {

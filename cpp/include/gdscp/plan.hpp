@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 namespace gdscp {
@@ -83,6 +84,22 @@ class ChunkQueue {
   size_t bytes_ = 0;
   std::once_flag state_once_;
   std::shared_ptr<void> state_;
+};
+
+// One worker's share of a request in staging-buffer-sized pieces, each claimed
+// from the request's queue when the worker is ready for it (plan.cpp says why).
+class PieceStream {
+ public:
+  // `piece`: the staging buffer size; `chunk`: the request's chunk size (no
+  // piece is larger); `stagger`: graded first pieces (reads).
+  PieceStream(ChunkQueue& work, size_t piece, size_t chunk, bool stagger);
+  // The next piece; false once the request has none left.
+  bool next(Chunk& out) { return work_.claim(std::exchange(first_, piece_), out); }
+
+ private:
+  ChunkQueue& work_;
+  size_t piece_;
+  size_t first_;  // the size of the next claim: piece_ after the first
 };
 
 // The task size actually used: never above `task_size`; for a request that

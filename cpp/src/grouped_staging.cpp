@@ -64,13 +64,14 @@ GroupedStats grouped_stats() noexcept {
           g_bytes.load(std::memory_order_relaxed)};
 }
 
-GroupedStaging::GroupedStaging(const CudaDriver& drv, CUcontext ctx, const std::vector<Chunk>& groups, size_t piece,
+GroupedStaging::GroupedStaging(const CudaDriver& drv, CUcontext ctx, const ChunkQueue& work, size_t piece,
                                size_t slots, size_t readers)
-    : drv_(drv), ctx_(ctx), groups_(groups), max_readers_(std::max<size_t>(1, readers)) {
+    : drv_(drv), ctx_(ctx), work_(work), max_readers_(std::max<size_t>(1, readers)) {
+  const std::vector<Chunk>& groups = work.chunks();
   size_t largest = 0;
-  first_piece_.reserve(groups_.size() + 1);
-  for (size_t g = 0; g < groups_.size(); ++g) {
-    const Chunk& c = groups_[g];
+  first_piece_.reserve(groups.size() + 1);
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const Chunk& c = groups[g];
     largest = std::max(largest, c.size);
     first_piece_.push_back(pieces_.size());
     for (size_t done = 0; done < c.size; done += piece) {
@@ -79,10 +80,10 @@ GroupedStaging::GroupedStaging(const CudaDriver& drv, CUcontext ctx, const std::
     }
   }
   first_piece_.push_back(pieces_.size());
-  left_.reset(new std::atomic<size_t>[groups_.size()]);
-  for (size_t g = 0; g < groups_.size(); ++g) left_[g].store(first_piece_[g + 1] - first_piece_[g]);
+  left_.reset(new std::atomic<size_t>[groups.size()]);
+  for (size_t g = 0; g < groups.size(); ++g) left_[g].store(first_piece_[g + 1] - first_piece_[g]);
   g_requests.fetch_add(1, std::memory_order_relaxed);
-  slots_.resize(std::max<size_t>(1, std::min(slots, groups_.size())));
+  slots_.resize(std::max<size_t>(1, std::min(slots, groups.size())));
   try {
     for (auto& s : slots_) {
       s.buffer = BufferPool::pinned().acquire(largest);
@@ -113,7 +114,7 @@ char* GroupedStaging::slot_memory(size_t group) const {
   return static_cast<char*>(slots_[group % slots_.size()].buffer.get());
 }
 
-char* GroupedStaging::wait_for_slot(const Piece& p, const std::atomic<bool>* cancelled) {
+char* GroupedStaging::wait_for_slot(const Piece& p) {
   const size_t n = slots_.size();
   Slot& slot = slots_[p.group % n];
   const size_t generation = p.group / n;  // chunks before it in this slot
@@ -124,7 +125,7 @@ char* GroupedStaging::wait_for_slot(const Piece& p, const std::atomic<bool>* can
     // request fails or is cancelled (then some of them are never read):
     // those are checked every millisecond.
     while (slot.generations_issued < generation) {
-      if (failed_ || (cancelled && cancelled->load(std::memory_order_relaxed))) return nullptr;
+      if (failed_ || work_.cancelled()) return nullptr;
       cv_.wait_for(lock, std::chrono::milliseconds(1));
     }
     if (failed_) return nullptr;
@@ -132,7 +133,7 @@ char* GroupedStaging::wait_for_slot(const Piece& p, const std::atomic<bool>* can
     // ... and the copy must have finished before the slot is overwritten.
     drv_.check(drv_.cuEventSynchronize(slot.event), "cuEventSynchronize");
   }
-  return slot_memory(p.group) + (p.buf_offset - groups_[p.group].buf_offset);
+  return slot_memory(p.group) + (p.buf_offset - chunk(p.group).buf_offset);
 }
 
 bool GroupedStaging::join() {

@@ -306,7 +306,7 @@ size_t PosixBackend::read_device(const MemoryTarget& mem, char* base, ChunkQueue
       if (!looks_cached(file_->fd(), work.chunks())) return nullptr;
       const size_t readers = grouped_readers(ThreadPool::process_default().size());
       const size_t slots = grouped_slots(readers, s.bounce_buffer_size, s.task_size, pipeline_depth(s));
-      return std::make_shared<GroupedStaging>(drv, mem.ctx, work.chunks(), s.bounce_buffer_size, slots, readers);
+      return std::make_shared<GroupedStaging>(drv, mem.ctx, work, s.bounce_buffer_size, slots, readers);
     });
     if (ring) return read_device_grouped(mem, base, work, *ring, s, progress);
   }
@@ -347,9 +347,8 @@ size_t PosixBackend::read_device_grouped(const MemoryTarget& mem, char* base, Ch
   size_t total = 0;
   GroupedStaging::Piece* p = nullptr;
   try {
-    const std::atomic<bool>* cancelled = work.cancel_flag();
-    while (!(cancelled && cancelled->load(std::memory_order_relaxed)) && ring.claim(p)) {
-      char* staging = ring.wait_for_slot(*p, cancelled);
+    while (!work.cancelled() && ring.claim(p)) {
+      char* staging = ring.wait_for_slot(*p);
       if (!staging) break;  // the request failed elsewhere or was cancelled
       p->got = read_file(staging, p->size, p->file_offset, s, nullptr);
       total += p->got;

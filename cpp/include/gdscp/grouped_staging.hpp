@@ -50,12 +50,13 @@ class GroupedStaging {
     size_t got = 0;       // bytes read (set by the worker that read it)
   };
 
-  // `groups`: the request's chunks; each is cut into `piece`-sized pieces and
-  // staged in one of `slots` pinned buffers of the largest chunk's size, by at
-  // most `readers` workers. Needs the request's context current (allocates
-  // pinned memory, events).
-  GroupedStaging(const CudaDriver& drv, CUcontext ctx, const std::vector<Chunk>& groups, size_t piece,
-                 size_t slots, size_t readers);
+  // `work`: the request's queue (which owns this ring, through its shared
+  // state); each of its chunks is cut into `piece`-sized pieces and staged in
+  // one of `slots` pinned buffers of the largest chunk's size, by at most
+  // `readers` workers. Needs the request's context current (allocates pinned
+  // memory, events).
+  GroupedStaging(const CudaDriver& drv, CUcontext ctx, const ChunkQueue& work, size_t piece, size_t slots,
+                 size_t readers);
   ~GroupedStaging();
   GroupedStaging(const GroupedStaging&) = delete;
   GroupedStaging& operator=(const GroupedStaging&) = delete;
@@ -66,15 +67,15 @@ class GroupedStaging {
   // The next piece in file order; false when none is left.
   bool claim(Piece*& out);
   // Where `p` goes once its slot is free (the copy of the slot's previous
-  // chunk has finished); nullptr if the request failed or `cancelled` was set
+  // chunk has finished); nullptr if the request failed or was cancelled
   // meanwhile (the worker should stop).
-  char* wait_for_slot(const Piece& p, const std::atomic<bool>* cancelled);
+  char* wait_for_slot(const Piece& p);
   // Records `p` as read (its `got` set); true if it was its chunk's last piece: the caller
   // then copies the chunk (full_chunk() says whether one copy covers it) and
   // calls issued() after recording slot_event() behind the copy.
   bool piece_done(const Piece& p);
   bool full_chunk(size_t group) const;  // every piece of it came back whole
-  const Chunk& chunk(size_t group) const { return groups_[group]; }
+  const Chunk& chunk(size_t group) const { return work_.chunks()[group]; }
   char* slot_memory(size_t group) const;
   CUevent slot_event(size_t group) const { return slots_[group % slots_.size()].event; }
   void issued(size_t group);
@@ -87,7 +88,7 @@ class GroupedStaging {
  private:
   const CudaDriver& drv_;
   CUcontext ctx_;
-  std::vector<Chunk> groups_;
+  const ChunkQueue& work_;
   std::vector<Piece> pieces_;
   std::vector<size_t> first_piece_;                 // per group, plus one past the end
   std::unique_ptr<std::atomic<size_t>[]> left_;     // pieces of each group still unread

@@ -61,7 +61,8 @@ class ChunkQueue {
   size_t bytes() const noexcept { return bytes_; }
   size_t size() const noexcept { return chunks_.size(); }
   const std::vector<Chunk>& chunks() const noexcept { return chunks_; }
-  const std::atomic<bool>* cancel_flag() const noexcept { return cancelled_; }
+  // Whether the request was cancelled.
+  bool cancelled() const noexcept { return cancelled_ && cancelled_->load(std::memory_order_relaxed); }
 
   // State a backend shares among the workers of this request, made by the
   // first worker that asks (if `make` throws, the next one tries again); null
@@ -73,8 +74,6 @@ class ChunkQueue {
   }
 
  private:
-  bool cancelled() const noexcept { return cancelled_ && cancelled_->load(std::memory_order_relaxed); }
-
   std::vector<Chunk> chunks_;
   std::atomic<size_t> next_{0};
   std::atomic<size_t> claimed_{0};
@@ -83,7 +82,7 @@ class ChunkQueue {
   size_t workers_;
   size_t bytes_ = 0;
   std::once_flag state_once_;
-  std::shared_ptr<void> state_;
+  std::shared_ptr<void> state_;  // last: destroyed first, it may refer to chunks_
 };
 
 // One worker's share of a request in staging-buffer-sized pieces, each claimed

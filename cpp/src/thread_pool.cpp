@@ -67,7 +67,10 @@ void ThreadPool::submit_many(std::vector<std::function<void()>> tasks) {
     std::lock_guard<std::mutex> lock(mutex_);
     for (auto& t : tasks) queue_.push_back(std::move(t));
   }
-  if (tasks.size() == 1) cv_.notify_one(); else cv_.notify_all();
+  // Every waiter, even for one task: parked workers wait on the same condition
+  // variable, and a notify_one that woke only a parked one would leave the
+  // task queued with every active worker asleep.
+  cv_.notify_all();
 }
 
 void ThreadPool::resize(unsigned threads) {

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import inspect
 import os
 import random
 import resource
@@ -28,6 +29,8 @@ import time
 
 import numpy as np
 import pytest
+
+from conftest import wait_engine_idle
 
 CHILD_TIMEOUT = 60
 MiB = 1 << 20
@@ -68,11 +71,7 @@ def assert_healthy(folder, xp=np):
     with gdscp.defaults.set("num_threads", 1):
         round_trip(folder, xp)
     round_trip(folder, xp)
-    import time
-    deadline = time.monotonic() + 10
-    while _core.busy_threads() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert _core.busy_threads() == 0, f"{_core.busy_threads()} workers still busy"
+    assert wait_engine_idle(), f"{_core.busy_threads()} workers still busy"
 
 def expect_os_error(call, err, path):
     try:
@@ -85,6 +84,9 @@ def expect_os_error(call, err, path):
         return e
     raise AssertionError(f"no OSError (expected errno {err})")
 '''
+# The child has no conftest: it gets the same idle check, by its source.
+PRELUDE += "import time\n" + inspect.getsource(wait_engine_idle)
+
 
 
 def run_child(code: str, cwd, *, timeout: float = CHILD_TIMEOUT, preexec_fn=None, env=None) -> subprocess.CompletedProcess:

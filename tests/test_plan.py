@@ -1,6 +1,6 @@
 """How a device read's workers divide a request into staging pieces
-(PieceStream over ChunkQueue::claim). The GPU path uses exactly this code; here
-its claims are checked on the host, for many interleavings of the workers."""
+(PieceStream over ChunkQueue). The GPU path uses exactly this code; here its
+claims are checked on the host, for many interleavings of the workers."""
 
 import pytest
 
@@ -47,37 +47,62 @@ def test_every_byte_claimed_once(chunk, piece, size, workers, stagger):
         assert max(n for *_, n in got) <= unit
 
 
+def by_chunk(got, chunk):
+    """Pieces grouped by the chunk they belong to, each in claim order."""
+    out = {}
+    for i, (w, buf, _, n) in enumerate(got):
+        out.setdefault(buf // chunk, []).append((i, w, buf, n))
+    return out
+
+
 @pytest.mark.parametrize("workers", [3, 16])
-def test_claims_follow_the_request_in_order(workers):
-    """Claims are handed out in file order, whichever worker asks."""
-    got = claims(130 * MiB + 7, 16 * MiB, 4 * MiB, workers, True, seed=5)
-    assert [c[1] for c in got] == sorted(c[1] for c in got)
+@pytest.mark.parametrize("seed", [5, 6])
+def test_each_chunk_is_read_in_order_by_one_worker(workers, seed):
+    """A worker claims a whole chunk and reads its pieces one after another in
+    file order, so the readahead of one piece feeds the next; chunks are
+    claimed in file order, whichever worker asks."""
+    size, chunk = 130 * MiB + 7, 16 * MiB
+    got = claims(size, chunk, 4 * MiB, workers, True, seed=seed)
+    chunks = by_chunk(got, chunk)
+    assert sorted(chunks) == list(range(-(-size // chunk)))
+    for pieces in chunks.values():
+        assert len({w for _, w, _, _ in pieces}) == 1
+        assert [b for _, _, b, _ in pieces] == sorted(b for _, _, b, _ in pieces)
+        w = pieces[0][1]
+        mine = [i for i, c in enumerate(got) if c[0] == w]
+        at = mine.index(pieces[0][0])
+        assert [i for i, *_ in pieces] == mine[at:at + len(pieces)]  # nothing else in between
+    firsts = [chunks[k][0][0] for k in sorted(chunks)]
+    assert firsts == sorted(firsts)
 
 
-def test_unstaggered_pieces_are_whole_but_the_last():
-    got = claims(33 * MiB + 12345, 16 * MiB, 4 * MiB, 3, False)
-    sizes = [n for *_, n in got]
-    assert sizes[:-1] == [4 * MiB] * (len(sizes) - 1) and sizes[-1] == (33 * MiB + 12345) % (4 * MiB)
+def test_unstaggered_pieces_are_whole_but_the_last_of_a_chunk():
+    size, chunk, piece = 33 * MiB + 12345, 16 * MiB, 4 * MiB
+    got = sorted(claims(size, chunk, piece, 3, False), key=lambda c: c[1])
+    assert [n for *_, n in got] == [piece] * 8 + [MiB + 12345]
 
 
 @pytest.mark.parametrize("workers", [3, 7, 16])
 def test_first_pieces_are_graded_by_join_order(workers):
-    """For a large read the k-th worker to start claims (k + 1) / workers of a
-    piece first (rounded up to 64 KiB), then whole pieces."""
-    piece, size = 4 * MiB, 130 * MiB + 7
-    got = claims(size, 16 * MiB, piece, workers, True, seed=workers)
+    """For a large read the k-th worker to start takes (k + 1) / workers of a
+    piece first (rounded up to 64 KiB); every later piece is whole, or what is
+    left of its chunk."""
+    piece, chunk, size = 4 * MiB, 16 * MiB, 300 * MiB + 7  # a chunk or more for every worker
+    got = claims(size, chunk, piece, workers, True, seed=workers)
     first, joined = {}, []
-    for w, _, _, n in got:
+    for i, (w, _, _, n) in enumerate(got):
         if w not in first:
-            first[w] = n
+            first[w] = (i, n)
             joined.append(w)
     assert len(joined) == workers
     for k, w in enumerate(joined):
         want = min(piece, -(-(piece * (k + 1) // workers) // STEP) * STEP)
-        assert first[w] == want
-    firsts = {min(i for i, c in enumerate(got) if c[0] == w) for w in joined}
-    rest = [n for i, (*_, n) in enumerate(got[:-1]) if i not in firsts]
-    assert rest and all(n == piece for n in rest)
+        assert first[w][1] == want
+    firsts = {i for i, _ in first.values()}
+    for i, (_, buf, _, n) in enumerate(got):
+        if i not in firsts:
+            left = min(size, (buf // chunk + 1) * chunk) - buf
+            assert n == min(piece, left)
 
 
 def test_small_reads_are_not_graded():
@@ -85,7 +110,7 @@ def test_small_reads_are_not_graded():
     their even split over the workers."""
     workers, piece = 16, 256 * KiB
     size = 2 * workers * piece - 1
-    got = claims(size, piece, piece, workers, True)
+    got = sorted(claims(size, piece, piece, workers, True), key=lambda c: c[1])
     assert [n for *_, n in got][:-1] == [piece] * (len(got) - 1)
 
 
@@ -93,15 +118,4 @@ def test_one_worker_reads_everything():
     got = claims(130 * MiB + 7, 16 * MiB, 4 * MiB, 1, True)
     assert {w for w, *_ in got} == {0}
     check_cover(got, 130 * MiB + 7, 4095)
-
-
-@pytest.mark.parametrize("seed", [11, 12, 13])
-def test_tail_is_shared(seed):
-    """The pieces of the request's last chunk go to whichever workers are free,
-    not all to the one worker that claimed the chunk (as when whole chunks were
-    claimed): no worker is left reading a chunk's pieces one after another
-    while the others have finished."""
-    size, chunk = 256 * MiB, 16 * MiB
-    got = claims(size, chunk, 4 * MiB, 16, True, seed=seed)
-    last_chunk = [w for w, buf, _, _ in got if buf >= size - chunk]
-    assert len(set(last_chunk)) > 1
+    assert [c[1] for c in got] == sorted(c[1] for c in got)

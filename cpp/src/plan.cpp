@@ -15,11 +15,13 @@ std::vector<Chunk> split(int64_t file_offset, size_t size, size_t piece) {
   return out;
 }
 
-// Pieces are claimed one at a time, so every worker's pipeline runs to the end
-// of the request and they all finish together. (Claiming whole chunks left the
-// request's last chunks to one worker each: up to a chunk read serially while
-// the copy engine waited.) No piece is larger than the request's chunk size,
-// so a medium request is still spread over the workers.
+// A worker claims a whole chunk and reads its pieces in order, so the kernel's
+// readahead, started by one piece, has the next one on its way: on a cold file
+// that is what keeps the disk busy. (Claiming single pieces in turn spread the
+// last chunk's pieces over every worker, but each worker's next piece was then
+// another worker's readahead: cold 2 GiB -> GPU fell from 1.71 to 1.50 GB/s,
+// hot 4 GiB reads were the same within 0.1 GB/s; docs/benchmarks.md, fifth
+// session.)
 //
 // For a large read, each worker's first piece is smaller, the k-th worker to
 // start taking (k + 1) / workers of a piece (in 64 KiB steps): the first copies
@@ -34,6 +36,18 @@ PieceStream::PieceStream(ChunkQueue& work, size_t piece, size_t chunk, bool stag
     const size_t k = work.join() % workers;
     first_ = std::min(piece_, round_up(piece_ * (k + 1) / workers, kStaggerStep));
   }
+}
+
+bool PieceStream::next(Chunk& out) {
+  if (work_.cancelled()) return false;
+  if (pos_ >= chunk_.size) {
+    if (!work_.next(chunk_)) return false;
+    pos_ = 0;
+  }
+  const size_t n = std::min(std::exchange(first_, piece_), chunk_.size - pos_);
+  out = {chunk_.buf_offset + pos_, chunk_.file_offset + static_cast<int64_t>(pos_), n};
+  pos_ += n;
+  return true;
 }
 
 size_t effective_task_size(size_t size, size_t task_size, unsigned workers, size_t min_task) {

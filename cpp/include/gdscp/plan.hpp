@@ -24,11 +24,6 @@ std::vector<Chunk> split(int64_t file_offset, size_t size, size_t piece);
 // The chunks of one request, claimed one at a time by the workers sharing the
 // request: whoever is free takes the next chunk, so the work balances itself,
 // and each worker can keep its staging pipeline full across chunks.
-//
-// A backend takes work from one queue in one of two ways, never both: whole
-// chunks (next), or byte ranges of its own size (claim), for a pipeline whose
-// unit is smaller than a chunk: then the last pieces of a request are spread
-// over every worker instead of waiting on whoever holds the last chunk.
 class ChunkQueue {
  public:
   // `chunks` must be one contiguous range, in order (as split() cuts it);
@@ -43,16 +38,6 @@ class ChunkQueue {
     const size_t i = next_.fetch_add(1, std::memory_order_relaxed);
     if (i >= chunks_.size()) return false;
     out = chunks_[i];
-    return true;
-  }
-  // The next unclaimed `want` bytes (fewer at the end); false once none are
-  // left or the request was cancelled.
-  bool claim(size_t want, Chunk& out) noexcept {
-    if (cancelled() || want == 0) return false;
-    const size_t start = claimed_.fetch_add(want, std::memory_order_relaxed);
-    if (start >= bytes_) return false;
-    const Chunk& first = chunks_.front();
-    out = {first.buf_offset + start, first.file_offset + static_cast<int64_t>(start), std::min(want, bytes_ - start)};
     return true;
   }
   // A worker starting on the request: 0 for the first, 1 for the next...
@@ -76,7 +61,6 @@ class ChunkQueue {
  private:
   std::vector<Chunk> chunks_;
   std::atomic<size_t> next_{0};
-  std::atomic<size_t> claimed_{0};
   std::atomic<size_t> joined_{0};
   const std::atomic<bool>* cancelled_;
   size_t workers_;
@@ -85,20 +69,23 @@ class ChunkQueue {
   std::shared_ptr<void> state_;  // last: destroyed first, it may refer to chunks_
 };
 
-// One worker's share of a request in staging-buffer-sized pieces, each claimed
-// from the request's queue when the worker is ready for it (plan.cpp says why).
+// One worker's share of a request in staging-buffer-sized pieces: it claims
+// whole chunks from the request's queue and cuts each into pieces, read in
+// file order (plan.cpp says why).
 class PieceStream {
  public:
   // `piece`: the staging buffer size; `chunk`: the request's chunk size (no
   // piece is larger); `stagger`: graded first pieces (reads).
   PieceStream(ChunkQueue& work, size_t piece, size_t chunk, bool stagger);
-  // The next piece; false once the request has none left.
-  bool next(Chunk& out) { return work_.claim(std::exchange(first_, piece_), out); }
+  // The next piece; false once the request has none left or was cancelled.
+  bool next(Chunk& out);
 
  private:
   ChunkQueue& work_;
   size_t piece_;
-  size_t first_;  // the size of the next claim: piece_ after the first
+  size_t first_;  // the size of the next piece: piece_ after the first
+  Chunk chunk_{0, 0, 0};  // the chunk being cut
+  size_t pos_ = 0;        // bytes of chunk_ handed out
 };
 
 // The task size actually used: never above `task_size`; for a request that

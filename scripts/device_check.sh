@@ -2,7 +2,7 @@
 # One call on the GPU machine: build gdscp, run the GPU tests, then the
 # benchmarks. Logs and JSON go to $OUT (or ./device-out).
 #
-#   bash scripts/device_check.sh [tests|sweep|bench|probe|staging|context|writes|gap|all]...   (default: all; probe, staging, context, writes, gap: only when named)
+#   bash scripts/device_check.sh [tests|sweep|bench|probe|staging|context|writes|coldio|gap|all]...   (default: all; probe, staging, context, writes, coldio, gap: only when named)
 #
 # KvikIO, when its wheels were carried in .whl/ (see docs/benchmarks.md), is
 # installed to /tmp/site and measured beside gdscp.
@@ -61,6 +61,10 @@ fi
 if [[ $steps == *writes* ]]; then
   echo "== write probe"
   (cd /tmp && OUT="$OUT" timeout 300 python3 "$OLDPWD/scripts/probe/write_probe.py" 2>&1) | tee "$OUT/write.log" | tail -14
+fi
+if [[ $steps == *coldio* ]]; then
+  echo "== cold-read probe"
+  (cd /tmp && OUT="$OUT" timeout 300 python3 "$OLDPWD/scripts/probe/cold_probe.py" 2>&1) | tee "$OUT/coldio.log" | tail -14
 fi
 if [[ $steps == *gap* ]]; then
   echo "== bench gap"

@@ -26,6 +26,12 @@ cd /tmp  # import the installed package, not the source tree
 python3 -c "import gdscp, cupy; print('gdscp', gdscp.__version__, 'gpus', cupy.cuda.runtime.getDeviceCount()); print(gdscp._core.cuda_info()); print(gdscp._core.cufile_info(''))"
 cd - >/dev/null
 
+# A probe from scripts/probe, run from /tmp: title, script, log, timeout (s), lines shown.
+probe() {
+  echo "== $1"
+  (cd /tmp && OUT="$OUT" timeout "$4" python3 "$OLDPWD/scripts/probe/$2" 2>&1) | tee "$OUT/$3" | tail -"$5"
+}
+
 rc=0
 if [[ $steps == *all* || $steps == *smoke* ]]; then
   echo "== smoke"
@@ -50,22 +56,10 @@ if [[ $steps == *probe* ]]; then
   echo "== probe"
   (cd /tmp && OUT="$OUT" timeout 420 python3 "$OLDPWD/scripts/probe/gpu_probe.py" 2>&1) | tee "$OUT/probe.log" | grep -v '^cold round' | tail -80
 fi
-if [[ $steps == *staging* ]]; then
-  echo "== staging probe"
-  (cd /tmp && OUT="$OUT" timeout 400 python3 "$OLDPWD/scripts/probe/staging_probe.py" 2>&1) | tee "$OUT/staging.log" | tail -70
-fi
-if [[ $steps == *context* ]]; then
-  echo "== context probe"
-  (cd /tmp && OUT="$OUT" timeout 400 python3 "$OLDPWD/scripts/probe/context_probe.py" 2>&1) | tee "$OUT/context.log" | tail -30
-fi
-if [[ $steps == *writes* ]]; then
-  echo "== write probe"
-  (cd /tmp && OUT="$OUT" timeout 300 python3 "$OLDPWD/scripts/probe/write_probe.py" 2>&1) | tee "$OUT/write.log" | tail -14
-fi
-if [[ $steps == *coldio* ]]; then
-  echo "== cold-read probe"
-  (cd /tmp && OUT="$OUT" timeout 300 python3 "$OLDPWD/scripts/probe/cold_probe.py" 2>&1) | tee "$OUT/coldio.log" | tail -14
-fi
+[[ $steps == *staging* ]] && probe "staging probe" staging_probe.py staging.log 400 70
+[[ $steps == *context* ]] && probe "context probe" context_probe.py context.log 400 30
+[[ $steps == *writes* ]] && probe "write probe" write_probe.py write.log 300 14
+[[ $steps == *coldio* ]] && probe "cold-read probe" cold_probe.py coldio.log 300 14
 if [[ $steps == *gap* ]]; then
   echo "== bench gap"
   (cd /tmp && OUT="$OUT" timeout 200 python3 "$OLDPWD/scripts/probe/bench_gap.py" 2>&1) | tee "$OUT/gap.log" | tail -40

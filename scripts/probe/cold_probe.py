@@ -20,8 +20,11 @@ import json
 import mmap
 import os
 import statistics
-import threading
+import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpu_probe import in_file_order  # noqa: E402
 
 GiB, MiB = 1 << 30, 1 << 20
 SIZE, CHUNK, PIECE = 2 * GiB, 16 * MiB, 4 * MiB
@@ -42,31 +45,18 @@ def host_read(buf, threads, direct=False, seq=False, piece=PIECE):
     try:
         if seq:
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
-        nxt = [0]
-        lock = threading.Lock()
         view = memoryview(buf)
 
-        def work():
-            while True:
-                with lock:
-                    off = nxt[0]
-                    nxt[0] += CHUNK
-                if off >= SIZE:
-                    return
-                end = min(off + CHUNK, SIZE)
-                while off < end:
-                    n = min(piece, end - off)
-                    got = os.preadv(fd, [view[off:off + n]], off)
-                    if got <= 0:
-                        raise OSError("short read")
-                    off += got
+        def get(off, n):
+            end = off + n
+            while off < end:
+                got = os.preadv(fd, [view[off:min(off + piece, end)]], off)
+                if got <= 0:
+                    raise OSError("short read")
+                off += got
 
         t0 = time.perf_counter()
-        ts = [threading.Thread(target=work) for _ in range(threads)]
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join()
+        in_file_order(threads, SIZE, CHUNK, get)
         return SIZE / (time.perf_counter() - t0) / 1e9
     finally:
         os.close(fd)

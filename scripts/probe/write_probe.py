@@ -23,10 +23,13 @@ import mmap
 import os
 import platform
 import statistics
-import threading
+import sys
 import time
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpu_probe import in_file_order  # noqa: E402
 
 GiB, MiB = 1 << 30, 1 << 20
 SIZE, PIECE = 2 * GiB, 16 * MiB
@@ -43,32 +46,19 @@ def host_write(buf, threads, direct, falloc=False, sfr=False):
     fd = os.open(PATH, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | (os.O_DIRECT if direct else 0), 0o600)
     try:
         os.sync()
-        nxt = [0]
-        lock = threading.Lock()
         view = memoryview(buf)
 
-        def work():
-            while True:
-                with lock:
-                    off = nxt[0]
-                    nxt[0] += PIECE
-                if off >= SIZE:
-                    return
-                n = min(PIECE, SIZE - off)
-                done = 0
-                while done < n:
-                    done += os.pwrite(fd, view[off + done:off + n], off + done)
-                if sfr:
-                    libc.sync_file_range(fd, off, n, SYNC_FILE_RANGE_WRITE)
+        def put(off, n):
+            done = 0
+            while done < n:
+                done += os.pwrite(fd, view[off + done:off + n], off + done)
+            if sfr:
+                libc.sync_file_range(fd, off, n, SYNC_FILE_RANGE_WRITE)
 
         t0 = time.perf_counter()
         if falloc:
             os.posix_fallocate(fd, 0, SIZE)
-        ts = [threading.Thread(target=work) for _ in range(threads)]
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join()
+        in_file_order(threads, SIZE, PIECE, put)
         os.fsync(fd)
         return SIZE / (time.perf_counter() - t0) / 1e9
     finally:

@@ -19,12 +19,11 @@ import importlib.util
 import json
 import mmap
 import os
-import statistics
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpu_probe import in_file_order  # noqa: E402
+from gpu_probe import in_file_order, in_rounds  # noqa: E402
 
 GiB, MiB = 1 << 30, 1 << 20
 SIZE, CHUNK, PIECE = 2 * GiB, 16 * MiB, 4 * MiB
@@ -115,22 +114,10 @@ def main():
 
         variants["kvikio-16"] = lambda: dev_read(kvikio, 16)
 
-    res = {k: [] for k in variants}
-    names = list(variants)
     try:
-        for rnd in range(ROUNDS):
-            for name in (names if rnd % 2 == 0 else names[::-1]):
-                try:
-                    res[name].append(variants[name]())
-                except Exception as e:  # noqa: BLE001 - a probe reports and goes on
-                    print(name, "failed:", repr(e), flush=True)
+        in_rounds(variants, ROUNDS, os.path.join(OUT, "cold.json"))
     finally:
         os.unlink(PATH)
-        with open(os.path.join(OUT, "cold.json"), "w") as f:
-            json.dump(res, f, indent=1)
-    for name, v in res.items():
-        if v:
-            print(f"{name:12s} median {statistics.median(v):.3f}  ({' / '.join(f'{x:.3f}' for x in v)})")
 
 
 if __name__ == "__main__":

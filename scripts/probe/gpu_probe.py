@@ -70,6 +70,30 @@ def in_file_order(threads, size, chunk, fn):
         t.join()
 
 
+def in_rounds(variants, rounds, json_path):
+    """Call each of `variants` ({name: function returning GB/s}) once per round,
+    the order reversed every other round; write {name: [GB/s per round]} to
+    `json_path` (also when interrupted), print each name's median, and return it."""
+    res = {k: [] for k in variants}
+    names = list(variants)
+    try:
+        for rnd in range(rounds):
+            for name in (names if rnd % 2 == 0 else names[::-1]):
+                try:
+                    res[name].append(variants[name]())
+                except Exception as e:  # noqa: BLE001 - a probe reports and goes on
+                    print(name, "failed:", repr(e), flush=True)
+                print(rnd, name, f"{res[name][-1]:.3f}" if res[name] else "-", flush=True)
+    finally:
+        with open(json_path, "w") as f:
+            json.dump(res, f, indent=1)
+    print()
+    for name, v in res.items():
+        if v:
+            print(f"{name:18s} median {statistics.median(v):.3f}  ({' / '.join(f'{x:.3f}' for x in v)})")
+    return res
+
+
 def check(dev, path, size):
     for start in (0, size // 2, size - 64 * MiB):
         want = np.fromfile(path, dtype=np.uint8, count=64 * MiB, offset=start)

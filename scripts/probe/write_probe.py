@@ -18,18 +18,16 @@ beside gdscp and KvikIO writing from GPU memory, interleaved over rounds.
 """
 import ctypes
 import importlib.util
-import json
 import mmap
 import os
 import platform
-import statistics
 import sys
 import time
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpu_probe import in_file_order  # noqa: E402
+from gpu_probe import in_file_order, in_rounds  # noqa: E402
 
 GiB, MiB = 1 << 30, 1 << 20
 SIZE, PIECE = 2 * GiB, 16 * MiB
@@ -107,25 +105,11 @@ def main():
         for t in (4, 16):
             variants[f"kvikio-{t}"] = lambda t=t: dev_write(kvikio, t)
 
-    res = {k: [] for k in variants}
-    names = list(variants)
     try:
-        for rnd in range(ROUNDS):
-            for name in (names if rnd % 2 == 0 else names[::-1]):
-                try:
-                    res[name].append(variants[name]())
-                except Exception as e:  # noqa: BLE001 - a probe reports and goes on
-                    print(name, "failed:", repr(e), flush=True)
-                print(rnd, name, f"{res[name][-1]:.3f}" if res[name] else "-", flush=True)
+        in_rounds(variants, ROUNDS, os.path.join(OUT, "write.json"))
     finally:
         if os.path.exists(PATH):
             os.unlink(PATH)
-        with open(os.path.join(OUT, "write.json"), "w") as f:
-            json.dump(res, f, indent=1)
-    print()
-    for name, v in res.items():
-        if v:
-            print(f"{name:18s} median {statistics.median(v):.3f}  ({' / '.join(f'{x:.3f}' for x in v)})")
 
 
 if __name__ == "__main__":

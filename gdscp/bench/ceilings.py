@@ -44,6 +44,7 @@ __all__ = [
     "buffered_read_rate",
     "direct_write_rate",
     "buffered_write_rate",
+    "parallel_chunks",
 ]
 
 CEILING_NAMES = (
@@ -211,7 +212,7 @@ class _Buffers:
         self.close()
 
 
-def _parallel_chunks(
+def parallel_chunks(
     nbytes: int, request: int, buffers: Sequence[memoryview], work: Callable[[int, memoryview, int], int]
 ) -> int:
     """Run ``work(offset, buffer, length)`` over ``request``-sized chunks of
@@ -277,7 +278,7 @@ def direct_read_rate(path: str, size: int, threads: int, runs: int) -> dict:
             want = (length + _ALIGN - 1) // _ALIGN * _ALIGN
             return min(os.preadv(fd, [view[:want]], offset), length)
 
-        return _parallel_chunks(size, request, buffers.views, work)
+        return parallel_chunks(size, request, buffers.views, work)
 
     seconds = []
     with _Buffers(threads, request) as buffers:
@@ -353,7 +354,7 @@ def direct_write_rate(path: str, size: int, threads: int, runs: int) -> dict:
 
             try:
                 start = time.perf_counter()
-                _parallel_chunks(nbytes, request, buffers.views, work)
+                parallel_chunks(nbytes, request, buffers.views, work)
                 os.fsync(fd)
                 seconds.append(time.perf_counter() - start)
             except OSError as exc:

@@ -20,7 +20,6 @@ import os
 import statistics
 import subprocess
 import sys
-import threading
 import time
 
 import numpy as np
@@ -46,28 +45,6 @@ def timed(read, nbytes):
     read()
     cupy.cuda.runtime.deviceSynchronize()
     return nbytes / (time.perf_counter() - t0) / 1e9
-
-
-def in_file_order(threads, size, chunk, fn):
-    """fn(offset, n) over [0, size) in chunks of `chunk` bytes, on `threads`
-    threads that each claim the next chunk in file order (as gdscp's workers do)."""
-    nxt = [0]
-    lock = threading.Lock()
-
-    def work():
-        while True:
-            with lock:
-                off = nxt[0]
-                nxt[0] += chunk
-            if off >= size:
-                return
-            fn(off, min(chunk, size - off))
-
-    ts = [threading.Thread(target=work) for _ in range(threads)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
 
 
 def in_rounds(variants, rounds, json_path):

@@ -7,7 +7,7 @@ O_DIRECT writes to a fresh file may run one at a time. Writes into blocks
 already allocated (fallocate) may run in parallel. This probe times, from host
 memory, with workers claiming 16 MiB pieces in file order:
 
-* ``direct-N``: O_DIRECT pwrite, N threads, fsync
+* ``direct-N``: O_DIRECT pwrite, N threads, fsync (``ceilings.direct_write_rate``)
 * ``falloc-direct-N``: fallocate(whole range) first, then the same
 * ``buffered-N``: buffered pwrite then fsync
 * ``buffered-sfr-N``: buffered pwrite, each piece followed by sync_file_range(WRITE)
@@ -26,8 +26,10 @@ import time
 
 import numpy as np
 
+from gdscp.bench import ceilings
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpu_probe import in_file_order, in_rounds  # noqa: E402
+from gpu_probe import in_rounds  # noqa: E402
 
 GiB, MiB = 1 << 30, 1 << 20
 SIZE, PIECE = 2 * GiB, 16 * MiB
@@ -46,17 +48,18 @@ def host_write(buf, threads, direct, falloc=False, sfr=False):
         os.sync()
         view = memoryview(buf)
 
-        def put(off, n):
+        def put(off, _thread_buffer, n):
             done = 0
             while done < n:
                 done += os.pwrite(fd, view[off + done:off + n], off + done)
             if sfr:
                 libc.sync_file_range(fd, off, n, SYNC_FILE_RANGE_WRITE)
+            return n
 
         t0 = time.perf_counter()
         if falloc:
             os.posix_fallocate(fd, 0, SIZE)
-        in_file_order(threads, SIZE, PIECE, put)
+        ceilings.parallel_chunks(SIZE, PIECE, [view] * threads, put)
         os.fsync(fd)
         return SIZE / (time.perf_counter() - t0) / 1e9
     finally:
@@ -77,7 +80,7 @@ def main():
 
     variants = {}
     for t in (1, 4, 16):
-        variants[f"direct-{t}"] = lambda t=t: host_write(buf, t, True)
+        variants[f"direct-{t}"] = lambda t=t: ceilings.direct_write_rate(PATH, SIZE, t, 1)["gb_per_s"]["median"]
     for t in (4, 16):
         variants[f"falloc-direct-{t}"] = lambda t=t: host_write(buf, t, True, falloc=True)
     variants["buffered-16"] = lambda: host_write(buf, 16, False)

@@ -234,7 +234,7 @@ NB_MODULE(_core, m) {
     while (!active.empty()) {
       const size_t i = rng() % active.size();
       const size_t w = active[i];
-      if (!streams[w]) streams[w] = std::make_unique<gdscp::PieceStream>(work, piece, stagger);
+      if (!streams[w]) streams[w] = std::make_unique<gdscp::PieceStream>(work, piece, chunk, stagger);
       gdscp::Chunk c;
       if (streams[w]->next(c)) {
         out.append(nb::make_tuple(w, c.buf_offset, c.file_offset, c.size));

@@ -28,10 +28,8 @@ std::vector<Chunk> split(int64_t file_offset, size_t size, size_t piece) {
 // reach the copy engine after a fraction of a piece's read instead of a whole
 // one, and the workers' later pieces arrive spread out rather than all at once.
 // Hot 4 GiB file -> GPU on the H200 machine: docs/benchmarks.md (fourth session).
-PieceStream::PieceStream(ChunkQueue& work, size_t piece, bool stagger)
-    : work_(work),
-      piece_(std::max<size_t>(1, std::min(piece, work.size() ? work.chunks().front().size : piece))),
-      first_(piece_) {
+PieceStream::PieceStream(ChunkQueue& work, size_t piece, size_t chunk, bool stagger)
+    : work_(work), piece_(std::max<size_t>(1, std::min(piece, chunk))), first_(piece_) {
   constexpr size_t kStaggerStep = 64u << 10;
   const size_t workers = work.workers();
   if (stagger && workers > 1 && work.bytes() >= 2 * workers * piece_) {

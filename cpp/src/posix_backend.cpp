@@ -290,6 +290,7 @@ size_t PosixBackend::write_host(const char* src, size_t size, int64_t off, const
   return finish(size, progress);
 }
 
+
 size_t PosixBackend::read_device(const MemoryTarget& mem, char* base, ChunkQueue& work, const Settings& s,
                                  Request* progress) {
   const CudaDriver& drv = CudaDriver::require();
@@ -314,7 +315,7 @@ size_t PosixBackend::read_device(const MemoryTarget& mem, char* base, ChunkQueue
   BufferPool::Lease bufs[kMaxDepth];
   StreamDrain drain(drv, st.stream);
   const auto dev = reinterpret_cast<CUdeviceptr>(base);
-  PieceStream pieces(work, s.bounce_buffer_size, /*stagger=*/true);
+  PieceStream pieces(work, s.bounce_buffer_size, s.task_size, /*stagger=*/true);
   size_t total = 0;
   Chunk p;
   // Read piece i into slot i % depth while the copies of the pieces before it
@@ -391,7 +392,7 @@ size_t PosixBackend::write_device(const MemoryTarget& mem, const char* base, Chu
   StreamDrain drain(drv, st.stream);
   const auto dev = reinterpret_cast<CUdeviceptr>(base);
   const size_t piece = write_piece(s);
-  PieceStream pieces(work, piece, /*stagger=*/false);
+  PieceStream pieces(work, piece, s.task_size, /*stagger=*/false);
   auto issue_copy = [&](size_t slot) {
     if (!bufs[slot].get()) bufs[slot] = BufferPool::pinned().acquire(piece);
     const Chunk& p = pending[slot];

@@ -74,9 +74,9 @@ class ChunkQueue {
 // file order (plan.cpp says why).
 class PieceStream {
  public:
-  // `piece`: the staging buffer size (no piece is larger than the request's
-  // chunks); `stagger`: graded first pieces (reads).
-  PieceStream(ChunkQueue& work, size_t piece, bool stagger);
+  // `piece`: the staging buffer size; `chunk`: the request's chunk size (no
+  // piece is larger); `stagger`: graded first pieces (reads).
+  PieceStream(ChunkQueue& work, size_t piece, size_t chunk, bool stagger);
   // The next piece; false once the request has none left or was cancelled.
   bool next(Chunk& out);
 

@@ -290,7 +290,6 @@ size_t PosixBackend::write_host(const char* src, size_t size, int64_t off, const
   return finish(size, progress);
 }
 
-
 size_t PosixBackend::read_device(const MemoryTarget& mem, char* base, ChunkQueue& work, const Settings& s,
                                  Request* progress) {
   const CudaDriver& drv = CudaDriver::require();

@@ -205,6 +205,10 @@ def _kind(mode: int) -> str:
         return "block device"
     if stat.S_ISCHR(mode):
         return "character device"
+    if stat.S_ISFIFO(mode):
+        return "fifo"
+    if stat.S_ISSOCK(mode):
+        return "socket"
     return "other"
 
 
@@ -224,7 +228,7 @@ def _probe_o_direct(path: str, is_dir: bool) -> tuple[Optional[bool], Optional[s
             finally:
                 os.unlink(tmp)
         else:
-            fd = os.open(path, os.O_RDONLY | flag)
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | flag)
             os.close(fd)
     except OSError as exc:
         if exc.errno == errno.EINVAL:
@@ -261,8 +265,15 @@ def path_info(path: str) -> dict[str, Any]:
     st = os.stat(path)
     is_dir = stat.S_ISDIR(st.st_mode)
     mount = mount_of(path)
-    o_direct, o_direct_reason = _probe_o_direct(path, is_dir)
-    backend, backend_reason = _probe_backend(path, is_dir)
+    if is_dir or stat.S_ISREG(st.st_mode) or stat.S_ISBLK(st.st_mode):
+        o_direct, o_direct_reason = _probe_o_direct(path, is_dir)
+        backend, backend_reason = _probe_backend(path, is_dir)
+    else:
+        # Opening a FIFO would wait for a writer, and a character device or
+        # socket has no storage behind it to probe.
+        why = f"not probed: a {_kind(st.st_mode)} is read and written front to back"
+        o_direct, o_direct_reason = None, why
+        backend, backend_reason = "posix", why
     return {
         "path": path,
         "kind": _kind(st.st_mode),

@@ -39,6 +39,7 @@ __all__ = [
     "fill",
     "pattern",
     "to_host",
+    "copy_from_host",
     "first_difference",
     "equal",
     "PAGE_SIZE",
@@ -223,6 +224,18 @@ def pattern(nbytes: int, kind: str = "zeros", seed: int = 0, offset: int = 0) ->
     out = np.empty(nbytes, dtype=np.uint8)
     fill(out, kind, seed, offset)
     return out
+
+
+def copy_from_host(dst: Any, src: Any) -> None:
+    """Copy the host bytes ``src`` to the start of ``dst`` (host or GPU memory)."""
+    data = np.frombuffer(memoryview(src).cast("B"), dtype=np.uint8)
+    if is_device(dst):
+        flat = dst.reshape(-1).view(_cupy().uint8)
+        with dst.device:
+            flat[: data.size].set(data)
+            _cupy().cuda.get_current_stream().synchronize()
+    else:
+        dst.reshape(-1).view(np.uint8)[: data.size] = data
 
 
 def to_host(buf: Any) -> np.ndarray:

@@ -211,7 +211,7 @@ def test_no_arguments_shows_help(capsys):
         (["read", "f", "--compat-mode", "maybe"], "maybe"),
         (["frobnicate"], "frobnicate"),
         (["write", "f"], "--size"),
-        (["copy", "only-one"], "Missing argument"),
+        (["copy", "only-one"], "missing destination operand after 'only-one'"),
     ],
 )
 def test_usage_errors_are_one_line_exit_2(capsys, tmp_path, monkeypatch, args, culprit):

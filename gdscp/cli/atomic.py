@@ -1,16 +1,52 @@
 """Replacing a destination only when its new contents are complete: a temporary
-file beside it, renamed into place, the directory then fsynced."""
+file beside it, renamed into place, the directory then fsynced.
+
+Every temporary file is recorded the moment it exists (Ctrl-C and SIGTERM are
+held off from its creation until it is recorded), so that whatever interrupts
+a command, ``remove_pending()`` (run by ``Output.guard`` on the way out) finds
+and removes it.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import signal
 import tempfile
+import threading
+from typing import Callable, Iterator
 
-__all__ = ["TEMP_SUFFIX", "fsync_dir", "make_temp"]
+__all__ = [
+    "TEMP_SUFFIX",
+    "commit",
+    "discard",
+    "forget",
+    "fsync_dir",
+    "make_temp",
+    "make_temp_link",
+    "remove_pending",
+    "signals_held",
+]
 
 TEMP_SUFFIX = ".gdscp-tmp"
+
+# Temporary files this process made and has neither renamed nor removed yet.
+_pending: set[str] = set()
+_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """Hold Ctrl-C and SIGTERM back inside (they are delivered on exit)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # Python runs signal handlers in the main thread only
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def fsync_dir(path: str) -> None:
@@ -25,17 +61,71 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def make_temp(dst: str) -> str:
-    """Create an empty temporary file in ``dst``'s directory and return its path.
+def _record(create: Callable[[], str]) -> str:
+    with signals_held():
+        path = create()
+        _pending.add(path)
+    return path
 
-    Ctrl-C or SIGTERM between creating the file and returning its name would
-    leave it behind where no cleanup can find it, so both are held off until
-    the name is known (they are delivered on return)."""
+
+def make_temp(dst: str) -> str:
+    """Create an empty temporary file in ``dst``'s directory and return its path
+    (``.NAME.XXXXXXXX.gdscp-tmp``), recorded for ``remove_pending()``."""
     directory = os.path.dirname(os.path.abspath(dst))
-    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-    try:
+
+    def create() -> str:
         fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(dst)}.", suffix=TEMP_SUFFIX, dir=directory)
         os.close(fd)
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
-    return tmp
+        return tmp
+
+    return _record(create)
+
+
+def make_temp_link(target: str, dst: str) -> str:
+    """A symbolic link to ``target`` under a temporary name beside ``dst``, recorded
+    for ``remove_pending()``."""
+    directory = os.path.dirname(os.path.abspath(dst))
+
+    def create() -> str:
+        for _ in range(100):
+            tmp = os.path.join(directory, f".{os.path.basename(dst)}.{os.urandom(4).hex()}{TEMP_SUFFIX}")
+            try:
+                os.symlink(target, tmp)
+            except FileExistsError:
+                continue
+            return tmp
+        raise FileExistsError(errno.EEXIST, "no free temporary name", directory)
+
+    return _record(create)
+
+
+def commit(tmp: str, dst: str) -> None:
+    """Rename ``tmp`` over ``dst``."""
+    os.replace(tmp, dst)
+    _pending.discard(tmp)
+
+
+def discard(tmp: str) -> None:
+    """Remove ``tmp`` (already gone is fine)."""
+    with signals_held():
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        _pending.discard(tmp)
+
+
+def forget(tmp: str) -> None:
+    """``tmp`` no longer exists under that name (renamed or linked elsewhere)."""
+    _pending.discard(tmp)
+
+
+def remove_pending() -> None:
+    """Remove every temporary file still recorded (an interrupted or failed command)."""
+    with signals_held():
+        for tmp in list(_pending):
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            _pending.discard(tmp)

@@ -10,27 +10,30 @@ destination as it was.
 
 from __future__ import annotations
 
+import itertools
 import os
 import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Iterator, Optional
+from typing import Annotated, Any, Callable, Iterator, Optional
 
 import typer
 from rich.table import Table
 
 from .. import CuFile, memory
 from . import options
-from .atomic import TEMP_SUFFIX, fsync_dir, make_temp
+from .atomic import commit, discard, forget, fsync_dir, make_temp, make_temp_link
 from .output import EXIT_FAILURE, Failure, Output, describe
 from .progress import TransferProgress
+from .special import SequentialWriter
 from .units import format_bytes, format_rate, format_seconds, gb_per_s
 from .write import drop_cache
 
 __all__ = ["copy"]
 
 _VERIFY_BLOCK = 4 << 20
+_UNSIZED_CHUNK = 1 << 20  # buffer for files whose size the kernel reports as 0
 
 
 @dataclass
@@ -196,20 +199,13 @@ class _Copier:
                 return
             if os.path.isdir(job.dst) and not os.path.islink(job.dst):
                 raise Failure(f"cannot overwrite directory '{job.dst}' with a symbolic link")
-        target = os.readlink(job.src)
-        directory = os.path.dirname(job.dst) or "."
-        tmp = os.path.join(directory, f".{os.path.basename(job.dst)}.{os.getpid()}{TEMP_SUFFIX}")
-        os.symlink(target, tmp)
+        tmp = make_temp_link(os.readlink(job.src), job.dst)
         try:
             if self.preserve:
                 os.utime(tmp, ns=(job.st.st_atime_ns, job.st.st_mtime_ns), follow_symlinks=False)
-            os.replace(tmp, job.dst)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+            commit(tmp, job.dst)
+        finally:
+            discard_unless_committed(tmp, job.dst)
 
     def _file(self, job: _Job, record: _Record, progress: TransferProgress) -> None:
         src, dst, st = job.src, job.dst, job.st
@@ -231,24 +227,26 @@ class _Copier:
                 raise Failure(f"cannot overwrite directory '{dst}' with non-directory '{src}'")
             if (existing.st_dev, existing.st_ino) == (st.st_dev, st.st_ino):
                 raise Failure(f"'{src}' and '{dst}' are the same file")
+            if not stat.S_ISREG(existing.st_mode):
+                # A device, FIFO or socket is written in place, as cp does; never replaced.
+                self._into_special(src, dst, st, existing, record, progress)
+                return
         directory = os.path.dirname(os.path.abspath(dst))
-        tmp = None
-        committed = False
         try:
-            try:
-                tmp = make_temp(dst)
-            except OSError as exc:
-                raise Failure(f"cannot create '{dst}': {exc.strerror}") from None
+            tmp = make_temp(dst)
+        except OSError as exc:
+            raise Failure(f"cannot create '{dst}': {exc.strerror}") from None
+        try:
             with CuFile(src, "r") as reader, CuFile(tmp, "w") as writer:
                 if self.device is None:
                     record.read_backend = record.write_backend = "posix"
                 else:
                     record.read_backend, record.write_backend = reader.backend, writer.backend
-                self._stream(reader, writer, st.st_size, src, progress)
+                copied = self._stream(reader, writer.pwrite, st.st_size, src, progress)
                 os.fsync(writer.fileno())
             if self.preserve:
                 mode = stat.S_IMODE(st.st_mode)
-            elif existing is not None and stat.S_ISREG(existing.st_mode):
+            elif existing is not None:
                 mode = stat.S_IMODE(existing.st_mode)  # cp keeps an overwritten file's mode
             else:
                 mode = stat.S_IMODE(st.st_mode) & 0o777 & ~self.umask
@@ -258,22 +256,37 @@ class _Copier:
             if self.verify:
                 _compare(src, tmp, dst)
             if self.no_clobber:
-                committed = self._link_no_clobber(tmp, dst)
-                if not committed:
+                if not self._link_no_clobber(tmp, dst):
                     record.status = "skipped"
                     self.out.note(f"not replacing '{dst}' (it appeared during the copy; --no-clobber)")
                     return
             else:
-                os.replace(tmp, dst)
-                committed = True
+                commit(tmp, dst)
             fsync_dir(directory)
-            record.bytes = st.st_size
+            record.bytes = copied
         finally:
-            if tmp is not None and not committed:
-                try:
-                    os.unlink(tmp)
-                except OSError:
-                    pass
+            discard_unless_committed(tmp, dst)
+
+    def _into_special(
+        self,
+        src: str,
+        dst: str,
+        st: os.stat_result,
+        existing: os.stat_result,
+        record: _Record,
+        progress: TransferProgress,
+    ) -> None:
+        """Copy into an existing device or FIFO in place: block devices with
+        parallel writes, character devices and FIFOs front to back."""
+        if self.verify:
+            raise Failure(f"cannot verify a copy into '{dst}': it is not a regular file and cannot be read back")
+        with SequentialWriter(dst) if not stat.S_ISBLK(existing.st_mode) else CuFile(dst, "r+") as writer:
+            with CuFile(src, "r") as reader:
+                record.read_backend = "posix" if self.device is None else reader.backend
+                record.write_backend = "posix"
+                record.bytes = self._stream(reader, writer.pwrite, st.st_size, src, progress)
+            if stat.S_ISBLK(existing.st_mode):
+                os.fsync(writer.fileno())
 
     @staticmethod
     def _link_no_clobber(tmp: str, dst: str) -> bool:
@@ -286,29 +299,46 @@ class _Copier:
         except OSError:  # no hard links here (some network and FUSE filesystems)
             if os.path.lexists(dst):
                 return False
-            os.rename(tmp, dst)
+            commit(tmp, dst)
             return True
-        os.unlink(tmp)
+        discard(tmp)
         return True
 
-    def _stream(self, reader: CuFile, writer: CuFile, size: int, src: str, progress: TransferProgress) -> None:
-        """Copy ``size`` bytes in chunks through the buffers, reading chunk k+1
-        while chunk k is written."""
-        chunk = len(self.slots[0]) if self.slots else 0
-        pieces = [(pos, min(chunk, size - pos)) for pos in range(0, size, chunk)] if size else []
+    def _stream(
+        self,
+        reader: CuFile,
+        write: Callable[[Any, int, int], Any],
+        size: int,
+        src: str,
+        progress: TransferProgress,
+    ) -> int:
+        """Copy the source through the buffers in chunks, reading chunk k+1 while
+        chunk k is written (``write(buf, n, pos)`` returns a future). A size of 0
+        is not trusted (procfs and sysfs report 0 for files with content): such
+        a file is read until end of file, as cp does. Returns the bytes copied."""
+        chunk = len(self.slots[0])
+        known_size = size > 0
+        pos = 0
         reading = writing = None
         try:
-            for k, (pos, n) in enumerate(pieces):
+            for k in itertools.count():
+                n = min(chunk, size - pos) if known_size else chunk
+                if n == 0:
+                    break
                 slot = self.slots[k % len(self.slots)][:n]
                 reading = reader.pread(slot, n, pos)
                 got = reading.get()
                 reading = None
-                if got != n:
+                if known_size and got != n:
                     raise Failure(f"'{src}' ended at offset {pos + got} while being copied (was it truncated?)")
                 if writing is not None:
                     _wait_write(progress, writing)
                     writing = None
-                writing = (writer.pwrite(slot, n, pos), pos, n)
+                if got:
+                    writing = (write(slot, got, pos), pos, got)
+                pos += got
+                if got < n:
+                    break  # end of a file of unknown size
             if writing is not None:
                 _wait_write(progress, writing)
                 writing = None
@@ -321,6 +351,15 @@ class _Copier:
                         future.get()
                     except BaseException:  # noqa: BLE001 - the first error is the one reported
                         pass
+        return pos
+
+
+def discard_unless_committed(tmp: str, dst: str) -> None:
+    """Remove ``tmp`` if it still exists under its temporary name (the copy did not land)."""
+    if os.path.lexists(tmp):
+        discard(tmp)
+    else:
+        forget(tmp)
 
 
 def _wait_write(progress: TransferProgress, writing) -> None:
@@ -350,11 +389,13 @@ def _compare(src: str, tmp: str, dst: str) -> None:
 
 
 def copy(
-    sources: Annotated[
-        list[Path], typer.Argument(metavar="SRC", help="Files (or directories, with -r) to copy.")
-    ],
-    destination: Annotated[
-        Path, typer.Argument(metavar="DST", help="The file to create, or the directory to copy into.")
+    paths: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="SRC... DST",
+            help="Files (or directories, with -r) to copy, then the file to create or the directory to copy into.",
+            show_default=False,
+        ),
     ],
     recursive: Annotated[
         bool, typer.Option("--recursive", "-r", "-R", help="Copy directories and everything in them.")
@@ -393,13 +434,15 @@ def copy(
     """
     out = Output("copy", json=json, quiet=quiet, debug=debug)
     with out.guard(), options.settings(threads, task_size, compat_mode):
-        srcs = [os.fsdecode(p) for p in sources]
-        dst = os.fsdecode(destination)
+        srcs, dst = options.sources_and_destination(paths)
         copier = _Copier(out, recursive=recursive, no_clobber=no_clobber, preserve=preserve, verify=verify)
         jobs = copier.plan(srcs, dst)
         files = [j for j in jobs if j.kind == "file"]
         total = sum(j.st.st_size for j in files)
         largest = max((j.st.st_size for j in files), default=0)
+        if any(j.st.st_size == 0 for j in files):
+            # A size of 0 may hide content (procfs): such files are read until end of file.
+            largest = max(largest, _UNSIZED_CHUNK)
         if largest:
             where = options.choose_memory(out, host, device)
             chunk = options.chunk_size(chunk_size, largest, where, 2)
@@ -442,8 +485,10 @@ def copy(
                 table.add_column(name, justify="right")
             table.add_row(str(len(copied)), str(len(skipped)), str(len(failed)), format_bytes(nbytes),
                           format_seconds(seconds), format_rate(nbytes, seconds))
-            if verify:
+            if verify and not failed:
                 table.caption = "every copy was compared with its source"
+            elif verify:
+                table.caption = f"the copies made were compared with their sources; {len(failed)} failed"
             return table
 
         out.result(data, render)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
@@ -93,8 +92,12 @@ def _path_table(p: dict[str, Any]) -> Table:
 
 def info(
     paths: Annotated[
-        Optional[list[Path]],
-        typer.Argument(metavar="PATH", help="Files or directories to check (filesystem, O_DIRECT, backend)."),
+        Optional[list[str]],
+        typer.Argument(
+            metavar="PATH...",
+            help="Files or directories to check (filesystem, O_DIRECT, backend).",
+            show_default=False,
+        ),
     ] = None,
     compat_mode: options.CompatModeOpt = None,
     json: options.Json = False,
@@ -116,7 +119,7 @@ def info(
         checked = []
         failed = False
         for p in paths or []:
-            path = os.fsdecode(p)
+            path = options.check_path(p)
             try:
                 checked.append(sysinfo.path_info(path))
             except OSError as exc:

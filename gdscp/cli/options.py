@@ -28,6 +28,8 @@ __all__ = [
     "choose_memory",
     "memory_name",
     "chunk_size",
+    "check_path",
+    "sources_and_destination",
 ]
 
 _TUNING = "Tuning"
@@ -41,11 +43,26 @@ class CompatModeChoice(str, enum.Enum):
     auto = "auto"
 
 
+def _count_option(minimum: int):
+    """Typer ``parser=`` for whole-number options: bad input is a usage error naming it."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(str(text).strip(), 10)
+        except ValueError:
+            raise typer.BadParameter(f"{text!r} is not a whole number") from None
+        if value < minimum:
+            raise typer.BadParameter(f"{value} is below the minimum of {minimum}")
+        return value
+
+    return parse
+
+
 Threads = Annotated[
     Optional[int],
     typer.Option(
         "--threads",
-        min=1,
+        parser=_count_option(1),
         metavar="N",
         help="Worker threads (default: GDSCP_NUM_THREADS, else one per core, 4 to 32).",
         rich_help_panel=_TUNING,
@@ -75,7 +92,7 @@ Device = Annotated[
     Optional[int],
     typer.Option(
         "--device",
-        min=0,
+        parser=_count_option(0),
         metavar="N",
         help="GPU to use (default: GPU 0, or host memory when there is no usable GPU).",
         rich_help_panel=_MEMORY,
@@ -103,7 +120,7 @@ Json = Annotated[
 Quiet = Annotated[
     bool,
     typer.Option(
-        "--quiet", "-q", help="No progress bar and no notes (warnings and errors still show).", rich_help_panel=_OUTPUT
+        "--quiet", "-q", help="Print nothing on success (errors still show; --json still prints).", rich_help_panel=_OUTPUT
     ),
 ]
 Debug = Annotated[
@@ -135,10 +152,14 @@ def settings(
 def choose_memory(out: Output, host: bool, device: Optional[int]) -> Optional[int]:
     """The GPU to use, or None for host memory. Without --device and without a
     usable GPU this falls back to host memory and says so; an explicit
-    --device that cannot be used is a usage error."""
+    --device that cannot be used is a usage error, and so is compat mode OFF
+    (cuFile or nothing) when the memory would be host memory."""
+    cufile_only = defaults.get("compat_mode") == defaults.CompatMode.OFF
     if host:
         if device is not None:
             raise UsageError("--host and --device exclude each other")
+        if cufile_only:
+            raise UsageError("compat mode OFF (cuFile only) needs GPU memory; it cannot be used with --host")
         return None
     if device is not None:
         memory.check_device(device)
@@ -146,6 +167,8 @@ def choose_memory(out: Output, host: bool, device: Optional[int]) -> Optional[in
     status = memory.gpu_available()
     if status:
         return 0
+    if cufile_only:
+        raise UsageError(f"compat mode OFF (cuFile only) needs a GPU, and there is no usable one: {status.reason}")
     out.warn(f"no usable GPU ({status.reason}); using host memory instead")
     return None
 
@@ -166,3 +189,24 @@ def chunk_size(requested: Optional[int], largest: int, device: Optional[int], bu
     cap = min(1 << 30, max(memory.available_bytes(device) // (8 * buffers), 16 << 20))
     cap -= cap % memory.PAGE_SIZE
     return max(1, min(largest, cap))
+
+
+def check_path(path: str, what: str = "path") -> str:
+    """``path`` if the OS can take it; a usage error naming it otherwise (an embedded
+    NUL byte would silently cut the name short)."""
+    if "\0" in path:
+        raise UsageError(f"{what} {path!r} contains a NUL byte")
+    if not path:
+        raise UsageError(f"{what} must not be empty")
+    return path
+
+
+def sources_and_destination(paths: list[str]) -> tuple[list[str], str]:
+    """``SRC... DST`` as cp takes them: at least one source, then the destination."""
+    if not paths:
+        raise UsageError("missing file operand: give SRC... DST")
+    if len(paths) == 1:
+        raise UsageError(f"missing destination operand after '{paths[0]}'")
+    for p in paths:
+        check_path(p)
+    return paths[:-1], paths[-1]

@@ -23,8 +23,8 @@ from typing import Any, Callable, Iterator, Optional, Union
 import typer
 from rich.console import Console, RenderableType
 
-from .. import memory
-from .. import CudaError, CuFileError
+from .. import CudaError, CuFileError, memory
+from .atomic import remove_pending
 
 __all__ = [
     "EXIT_OK",
@@ -123,7 +123,8 @@ def _sigterm_raises() -> Iterator[None]:
 
 class Output:
     """Where a command's words go. ``json``: stdout gets one JSON document;
-    ``quiet``: no progress and no notes (warnings and errors still show);
+    ``quiet``: nothing on success (no progress, notes, warnings or table; the
+    JSON document still, since it was asked for; errors always);
     ``debug``: errors come with their traceback."""
 
     def __init__(self, command: str, *, json: bool = False, quiet: bool = False, debug: bool = False):
@@ -151,6 +152,9 @@ class Output:
             self.stderr.print(f"{self.prefix}: {message}", markup=False, style="dim", soft_wrap=True)
 
     def warn(self, message: str) -> None:
+        """A problem that does not stop the command (hidden by --quiet)."""
+        if self.quiet:
+            return
         self.stderr.print(f"{self.prefix}: warning: {message}", markup=False, style="yellow", soft_wrap=True)
 
     def error(self, message: str) -> None:
@@ -166,7 +170,7 @@ class Output:
         if self.json:
             sys.stdout.write(json.dumps(data, indent=2) + "\n")
             sys.stdout.flush()
-        elif render is not None:
+        elif render is not None and not (self.quiet and data.get("ok", True)):
             self.stdout.print(render())
 
     # -- failures -----------------------------------------------------------------
@@ -187,7 +191,10 @@ class Output:
         meanwhile. ``typer.Exit`` raised inside passes through."""
         try:
             with _sigterm_raises():
-                yield self
+                try:
+                    yield self
+                finally:
+                    remove_pending()
         except (typer.Exit, typer.Abort):
             raise
         except BaseException as exc:  # noqa: BLE001 - this is the one place that reports

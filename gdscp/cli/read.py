@@ -7,7 +7,6 @@ import os
 import stat
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
@@ -15,7 +14,7 @@ from rich.table import Table
 
 from .. import CuFile, memory
 from . import options
-from .output import Failure, Output
+from .output import Failure, Output, UsageError
 from .progress import TransferProgress
 from .units import format_bytes, format_rate, format_seconds, gb_per_s, size_option
 
@@ -24,23 +23,30 @@ __all__ = ["read", "file_size"]
 # Transfers in flight at once: enough to keep many small files moving; each
 # transfer is also split among the worker threads.
 _SLOTS = 4
+_STREAM_CHUNK = 1 << 20  # buffer for files read front to back
 
 
-def file_size(path: str) -> int:
-    """Bytes in ``path``: a regular file's size, or a block device's length.
-    Raises ``Failure`` naming the path when it cannot be read."""
+def file_size(path: str) -> Optional[int]:
+    """Bytes in ``path``: a regular file's size, or a block device's length; None
+    for what is read front to back until its end (character devices, FIFOs, and
+    files whose size the kernel reports as 0, which in procfs and sysfs still
+    have content). Raises ``Failure`` naming the path when it cannot be read."""
     try:
         st = os.stat(path)
     except OSError as exc:
         raise Failure(f"cannot read '{path}': {exc.strerror}") from None
     if stat.S_ISDIR(st.st_mode):
         raise Failure(f"cannot read '{path}': Is a directory")
+    if stat.S_ISSOCK(st.st_mode):
+        raise Failure(f"cannot read '{path}': it is a socket")
     if stat.S_ISREG(st.st_mode):
         if not os.access(path, os.R_OK):
             raise Failure(f"cannot read '{path}': Permission denied")
-        return st.st_size
+        return st.st_size or None
+    if not stat.S_ISBLK(st.st_mode):
+        return None
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError as exc:
         raise Failure(f"cannot read '{path}': {exc.strerror}") from None
     try:
@@ -53,7 +59,8 @@ def file_size(path: str) -> int:
 class _File:
     path: str
     offset: int
-    length: int
+    length: Optional[int]  # None: until the end of a file read front to back
+    stream: bool = False  # read front to back with read(2), not in parallel
     cufile: Optional[CuFile] = None
     pending: int = 0
     started: float = 0.0
@@ -94,11 +101,18 @@ class _File:
         }
 
 
-def _plan(paths: list[Path], offset: int, length: Optional[int]) -> list[_File]:
+def _plan(paths: list[str], offset: int, length: Optional[int], verify: bool) -> list[_File]:
     files = []
     for p in paths:
-        path = os.fsdecode(p)
+        path = options.check_path(p, "FILE")
         size = file_size(path)
+        if size is None:
+            if offset:
+                raise UsageError(f"--offset needs a regular file or block device; '{path}' is read front to back")
+            if verify and not stat.S_ISREG(os.stat(path).st_mode):
+                raise UsageError(f"--verify needs a regular file or block device; '{path}' cannot be read twice")
+            files.append(_File(path, 0, length, stream=True))
+            continue
         if offset > size:
             raise Failure(f"--offset {offset} is past the end of '{path}' ({size} bytes)")
         want = size - offset if length is None else length
@@ -108,6 +122,42 @@ def _plan(paths: list[Path], offset: int, length: Optional[int]) -> list[_File]:
             )
         files.append(_File(path, offset, want))
     return files
+
+
+def _read_stream(f: _File, slot: Any, progress: TransferProgress, verify: bool) -> None:
+    """Read ``f`` front to back through ``slot`` until its end or ``f.length`` bytes."""
+    f.backend, f.backend_reason = "posix", "read front to back with read(2): it has no size to split"
+    chunk = len(slot)
+    bounce = slot if not memory.is_device(slot) else memory.allocate(chunk, None)
+    view = memoryview(bounce).cast("B")
+    f.started = time.perf_counter()
+    try:
+        fd = os.open(f.path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise Failure(f"cannot read '{f.path}': {exc.strerror}") from None
+    try:
+        while f.length is None or f.bytes < f.length:
+            want = chunk if f.length is None else min(chunk, f.length - f.bytes)
+            try:
+                got = os.readv(fd, [view[:want]])
+            except InterruptedError:
+                continue
+            except OSError as exc:
+                raise Failure(f"cannot read '{f.path}' at offset {f.bytes}: {exc.strerror}") from None
+            if got == 0:
+                break
+            if bounce is not slot:
+                memory.copy_from_host(slot, bounce[:got])
+            if verify:
+                _verify(f, slot[:got], f.bytes, got)
+            f.bytes += got
+            progress.advance(got)
+    finally:
+        os.close(fd)
+    if f.length is not None and f.bytes < f.length:
+        raise Failure(f"'{f.path}' ended after {f.bytes} bytes; --length asks for {f.length}")
+    f.finished = time.perf_counter()
+    progress.file_done()
 
 
 def _verify(f: _File, slot: Any, offset: int, n: int) -> None:
@@ -126,7 +176,14 @@ def _verify(f: _File, slot: Any, offset: int, n: int) -> None:
 
 
 def read(
-    files: Annotated[list[Path], typer.Argument(metavar="FILE", help="Files (or block devices) to read.")],
+    files: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="FILE...",
+            help="Files (or devices) to read; devices, FIFOs and procfs files are read front to back.",
+            show_default=False,
+        ),
+    ],
     offset: Annotated[
         Optional[int],
         typer.Option("--offset", parser=size_option, metavar="SIZE", help="Start this far into each file."),
@@ -163,22 +220,24 @@ def read(
     """
     out = Output("read", json=json, quiet=quiet, debug=debug)
     with out.guard(), options.settings(threads, task_size, compat_mode):
-        plan = _plan(files, offset or 0, length)
+        plan = _plan(files, offset or 0, length, verify)
+        streams = [f for f in plan if f.stream]
+        sized = [f for f in plan if not f.stream]
         where = options.choose_memory(out, host, device)
-        largest = max((f.length for f in plan), default=0)
+        largest = max((f.length or _STREAM_CHUNK for f in plan), default=0)
         chunk = options.chunk_size(chunk_size, largest, where, _SLOTS)
         pieces = [
             (f, pos, min(chunk, f.offset + f.length - pos))
-            for f in plan
+            for f in sized
             for pos in range(f.offset, f.offset + f.length, chunk)
         ]
         nslots = max(1, min(_SLOTS, len(pieces)))
-        buffer = memory.allocate(chunk * nslots if pieces else 0, where)
+        buffer = memory.allocate(chunk * nslots if pieces or streams else 0, where)
         slots = [buffer[i * chunk : (i + 1) * chunk] for i in range(nslots)]
         for f, _pos, _n in pieces:
             f.pending += 1
 
-        total = sum(f.length for f in plan)
+        total = sum(f.length or 0 for f in plan)
         free = list(range(nslots))
         inflight: collections.deque = collections.deque()
 
@@ -201,7 +260,7 @@ def read(
 
             start = time.perf_counter()
             try:
-                for f in plan:
+                for f in sized:
                     if f.length == 0:  # nothing to move, but report the backend
                         f.open(where)
                         f.finished = f.started
@@ -215,6 +274,8 @@ def read(
                     inflight.append((f, pos, n, slot, future))
                 while inflight:
                     complete()
+                for f in streams:
+                    _read_stream(f, slots[0], progress, verify)
             finally:
                 for _f, _pos, _n, _slot, future in inflight:
                     future.cancel()

@@ -7,17 +7,17 @@ import enum
 import os
 import stat
 import time
-from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
 from .. import CuFile, memory
 from . import options
-from .atomic import fsync_dir, make_temp
+from .atomic import commit, discard, fsync_dir, make_temp
 from .output import Failure, Output, UsageError
 from .progress import TransferProgress
+from .special import SequentialWriter, check_room, writes_in_place
 from .units import format_bytes, format_rate, format_seconds, gb_per_s, size_option
 
 __all__ = ["write", "drop_cache", "verify_pattern"]
@@ -65,7 +65,9 @@ def verify_pattern(path: str, size: int, kind: str, seed: int) -> None:
 
 
 def write(
-    file: Annotated[Path, typer.Argument(metavar="FILE", help="File to create or overwrite.")],
+    file: Annotated[
+        str, typer.Argument(metavar="FILE", help="File to create or overwrite (or a device to write in place).")
+    ],
     size: Annotated[
         int,
         typer.Option(
@@ -111,13 +113,24 @@ def write(
     """
     out = Output("write", json=json, quiet=quiet, debug=debug)
     with out.guard(), options.settings(threads, task_size, compat_mode):
-        where = options.choose_memory(out, host, device)
-        path = os.fsdecode(file)
+        path = options.check_path(file, "FILE")
         if seed >= 1 << 64:
             raise UsageError(f"--seed {seed} does not fit in 64 bits")
+        # A device or FIFO is written in place; a regular file (or a new one)
+        # beside its final name, renamed into place once complete, so that an
+        # interrupted or failed write never leaves a partial FILE where a good one was.
+        special = writes_in_place(path)
+        if special is not None and stat.S_ISSOCK(special.st_mode):
+            raise Failure(f"cannot write to '{path}': it is a socket")
+        if verify and special is not None and not stat.S_ISBLK(special.st_mode):
+            raise UsageError(f"--verify cannot read '{path}' back: it is not a regular file or block device")
+        check_room(path, size, special)
+        # fsync means nothing to a character device or FIFO.
+        synced = fsync and (special is None or stat.S_ISBLK(special.st_mode))
+        where = options.choose_memory(out, host, device)
         chunk = options.chunk_size(chunk_size, size, where, 2)
-        pieces = [(pos, min(chunk, size - pos)) for pos in range(0, size, chunk)]
-        nslots = min(2, len(pieces))
+        npieces = -(-size // chunk)
+        nslots = min(2, npieces)
         buffer = memory.allocate(chunk * nslots, where)
         slots = [buffer[i * chunk : (i + 1) * chunk] for i in range(nslots)]
         kind = pattern.value
@@ -129,32 +142,37 @@ def write(
             memory.fill(slots[slot][:n], kind, seed, pos)
             filled[slot] = True
 
-        # A regular file (or a new one) is written beside its final name and
-        # renamed into place once complete: an interrupted or failed write never
-        # leaves a partial FILE where a good one was. Devices are written in place.
-        in_place = os.path.exists(path) and not stat.S_ISREG(os.stat(path).st_mode)
+        if special is None:
+            try:
+                target = make_temp(path)
+            except OSError as exc:
+                raise Failure(f"cannot create '{path}': {exc.strerror}") from None
+        else:
+            target = path
         try:
-            target = path if in_place else make_temp(path)
-        except OSError as exc:
-            raise Failure(f"cannot create '{path}': {exc.strerror}") from None
-        committed = in_place
-        try:
-            with CuFile(target, "w") as cf:
-                backend = "posix" if where is None else cf.backend
-                reason = "host memory always takes the POSIX path" if where is None else cf.backend_reason
-                if pieces:
-                    fill(0, *pieces[0])  # before the clock starts: the first fill is not a write
+            if special is None or stat.S_ISBLK(special.st_mode):
+                sink: Any = CuFile(target, "w" if special is None else "r+")
+                backend = "posix" if where is None else sink.backend
+                reason = "host memory always takes the POSIX path" if where is None else sink.backend_reason
+            else:
+                sink = SequentialWriter(target)
+                backend, reason = "posix", "a character device or FIFO is written front to back"
+            with sink:
+                if npieces:
+                    fill(0, 0, min(chunk, size))  # before the clock starts: the first fill is not a write
                 pending: collections.deque = collections.deque()
                 with TransferProgress(out.stderr, size, 1, "write", enabled=out.show_progress) as progress:
                     start = time.perf_counter()
                     try:
-                        for k, (pos, n) in enumerate(pieces):
+                        for k in range(npieces):
+                            pos = k * chunk
+                            n = min(chunk, size - pos)
                             slot = k % 2
                             if len(pending) == nslots:
                                 _finish(progress, pending.popleft(), path)
                             if k:
                                 fill(slot, pos, n)
-                            pending.append((cf.pwrite(slots[slot][:n], n, pos), pos, n))
+                            pending.append((sink.pwrite(slots[slot][:n], n, pos), pos, n))
                         while pending:
                             _finish(progress, pending.popleft(), path)
                     finally:
@@ -165,23 +183,22 @@ def write(
                                 future.get()
                             except BaseException:  # noqa: BLE001 - the first error is the one reported
                                 pass
-                    if fsync:
-                        os.fsync(cf.fileno())
+                    if synced:
+                        try:
+                            os.fsync(sink.fileno())
+                        except OSError as exc:
+                            raise Failure(f"cannot fsync '{path}': {exc.strerror}") from None
                     seconds = time.perf_counter() - start
                     progress.file_done()
 
-            if not in_place:
+            if special is None:
                 os.chmod(target, _new_file_mode(path))
-                os.replace(target, path)
-                committed = True
+                commit(target, path)
                 if fsync:
                     fsync_dir(os.path.dirname(os.path.abspath(path)))
         finally:
-            if not committed:
-                try:
-                    os.unlink(target)
-                except OSError:
-                    pass
+            if special is None and os.path.lexists(target):
+                discard(target)
 
         if verify:
             verify_pattern(path, size, kind, seed)
@@ -194,7 +211,7 @@ def write(
             "gb_per_s": gb_per_s(size, seconds),
             "pattern": kind,
             "seed": seed,
-            "fsync": fsync,
+            "fsync": synced,
             "memory": "host" if where is None else "gpu",
             "device": where,
             "backend": backend,
@@ -208,7 +225,7 @@ def write(
                 table.add_column(name, justify="right" if name in ("bytes", "time", "rate") else "left")
             table.add_row(path, format_bytes(size), format_seconds(seconds), format_rate(size, seconds), backend)
             notes = [f"pattern {kind}" + (f", seed {seed}" if kind == "random" else "")]
-            notes.append("fsynced" if fsync else "not fsynced")
+            notes.append("fsynced" if synced else "not fsynced")
             if verify:
                 notes.append("verified")
             table.caption = "; ".join(notes)

@@ -1,0 +1,351 @@
+"""The command line against the files and inputs cp and dd users throw at it:
+devices, FIFOs, procfs files, trailing slashes, NUL bytes, impossible sizes,
+unreadable sources, quiet runs and signals at awkward moments."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+import pytest
+
+from gdscp import memory
+from gdscp.cli import atomic
+from gdscp.cli.app import run
+
+from test_cli import cli, cli_json, random_file, temp_files
+
+KiB = 1024
+MiB = 1 << 20
+
+
+def fake_null(tmp_path: Path) -> Path:
+    """A character device like /dev/null made inside ``tmp_path`` (root only), so a
+    regression that replaces it harms nothing."""
+    if os.geteuid() != 0:
+        pytest.skip("making a device node needs root")
+    node = tmp_path / "null"
+    try:
+        os.mknod(node, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    except OSError as exc:
+        pytest.skip(f"cannot make a device node here: {exc.strerror}")
+    return node
+
+
+class FifoReader:
+    """Collects what is written into a FIFO, on a thread."""
+
+    def __init__(self, path: Path):
+        self.data = b""
+        self._path = path
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        with open(self._path, "rb") as f:
+            self.data = f.read()
+
+    def join(self) -> bytes:
+        self._thread.join(10)
+        assert not self._thread.is_alive(), "the FIFO was never closed by its writer"
+        return self.data
+
+
+def fifo_writer(path: Path, data: bytes) -> threading.Thread:
+    def write() -> None:
+        with open(path, "wb") as f:
+            f.write(data)
+
+    t = threading.Thread(target=write, daemon=True)
+    t.start()
+    return t
+
+
+# -- destinations that are not regular files -------------------------------------------
+
+
+def test_copy_into_a_character_device_writes_in_place(capsys, tmp_path):
+    node = fake_null(tmp_path)
+    random_file(tmp_path / "small.bin", 1000)
+    code, out, err = cli(capsys, "copy", tmp_path / "small.bin", node)
+    assert code == 0, err
+    assert stat.S_ISCHR(os.stat(node).st_mode), "the device was replaced by a regular file"
+    assert temp_files(tmp_path) == []
+
+
+def test_write_to_a_character_device_writes_in_place(capsys, tmp_path):
+    node = fake_null(tmp_path)
+    code, doc, err = cli_json(capsys, "write", node, "--size", "9M", "--host")
+    assert code == 0, err
+    assert doc["bytes"] == 9 * MiB
+    assert stat.S_ISCHR(os.stat(node).st_mode)
+
+
+def test_copy_into_a_fifo_writes_in_place(capsys, tmp_path):
+    data = random_file(tmp_path / "src.bin", 3 * MiB + 5)
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    reader = FifoReader(fifo)
+    code, out, err = cli(capsys, "copy", tmp_path / "src.bin", fifo, "--host", "--chunk-size", "1M")
+    assert code == 0, err
+    assert reader.join() == data
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+
+
+def test_write_to_a_fifo_writes_the_pattern_in_place(capsys, tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    reader = FifoReader(fifo)
+    code, out, err = cli(capsys, "write", fifo, "--size", "2M", "--pattern", "seq", "--host", "--chunk-size", "1M")
+    assert code == 0, err
+    assert reader.join() == memory.pattern(2 * MiB, "seq").tobytes()
+    assert "not fsynced" in out
+
+
+def test_verify_into_a_fifo_is_refused_before_writing(capsys, tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    code, out, err = cli(capsys, "write", fifo, "--size", "1M", "--verify", "--host")
+    assert code == 2 and "not a regular file" in err
+
+
+# -- trailing slashes, NUL bytes, operands -------------------------------------------------
+
+
+def test_copy_to_a_missing_directory_with_a_trailing_slash(capsys, tmp_path):
+    random_file(tmp_path / "f1", 100)
+    code, out, err = cli(capsys, "copy", tmp_path / "f1", str(tmp_path / "nodir") + "/")
+    assert code == 1
+    assert "Not a directory" in err
+    assert not (tmp_path / "nodir").exists()
+
+
+def test_copy_to_a_file_named_with_a_trailing_slash(capsys, tmp_path):
+    random_file(tmp_path / "f1", 100)
+    old = random_file(tmp_path / "existing", 50, seed=9)
+    code, out, err = cli(capsys, "copy", tmp_path / "f1", str(tmp_path / "existing") + "/")
+    assert code == 1 and "Not a directory" in err
+    assert (tmp_path / "existing").read_bytes() == old
+
+
+@pytest.mark.parametrize("command", ["copy", "read", "write", "info"])
+def test_paths_with_a_nul_byte_are_refused(capsys, tmp_path, command):
+    victim = tmp_path / "victim"
+    old = random_file(victim, 100)
+    bad = str(victim) + "\0suffix"
+    args = {
+        "copy": ["copy", victim, bad],
+        "read": ["read", bad],
+        "write": ["write", bad, "--size", "1K"],
+        "info": ["info", bad],
+    }[command]
+    code, out, err = cli(capsys, *args)
+    assert code == 2 and "NUL" in err
+    assert victim.read_bytes() == old
+
+
+def test_copy_without_a_destination_names_it(capsys, tmp_path):
+    code, out, err = cli(capsys, "copy", tmp_path / "a")
+    assert code == 2
+    assert "missing destination operand" in err and "'SRC'" not in err
+
+
+# -- sources whose size the kernel does not tell ---------------------------------------------
+
+
+@pytest.mark.parametrize("proc", ["/proc/version", "/proc/self/mounts"])
+def test_copy_of_a_procfs_file_reads_to_the_end(capsys, tmp_path, proc):
+    if not os.path.exists(proc) or os.stat(proc).st_size != 0:
+        pytest.skip(f"{proc} is not a zero-size procfs file here")
+    code, out, err = cli(capsys, "copy", proc, tmp_path / "copy.txt", "--host")
+    assert code == 0, err
+    copied = (tmp_path / "copy.txt").read_bytes()
+    assert len(copied) > 0
+    if proc == "/proc/version":  # /proc/self/mounts is this process's and may differ in a child
+        assert copied == Path(proc).read_bytes()
+
+
+def test_read_of_a_procfs_file_counts_its_bytes(capsys, tmp_path):
+    if os.stat("/proc/version").st_size != 0:
+        pytest.skip("/proc/version reports its size here")
+    code, doc, err = cli_json(capsys, "read", "/proc/version", "--host", "--verify")
+    assert code == 0, err
+    assert doc["files"][0]["bytes"] == len(Path("/proc/version").read_bytes())
+
+
+def test_read_from_dev_zero_reads_the_length_asked(capsys):
+    code, doc, err = cli_json(capsys, "read", "/dev/zero", "--length", "10M", "--host")
+    assert code == 0, err
+    assert doc["bytes"] == 10 * MiB
+
+
+def test_read_from_a_fifo_reads_until_the_writer_closes(capsys, tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    writer = fifo_writer(fifo, os.urandom(3 * MiB + 1))
+    code, doc, err = cli_json(capsys, "read", fifo, "--host", "--chunk-size", "1M")
+    writer.join(10)
+    assert code == 0, err
+    assert doc["bytes"] == 3 * MiB + 1
+
+
+def test_empty_regular_files_copy_and_read(capsys, tmp_path):
+    (tmp_path / "empty").write_bytes(b"")
+    code, out, err = cli(capsys, "copy", tmp_path / "empty", tmp_path / "copy", "--host")
+    assert code == 0, err
+    assert (tmp_path / "copy").read_bytes() == b""
+
+
+def test_info_on_a_fifo_does_not_wait_for_a_writer(tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    proc = subprocess.run([sys.executable, "-m", "gdscp", "info", str(fifo), "--json"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    (entry,) = json.loads(proc.stdout)["paths"]
+    assert entry["kind"] == "fifo"
+
+
+# -- sizes that cannot fit --------------------------------------------------------------------
+
+
+def test_write_larger_than_the_disk_is_refused_up_front(capsys, tmp_path):
+    code, out, err = cli(capsys, "write", tmp_path / "big", "--size", "9999999P", "--host")
+    assert code == 1 and "not enough space" in err and "big" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_write_above_the_file_size_limit_is_refused_up_front(tmp_path):
+    code = (
+        "import resource, sys\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))\n"
+        "from gdscp.cli.app import run\n"
+        f"sys.exit(run(['write', {str(tmp_path / 'f')!r}, '--size', '2M', '--host']))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    assert "file-size limit" in proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+# -- sources that cannot be read ----------------------------------------------------------------
+
+
+def _as_other_user() -> list[str]:
+    """A command prefix that runs as an unprivileged user, or [] if we already are one."""
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("running as root without setpriv: cannot make a file unreadable")
+    return [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups"]
+
+
+def test_one_unreadable_source_does_not_stop_the_others(tmp_path):
+    work = Path(tempfile.mkdtemp(prefix="gdscp-perm-"))
+    try:
+        work.chmod(0o777)
+        a = random_file(work / "a", 100, seed=1)
+        random_file(work / "b", 100, seed=2)
+        c = random_file(work / "c", 100, seed=3)
+        (work / "b").chmod(0)
+        out_dir = work / "out"
+        out_dir.mkdir()
+        out_dir.chmod(0o777)
+        for p in (work / "a", work / "c"):
+            p.chmod(0o644)
+        proc = subprocess.run(
+            [*_as_other_user(), sys.executable, "-m", "gdscp", "copy", "a", "b", "c", "out", "--host", "--json"],
+            capture_output=True, text=True, timeout=120, cwd=work,
+        )
+        assert proc.returncode == 1, proc.stderr
+        assert "'b'" in proc.stderr or "/b'" in proc.stderr
+        doc = json.loads(proc.stdout)
+        assert doc["copied"] == 2 and doc["failed"] == 1
+        assert (out_dir / "a").read_bytes() == a and (out_dir / "c").read_bytes() == c
+        assert not (out_dir / "b").exists()
+        assert temp_files(out_dir) == []
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+# -- quiet runs and captions ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["copy", "read", "write"])
+def test_quiet_prints_nothing_on_success(capsys, tmp_path, command):
+    random_file(tmp_path / "a", 10 * KiB)
+    args = {
+        "copy": ["copy", tmp_path / "a", tmp_path / "b"],
+        "read": ["read", tmp_path / "a"],
+        "write": ["write", tmp_path / "w", "--size", "4K"],
+    }[command]
+    code, out, err = cli(capsys, *args, "-q")
+    assert code == 0
+    assert out == "" and err == ""
+
+
+def test_failed_verify_does_not_claim_every_copy_was_compared(capsys, tmp_path, monkeypatch):
+    from gdscp.cli import copy as copy_command
+    from gdscp.cli.output import Failure
+
+    random_file(tmp_path / "a", 1000, seed=1)
+    random_file(tmp_path / "b", 1000, seed=2)
+    (tmp_path / "out").mkdir()
+    real = copy_command._compare
+
+    def flaky(src, tmp, dst):
+        if src.endswith("b"):
+            raise Failure(f"verify failed: the copy of '{src}' differs at offset 0; '{dst}' was not changed")
+        real(src, tmp, dst)
+
+    monkeypatch.setattr(copy_command, "_compare", flaky)
+    code, out, err = cli(capsys, "copy", tmp_path / "a", tmp_path / "b", tmp_path / "out", "--verify", "--host")
+    assert code == 1
+    assert "every copy was compared" not in out
+    assert "1 failed" in out
+
+
+# -- temporary files and signals --------------------------------------------------------------------
+
+
+def test_a_signal_right_after_a_temporary_file_is_made_leaves_nothing_behind(tmp_path, monkeypatch):
+    """Ctrl-C arriving the moment mkstemp returns is delivered on the way out of
+    make_temp, before its caller learns the name: the file must still be found."""
+    real_mkstemp = tempfile.mkstemp
+
+    def mkstemp_then_interrupt(*args, **kwargs):
+        made = real_mkstemp(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGINT)  # pending until make_temp lets signals through
+        return made
+
+    monkeypatch.setattr(tempfile, "mkstemp", mkstemp_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        atomic.make_temp(str(tmp_path / "dst.bin"))
+    assert temp_files(tmp_path) != [], "the test did not reach the window it is about"
+    atomic.remove_pending()
+    assert temp_files(tmp_path) == []
+
+
+def test_the_command_guard_removes_pending_temporary_files(capsys, tmp_path, monkeypatch):
+    real_mkstemp = tempfile.mkstemp
+
+    def mkstemp_then_interrupt(*args, **kwargs):
+        made = real_mkstemp(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGINT)
+        return made
+
+    random_file(tmp_path / "src", 1000)
+    monkeypatch.setattr(tempfile, "mkstemp", mkstemp_then_interrupt)
+    code = run(["copy", str(tmp_path / "src"), str(tmp_path / "dst"), "--host"])
+    assert code == 130
+    assert temp_files(tmp_path) == []
+    assert not (tmp_path / "dst").exists()

@@ -349,3 +349,9 @@ def test_the_command_guard_removes_pending_temporary_files(capsys, tmp_path, mon
     assert code == 130
     assert temp_files(tmp_path) == []
     assert not (tmp_path / "dst").exists()
+
+
+def test_test_runs_keep_only_the_folders_of_failed_tests(request):
+    """Passing tests' temporary folders (some hold files of hundreds of MiB) go at
+    the end of the run, so repeated runs do not fill the disk."""
+    assert request.config.getini("tmp_path_retention_policy") == "failed"

@@ -15,7 +15,6 @@ import os
 import stat
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Annotated, Any, Callable, Iterator, Optional
 
 import typer

@@ -70,7 +70,7 @@ NARRATION = [
     _j("168 s of dev", "ice time were left."),
     _j("Notes in /wo", "rk/notes.md."),
     _j("As shared/ref", "erence/h200.md says."),
-    _j("Reverted; commit 1a2b3c4 is to re-ap", "ply later."),
+    _j("Reverted; com", "mit 1a2b3c4 is to re-ap", "ply later."),
     _j("Kept on branch ex", "p/claim-policy."),
     _j("A second ro", "und of work followed."),
 ]

@@ -66,7 +66,7 @@ def size_list(text: str) -> list[int]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out")
     ap.add_argument("--dir", default=".")
     ap.add_argument("--size-gib", type=float, default=4)

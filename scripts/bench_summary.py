@@ -1,8 +1,11 @@
-"""Print issue 4's comparisons from `gdscp benchmark --json` documents: for each
-measurement, gdscp's best against KvikIO's best and the machine's ceiling, and
-gdscp with its default settings (the thread count `num_threads` defaults to).
+"""Summarise `gdscp benchmark --json` documents, one line per measurement:
+gdscp's best figure (and the figure at its default thread count) beside KvikIO's
+best and the machine's ceiling from the same run, with the ratios.
 
     python scripts/bench_summary.py bench-gpu.json bench-host.json ...
+
+Sequential modes: GB/s, "xN" = gdscp / KvikIO, "-> S" = gdscp / ceiling.
+Random reads: median latency (p50), "gdscp/kvikio" below 1 means gdscp is faster.
 """
 
 import json
@@ -21,7 +24,10 @@ def main(paths: list[str]) -> int:
             continue
         default_threads = doc["gdscp"]["settings"]["num_threads"]
         memory = doc["config"]["memory"]
-        print(f"== {path} ({memory}, {doc['config']['size'] >> 20} MiB, {doc['date']})")
+        settings = doc["gdscp"]["settings"]
+        print(f"== {path} ({memory}, {doc['config']['size'] >> 20} MiB, {doc['date']}; "
+              f"num_threads {default_threads}, direct_io {settings.get('direct_io')}, "
+              f"mapped_reads {settings.get('mapped_reads')})")
         for row in doc["summary"]:
             best = row["best"]
             g, k = best.get("gdscp", {}), best.get("kvikio")
@@ -34,7 +40,7 @@ def main(paths: list[str]) -> int:
             if row["mode"] == "randread":
                 line = f"{what} gdscp p50 {g.get('p50_us')} us"
                 if k:
-                    line += f" | kvikio p50 {k['p50_us']} us | ratio {g['p50_us'] / k['p50_us']:.2f}"
+                    line += f" | kvikio p50 {k['p50_us']} us | gdscp/kvikio {g['p50_us'] / k['p50_us']:.2f}"
             else:
                 line = f"{what} gdscp {g.get('gb_per_s')} GB/s ({g.get('threads')} thr)"
                 if default:

@@ -1,10 +1,15 @@
-"""Tuning sweep on a GPU machine: gdscp's settings against the machine's
-ceilings and KvikIO (when importable), measured in one run.
+"""Settings sweep on a GPU machine: hot file -> GPU over a grid of gdscp's
+settings, hot reads into host memory with and without mapped_reads, random-read
+latency, cold reads buffered and O_DIRECT, and writes with fsync, each beside
+KvikIO (when importable) and the machine's own rates, in one run.
 
-Used to choose gdscp's defaults (docs/benchmarks.md shows the result). Prints a
-table and writes every figure as JSON (argument: output path).
+This is how the defaults were chosen (docs/performance.md). Prints each figure
+as it goes and writes them all as JSON to OUT.
 
-    python scripts/gpu_sweep.py OUT.json [--dir DIR] [--size-gib 4] [--quick]
+    python scripts/gpu_sweep.py OUT.json [--dir DIR] [--size-gib 4]
+        [--threads 12,16,20,24] [--task-size 4M,16M] [--bounce 2M,4M,8M] [--depth 2,3]
+
+Unlike `gdscp benchmark`, reads here reuse one open handle (no open per read).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import numpy as np
 
 import gdscp
 from gdscp.bench import ceilings, files
+from gdscp.cli.units import parse_size
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -51,12 +57,23 @@ def latencies(read_one, path_size: int, io: int, samples: int = 300) -> dict:
     return {"p50_us": out[len(out) // 2], "p99_us": out[int(len(out) * 0.99)], "samples": samples}
 
 
+def int_list(text: str) -> list[int]:
+    return [int(v) for v in text.split(",")]
+
+
+def size_list(text: str) -> list[int]:
+    return [parse_size(v) for v in text.split(",")]
+
+
 def main() -> int:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out")
     ap.add_argument("--dir", default=".")
     ap.add_argument("--size-gib", type=float, default=4)
-    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--threads", type=int_list, default="12,16,20,24", help="num_threads values")
+    ap.add_argument("--task-size", type=size_list, default="4M,16M", help="task_size values")
+    ap.add_argument("--bounce", type=size_list, default="2M,4M,8M", help="bounce_buffer_size values")
+    ap.add_argument("--depth", type=int_list, default="2,3", help="pipeline_depth values")
     args = ap.parse_args()
 
     try:
@@ -83,12 +100,12 @@ def main() -> int:
     files.warm_cache(path)
     ref = np.fromfile(path, dtype=np.uint8, count=64 * MiB)
 
-    # --- hot file -> GPU, gdscp sweep
+    # --- hot file -> GPU over the settings grid
     sweep = []
-    configs = []
-    for threads in (16, 20):
-        for task in (8 * MiB, 16 * MiB):
-            configs.append(dict(num_threads=threads, task_size=task, bounce_buffer_size=4 * MiB, pipeline_depth=2))
+    configs = [
+        dict(num_threads=t, task_size=task, bounce_buffer_size=b, pipeline_depth=d)
+        for t in args.threads for task in args.task_size for b in args.bounce for d in args.depth
+    ]
     for cfg in configs:
         try:
             with gdscp.defaults.set(cfg):
@@ -108,12 +125,12 @@ def main() -> int:
         results["gdscp_hot_gpu_default"] = median_rate(lambda: f.read(dev), size, runs)
     print("gdscp default hot->gpu", results["gdscp_hot_gpu_default"], flush=True)
 
-    # --- hot file -> host
+    # --- hot file -> host, through the mapping (the default) and through pread
     hs = []
-    for direct in ("auto", "off"):
+    for mapped in (True, False):
         for threads in (16, 24):
             for task in (4 * MiB, 16 * MiB):
-                cfg = {"num_threads": threads, "task_size": task, "direct_io": direct}
+                cfg = {"num_threads": threads, "task_size": task, "mapped_reads": mapped}
                 with gdscp.defaults.set(cfg), gdscp.CuFile(path) as f:
                     f.read(host)
                     hs.append({**cfg, **median_rate(lambda: f.read(host), size, runs)})
@@ -155,14 +172,14 @@ def main() -> int:
         print("latency", io, {k: v for k, v in lat.items() if k.endswith(f"_{io}")}, flush=True)
     results["latency"] = lat
 
-    # --- cold reads (2 GiB prefix) and the disk's own rates
+    # --- cold reads (2 GiB prefix) through the page cache and O_DIRECT, and the disk's own rates
     cold = min(size, 2 * GiB)
     cdev = dev[:cold]
     results["disk_odirect"] = {t: ceilings.direct_read_rate(path, cold, t, 1) for t in (4, 16)}
     results["disk_buffered"] = ceilings.buffered_read_rate(path, cold, 1)
     print("disk", results["disk_odirect"], results["disk_buffered"], flush=True)
     cg = []
-    for direct in ("off", "auto"):
+    for direct in ("off", "on"):
         for threads in (16, 32):
             with gdscp.defaults.set({"num_threads": threads, "direct_io": direct}), gdscp.CuFile(path) as f:
                 files.drop_cache(path, use_drop_caches=False)

@@ -19,7 +19,7 @@ import pytest
 def gpu_status() -> tuple[bool, str]:
     """Return (available, reason): whether CuPy imports and sees at least one device.
 
-    Cached so the CUDA runtime is probed once per session; any failure while
+    Cached so the CUDA runtime is probed once per test run; any failure while
     probing (no cupy, no driver, no device) counts as "no GPU", with the reason.
     """
     try:

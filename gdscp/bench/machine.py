@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import os
 import platform
+import re
 from typing import Optional
 
 from .. import _libs
@@ -92,9 +93,10 @@ def _gpus(device: Optional[int]) -> dict:
     try:
         with open("/proc/driver/nvidia/version") as f:
             first = f.readline()
-        # "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.95.05  ..."
-        words = first.split("Kernel Module")[-1].split()
-        info["driver"] = words[0] if words else first.strip()
+        # "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.95.05  ...", or with the
+        # open modules "... UNIX Open Kernel Module for x86_64  580.95.05  ..." (as gdscp info).
+        version = re.search(r"Kernel Module(?: for \S+)?\s+(\d+(?:\.\d+)+)", first)
+        info["driver"] = version.group(1) if version else first.strip()
     except OSError:
         pass
     return info

@@ -355,3 +355,15 @@ def test_test_runs_keep_only_the_folders_of_failed_tests(request):
     """Passing tests' temporary folders (some hold files of hundreds of MiB) go at
     the end of the run, so repeated runs do not fill the disk."""
     assert request.config.getini("tmp_path_retention_policy") == "failed"
+
+
+# -- help texts ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["copy", "read", "write", "benchmark", "info"])
+def test_help_reads_like_a_unix_tool(capsys, command):
+    """No Python type names or range syntax in --help: metavars only."""
+    code, out, err = cli(capsys, command, "--help")
+    assert code == 0
+    for noise in ("<bool>", "<list", "<path>", "<int>", "{", "[x>=", "[x<="):
+        assert noise not in out, f"{noise!r} in the help of {command}"

@@ -29,6 +29,7 @@ __all__ = [
     "memory_name",
     "chunk_size",
     "check_path",
+    "count_option",
     "sources_and_destination",
 ]
 
@@ -43,7 +44,7 @@ class CompatModeChoice(str, enum.Enum):
     auto = "auto"
 
 
-def _count_option(minimum: int):
+def count_option(minimum: int):
     """Typer ``parser=`` for whole-number options: bad input is a usage error naming it."""
 
     def parse(text: str) -> int:
@@ -62,7 +63,7 @@ Threads = Annotated[
     Optional[int],
     typer.Option(
         "--threads",
-        parser=_count_option(1),
+        parser=count_option(1),
         metavar="N",
         help="Worker threads (default: GDSCP_NUM_THREADS, else one per core, 4 to 32).",
         rich_help_panel=_TUNING,
@@ -92,7 +93,7 @@ Device = Annotated[
     Optional[int],
     typer.Option(
         "--device",
-        parser=_count_option(0),
+        parser=count_option(0),
         metavar="N",
         help="GPU to use (default: GPU 0, or host memory when there is no usable GPU).",
         rich_help_panel=_MEMORY,

@@ -82,7 +82,9 @@ def write(
             help="zeros; random (splitmix64 of --seed and position); seq (each 8-byte word holds its offset).",
         ),
     ] = Pattern.zeros,
-    seed: Annotated[int, typer.Option("--seed", min=0, help="Seed of the random pattern.")] = 0,
+    seed: Annotated[
+        int, typer.Option("--seed", parser=options.count_option(0), metavar="N", help="Seed of the random pattern.")
+    ] = 0,
     fsync: Annotated[
         bool, typer.Option("--fsync/--no-fsync", help="fsync before reporting (the time includes it).")
     ] = True,

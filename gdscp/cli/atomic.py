@@ -38,15 +38,30 @@ _SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
 @contextlib.contextmanager
 def signals_held() -> Iterator[None]:
-    """Hold Ctrl-C and SIGTERM back inside (they are delivered on exit)."""
+    """Hold Ctrl-C and SIGTERM back inside: their Python handlers are deferred
+    and run on the way out. (Blocking the signals in this thread would not do:
+    the kernel hands a process-directed signal to any thread that has it
+    unblocked, and Python then runs the handler in the main thread at once.)"""
     if threading.current_thread() is not threading.main_thread():
         yield  # Python runs signal handlers in the main thread only
         return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
+    caught: list[int] = []
+
+    def defer(signum: int, frame: object) -> None:
+        caught.append(signum)
+
+    previous = {sig: signal.signal(sig, defer) for sig in _SIGNALS}
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        for sig in dict.fromkeys(caught):
+            handler = previous[sig]
+            if callable(handler):
+                handler(sig, None)  # KeyboardInterrupt, or the command's SIGTERM handler
+            elif handler == signal.SIG_DFL:
+                os.kill(os.getpid(), sig)
 
 
 def fsync_dir(path: str) -> None:

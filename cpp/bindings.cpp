@@ -13,7 +13,6 @@
 #include "gdscp/engine.hpp"
 #include "gdscp/error.hpp"
 #include "gdscp/fault.hpp"
-#include "gdscp/grouped_staging.hpp"
 #include "gdscp/mapped_read.hpp"
 #include "gdscp/pinned_pool.hpp"
 #include "gdscp/plan.hpp"
@@ -134,8 +133,7 @@ NB_MODULE(_core, m) {
       .def_rw("min_task_size", &Settings::min_task_size)
       .def_rw("direct_io", &Settings::direct_io)
       .def_rw("pipeline_depth", &Settings::pipeline_depth)
-      .def_rw("mapped_reads", &Settings::mapped_reads)
-      .def_rw("grouped_copies", &Settings::grouped_copies);
+      .def_rw("mapped_reads", &Settings::mapped_reads);
 
   nb::class_<gdscp::Future>(m, "Future")
       .def("get", &gdscp::Future::get, release())
@@ -210,15 +208,6 @@ NB_MODULE(_core, m) {
   }, "op"_a, "skip"_a, "count"_a, "errno"_a);
   m.def("_disarm_fault", &gdscp::fault::disarm);
   m.def("mapped_read_bytes", &gdscp::mapped_read_bytes);
-  m.def("grouped_stats", [] {
-    const auto st = gdscp::grouped_stats();
-    nb::dict d;
-    d["requests"] = st.requests;
-    d["readers"] = st.readers;
-    d["bytes"] = st.bytes;
-    return d;
-  });
-  m.def("grouped_reader_limit", &gdscp::grouped_readers, "workers"_a);
   // For tests: the pieces `workers` workers claim from one request (chunks of
   // `chunk` bytes, staging pieces of `piece`), the workers taking turns in an
   // order drawn from `seed` and each starting at its first turn, as the pool's

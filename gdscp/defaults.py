@@ -15,13 +15,9 @@ the page cache; "on": O_DIRECT for the aligned middle of every read and write
 of 1 MiB and more; "off": never) and
 ``min_task_size`` (medium requests are split down to this size so every
 worker gets a share), ``pipeline_depth`` (staging buffers in flight per worker),
-``mapped_reads`` (True: reads into host memory of data already in the page
+and ``mapped_reads`` (True: reads into host memory of data already in the page
 cache copy it through a read-only mapping with streaming stores instead of
-pread; False: always pread), and ``grouped_copies`` (False: every worker
-stages and copies its own pieces; True: device reads of several chunks whose
-data is in the page cache stage their pieces in shared chunk-sized slots, read
-by at most half the CPUs, and copy each chunk to the GPU at once: 1-3% faster
-on some machine instances, 40% slower on others, see docs/benchmarks.md).
+pread; False: always pread).
 """
 
 from __future__ import annotations
@@ -140,7 +136,6 @@ _SPEC: dict[str, tuple[Callable[[str, Any], Any], Any]] = {
     "direct_io": (_parse_direct_io, "auto"),
     "pipeline_depth": (_parse_depth, 2),
     "mapped_reads": (_parse_bool, True),
-    "grouped_copies": (_parse_bool, False),
 }
 
 # The engine's view, passed with every request; never read by the engine otherwise.

@@ -25,7 +25,6 @@ SETTINGS = [
     "direct_io",
     "pipeline_depth",
     "mapped_reads",
-    "grouped_copies",
 ]
 SIZE_SETTINGS = ["num_threads", "task_size", "bounce_buffer_size", "min_task_size"]
 
@@ -273,7 +272,7 @@ def test_environment_variables_set_defaults():
         "import gdscp, json\n"
         "from gdscp import defaults, _core\n"
         "names = ['compat_mode','num_threads','task_size','gds_threshold','bounce_buffer_size',"
-        "'min_task_size','direct_io','pipeline_depth','mapped_reads','grouped_copies']\n"
+        "'min_task_size','direct_io','pipeline_depth','mapped_reads']\n"
         "out = {n: (defaults.get(n).name if n == 'compat_mode' else defaults.get(n)) for n in names}\n"
         "out['engine_threads'] = _core.num_threads()\n"
         "print(json.dumps(out))\n"
@@ -289,7 +288,6 @@ def test_environment_variables_set_defaults():
             "GDSCP_DIRECT_IO": "1",
             "GDSCP_PIPELINE_DEPTH": "5",
             "GDSCP_MAPPED_READS": "off",
-            "GDSCP_GROUPED_COPIES": "on",
         },
         code,
     )
@@ -307,7 +305,6 @@ def test_environment_variables_set_defaults():
         "direct_io": "on",
         "pipeline_depth": 5,
         "mapped_reads": False,
-        "grouped_copies": True,
         "engine_threads": 3,
     }
 

@@ -122,25 +122,19 @@ def test_larger_than_task_size_and_bounce_buffer(cp, tmp_file, tmp_path, bounce,
         assert file_bytes(out) == data
 
 
-@pytest.mark.parametrize("grouped", [True, False], ids=["grouped", "per-worker"])
 @pytest.mark.parametrize("threads", [1, 3, 16])
 @pytest.mark.parametrize("size", [4 * MiB, 4 * MiB + 1, 10 * MiB + 4097])
-def test_grouped_and_per_worker_staging(cp, tmp_file, grouped, threads, size):
-    """Reads of several chunks stage pieces in shared chunk-sized slots and copy
-    each chunk at once (grouped_copies); with 2 MiB chunks and 256 KiB pieces
-    the ring of slots wraps many times. Both ways give the file's bytes, at an
-    unaligned file offset into an unaligned device view."""
+def test_staging_over_many_chunks(cp, tmp_file, threads, size):
+    """Reads of several chunks, each worker staging 256 KiB pieces of 2 MiB
+    chunks, so every worker's ring of staging buffers wraps many times: the
+    file's bytes, at an unaligned file offset into an unaligned device view."""
     path, data = tmp_file(size + 4095)
     settings = {
         "num_threads": threads,
         "task_size": 2 * MiB,
         "bounce_buffer_size": 256 * KiB,
         "gds_threshold": 0,
-        "grouped_copies": grouped,
     }
-    from gdscp import _core
-
-    before = _core.grouped_stats()
     with gdscp.defaults.set(settings):
         buf = cp.full(size + 8, POISON, dtype=cp.uint8)
         with gdscp.CuFile(path) as f:
@@ -148,53 +142,11 @@ def test_grouped_and_per_worker_staging(cp, tmp_file, grouped, threads, size):
     got = host_of(buf)
     assert got[3 : 3 + size] == data[4095 : 4095 + size]
     assert got[:3] == bytes([POISON]) * 3 and got[3 + size :] == bytes([POISON]) * 5
-    # The file was just written, so it is cached: with grouped_copies on, a read
-    # of several 2 MiB chunks (3 workers; 16 workers get chunks cut smaller, down
-    # to one piece, which then go per-worker) goes the grouped way, all its bytes.
-    after = _core.grouped_stats()
-    moved = after["bytes"] - before["bytes"]
-    if grouped and threads == 3 and first_page_cached(path):
-        assert after["requests"] - before["requests"] == 1 and moved == size
-    elif grouped:
-        assert moved in (0, size)
-    else:
-        assert after == before
 
 
-@pytest.mark.parametrize("threads", [2, 16, 32])
-def test_grouped_read_caps_its_readers(cp, tmp_file, threads):
-    """A grouped read is read by at most half the CPUs' worth of workers (4 to
-    16): the rest of the pool returns at once. Exactly that many join."""
-    from gdscp import _core
-
-    size = 64 * MiB + 3
-    path, data = tmp_file(size)
-    if not first_page_cached(path):
-        pytest.skip("cachestat(2) cannot tell here that the file is cached")
-    settings = {
-        "num_threads": threads,
-        "task_size": 2 * MiB,
-        "bounce_buffer_size": 512 * KiB,
-        "gds_threshold": 0,
-        "grouped_copies": True,
-    }
-    before = _core.grouped_stats()
-    with gdscp.defaults.set(settings), gdscp.CuFile(path) as f:
-        buf = cp.zeros(size, dtype=cp.uint8)
-        assert f.read(buf) == size
-    after = _core.grouped_stats()
-    assert after["requests"] - before["requests"] == 1
-    assert after["readers"] - before["readers"] == _core.grouped_reader_limit(threads)
-    assert _core.grouped_reader_limit(threads) <= min(threads, 16)
-    assert after["bytes"] - before["bytes"] == size
-    assert host_of(buf) == data
-
-
-def test_cold_device_read_uses_every_worker(cp, tmp_file):
-    """Data not in the page cache goes per-worker (every worker's pread keeps a
-    readahead window going) even with grouped_copies on; the bytes are right.
-    Off by default: then nothing goes the grouped way at all."""
-    from gdscp import _core
+def test_cold_then_hot_device_read(cp, tmp_file):
+    """Data not in the page cache, then the same data cached: both reads give
+    the file's bytes."""
     from gdscp.bench.files import drop_cache
 
     size = 40 * MiB + 7
@@ -202,23 +154,20 @@ def test_cold_device_read_uses_every_worker(cp, tmp_file):
     drop_cache(path, use_drop_caches=False)
     if first_page_cached(path) is not False:
         pytest.skip("the file's pages could not be dropped, or cachestat(2) is missing")
-    before = _core.grouped_stats()
-    settings = {"num_threads": 8, "task_size": 4 * MiB, "gds_threshold": 0, "grouped_copies": True}
+    settings = {"num_threads": 8, "task_size": 4 * MiB, "gds_threshold": 0}
     with gdscp.defaults.set(settings), gdscp.CuFile(path) as f:
         buf = cp.zeros(size, dtype=cp.uint8)
         assert f.read(buf) == size
-    assert _core.grouped_stats() == before
     assert host_of(buf) == data
     with gdscp.CuFile(path) as f:  # now cached, with the default settings
         buf = cp.zeros(size, dtype=cp.uint8)
         assert f.read(buf) == size
-    assert _core.grouped_stats() == before
     assert host_of(buf) == data
 
 
-def test_grouped_staging_errors_and_cancel(cp, tmp_file):
-    """A failing pread among the pieces of a grouped read: a clean error, no
-    worker left waiting for a slot; a cancelled read returns; then exact bytes."""
+def test_device_staging_errors_and_cancel(cp, tmp_file):
+    """A failing pread among the staged pieces of a device read: a clean error,
+    no worker left stuck; a cancelled read returns; then exact bytes."""
     import errno
 
     from gdscp import _core
@@ -230,7 +179,6 @@ def test_grouped_staging_errors_and_cancel(cp, tmp_file):
         "task_size": 2 * MiB,
         "bounce_buffer_size": 512 * KiB,
         "compat_mode": "on",
-        "grouped_copies": True,
     }
     with gdscp.defaults.set(settings), gdscp.CuFile(path) as f:
         buf = cp.zeros(size, dtype=cp.uint8)

@@ -265,13 +265,13 @@ def test_io_error_into_device_memory(tmp_path):
         pytest.param(True, 128 << 10, marks=pytest.mark.gpu),
         pytest.param(True, 2 * MiB, marks=pytest.mark.gpu),
     ],
-    ids=["host-pread", "host-mapped", "device", "device-grouped"],
+    ids=["host-pread", "host-mapped", "device", "device-pieces"],
 )
 def test_file_truncated_while_read(tmp_path, device, task_size):
     """Another thread shrinks the file during a read: a short count or a clean
     error, and everything below the final size is exact. With 2 MiB tasks host
     reads copy out of a mapping, where pages cut off raise SIGBUS, and device
-    reads stage 256 KiB pieces in shared slots (a short piece in a chunk)."""
+    reads stage each chunk in 256 KiB pieces (a short piece in a chunk)."""
     run_child(
         f"""
         import random
@@ -281,7 +281,7 @@ def test_file_truncated_while_read(tmp_path, device, task_size):
         else:
             xp = np
         path = os.path.join(folder, "shrinking.bin")
-        gdscp.defaults.set({{"bounce_buffer_size": 256 << 10, "grouped_copies": True}})
+        gdscp.defaults.set({{"bounce_buffer_size": 256 << 10}})
         size = 16 * MiB
         data = payload(size, 5)
         rng = random.Random(7)

@@ -1,10 +1,8 @@
 #include "gdscp/posix_backend.hpp"
 
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <unordered_map>
@@ -12,12 +10,10 @@
 #include "gdscp/cuda_driver.hpp"
 #include "gdscp/error.hpp"
 #include "gdscp/fault.hpp"
-#include "gdscp/grouped_staging.hpp"
 #include "gdscp/mapped_read.hpp"
 #include "gdscp/pinned_pool.hpp"
 #include "gdscp/plan.hpp"
 #include "gdscp/request.hpp"
-#include "gdscp/thread_pool.hpp"
 
 namespace gdscp {
 namespace {
@@ -119,38 +115,6 @@ size_t write_piece(const Settings& s) {
 
 size_t pipeline_depth(const Settings& s) {
   return static_cast<size_t>(std::clamp(s.pipeline_depth, 2, kMaxDepth));
-}
-
-#ifndef __NR_cachestat
-#define __NR_cachestat 451  // the same on every architecture (Linux 6.5+)
-#endif
-struct CacheStatRange {
-  uint64_t off;
-  uint64_t len;
-};
-struct CacheStat {
-  uint64_t nr_cache, nr_dirty, nr_writeback, nr_evicted, nr_recently_evicted;
-};
-
-// Whether the page cache seems to hold the request: the first page of up to 8
-// chunks spread over it, checked with cachestat(2) (which starts no readahead).
-// False where that cannot be told (no cachestat before Linux 6.5; EPERM for
-// files the process may not write on kernels that restrict it).
-bool looks_cached(int fd, const std::vector<Chunk>& chunks) {
-  static std::atomic<bool> unsupported{false};
-  if (unsupported.load(std::memory_order_relaxed) || chunks.empty()) return false;
-  const size_t samples = std::min<size_t>(8, chunks.size());
-  for (size_t i = 0; i < samples; ++i) {
-    const Chunk& c = chunks[i * (chunks.size() - 1) / std::max<size_t>(1, samples - 1)];
-    CacheStatRange range{static_cast<uint64_t>(c.file_offset), 1};
-    CacheStat stat{};
-    if (::syscall(__NR_cachestat, fd, &range, &stat, 0) != 0) {
-      if (errno == ENOSYS) unsupported.store(true, std::memory_order_relaxed);
-      return false;
-    }
-    if (stat.nr_cache == 0) return false;
-  }
-  return true;
 }
 
 }  // namespace
@@ -294,21 +258,6 @@ size_t PosixBackend::read_device(const MemoryTarget& mem, char* base, ChunkQueue
                                  Request* progress) {
   const CudaDriver& drv = CudaDriver::require();
   ScopedContext scope(drv, mem.ctx);
-  // With grouped_copies on (off by default): cached data, bound by the copy
-  // engine, goes grouped. Data on the disk is bound by the disk, and every
-  // worker's pread keeps a readahead window in flight: per-worker staging
-  // (grouped with its fewer readers was slower cold: 1.67 against 2.00 GB/s).
-  // One decision per request, made by its first worker.
-  // (s.task_size is this request's chunk size: the engine sets it.)
-  if (s.grouped_copies && work.size() >= 2 && s.task_size >= 2 * s.bounce_buffer_size) {
-    GroupedStaging* ring = work.shared_state<GroupedStaging>([&]() -> std::shared_ptr<GroupedStaging> {
-      if (!looks_cached(file_->fd(), work.chunks())) return nullptr;
-      const size_t readers = grouped_readers(ThreadPool::process_default().size());
-      const size_t slots = grouped_slots(readers, s.bounce_buffer_size, s.task_size, pipeline_depth(s));
-      return std::make_shared<GroupedStaging>(drv, mem.ctx, work, s.bounce_buffer_size, slots, readers);
-    });
-    if (ring) return read_device_grouped(mem, base, work, *ring, s, progress);
-  }
   StreamState& st = stream_state(drv, mem.ctx);
   const size_t depth = pipeline_depth(s);
   BufferPool::Lease bufs[kMaxDepth];
@@ -331,50 +280,6 @@ size_t PosixBackend::read_device(const MemoryTarget& mem, char* base, ChunkQueue
     }
     total += got;
     if (progress) progress->add_progress(got);
-  }
-  drain.finish();
-  return total;
-}
-
-size_t PosixBackend::read_device_grouped(const MemoryTarget& mem, char* base, ChunkQueue& work,
-                                         GroupedStaging& ring, const Settings& s, Request* progress) {
-  if (!ring.join()) return 0;  // the request has its readers; this worker is free for others
-  const CudaDriver& drv = CudaDriver::require();
-  StreamState& st = stream_state(drv, mem.ctx);
-  StreamDrain drain(drv, st.stream);
-  const auto dev = reinterpret_cast<CUdeviceptr>(base);
-  size_t total = 0;
-  GroupedStaging::Piece* p = nullptr;
-  try {
-    while (!work.cancelled() && ring.claim(p)) {
-      char* staging = ring.wait_for_slot(*p);
-      if (!staging) break;  // the request failed elsewhere or was cancelled
-      p->got = read_file(staging, p->size, p->file_offset, s, nullptr);
-      total += p->got;
-      if (progress) progress->add_progress(p->got);
-      if (!ring.piece_done(*p)) continue;
-      // Last piece of its chunk: one copy for the chunk (one per piece if a
-      // piece came up short, so that only bytes read are copied).
-      const size_t g = p->group;
-      const Chunk& c = ring.chunk(g);
-      char* slot = ring.slot_memory(g);
-      if (ring.full_chunk(g)) {
-        drv.check(drv.cuMemcpyHtoDAsync(dev + c.buf_offset, slot, c.size, st.stream), "cuMemcpyHtoDAsync");
-      } else {
-        const auto [first, last] = ring.piece_range(g);
-        for (size_t i = first; i < last; ++i) {
-          const auto& q = ring.piece(i);
-          if (q.got == 0) continue;
-          drv.check(drv.cuMemcpyHtoDAsync(dev + q.buf_offset, slot + (q.buf_offset - c.buf_offset), q.got, st.stream),
-                    "cuMemcpyHtoDAsync");
-        }
-      }
-      drv.check(drv.cuEventRecord(ring.slot_event(g), st.stream), "cuEventRecord");
-      ring.issued(g);
-    }
-  } catch (...) {
-    ring.fail();
-    throw;
   }
   drain.finish();
   return total;

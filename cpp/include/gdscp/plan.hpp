@@ -49,14 +49,6 @@ class ChunkQueue {
   // Whether the request was cancelled.
   bool cancelled() const noexcept { return cancelled_ && cancelled_->load(std::memory_order_relaxed); }
 
-  // State a backend shares among the workers of this request, made by the
-  // first worker that asks (if `make` throws, the next one tries again); null
-  // if `make` returned null.
-  template <class T, class Make>
-  T* shared_state(Make&& make) {
-    std::call_once(state_once_, [&] { state_ = make(); });
-    return static_cast<T*>(state_.get());
-  }
 
  private:
   std::vector<Chunk> chunks_;
@@ -65,8 +57,6 @@ class ChunkQueue {
   const std::atomic<bool>* cancelled_;
   size_t workers_;
   size_t bytes_ = 0;
-  std::once_flag state_once_;
-  std::shared_ptr<void> state_;  // last: destroyed first, it may refer to chunks_
 };
 
 // One worker's share of a request in staging-buffer-sized pieces: it claims

@@ -11,8 +11,6 @@
 
 namespace gdscp {
 
-class GroupedStaging;
-
 class PosixBackend final : public Backend {
  public:
   explicit PosixBackend(std::shared_ptr<File> file) : file_(std::move(file)) {}
@@ -31,10 +29,6 @@ class PosixBackend final : public Backend {
   size_t write_host(const char* src, size_t size, int64_t off, const Settings& s, Request* progress);
   size_t read_device(const MemoryTarget& mem, char* base, ChunkQueue& work, const Settings& s,
                      Request* progress);
-  // Requests of several chunks: pieces into shared chunk-sized slots, one GPU
-  // copy per chunk (grouped_staging.hpp).
-  size_t read_device_grouped(const MemoryTarget& mem, char* base, ChunkQueue& work, GroupedStaging& ring,
-                             const Settings& s, Request* progress);
   size_t write_device(const MemoryTarget& mem, const char* base, ChunkQueue& work, const Settings& s,
                       Request* progress);
 

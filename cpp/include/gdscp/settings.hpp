@@ -20,7 +20,6 @@ struct Settings {
   DirectIO direct_io = DirectIO::automatic;
   int pipeline_depth = 2;                 // staging buffers in flight per worker (2..8)
   bool mapped_reads = true;               // cached chunks into host memory: map + streaming copy
-  bool grouped_copies = false;            // cached device reads: one GPU copy per chunk from shared staging
 };
 
 }  // namespace gdscp

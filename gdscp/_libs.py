@@ -2,14 +2,7 @@
 
 from __future__ import annotations
 
-import os
-
-__all__ = ["cufile_wheel_library", "nvidia_fs_present"]
-
-
-def nvidia_fs_present() -> bool:
-    """Whether the nvidia-fs kernel module (needed for GPUDirect Storage proper) is loaded."""
-    return os.path.exists("/proc/driver/nvidia-fs/version")
+__all__ = ["cufile_wheel_library"]
 
 
 def cufile_wheel_library() -> str:

@@ -83,13 +83,17 @@ def _request_size(size: Optional[int], available: int, what: str) -> int:
     return size
 
 
-def _task_size(task_size: Optional[int]) -> int:
+def _settings(task_size: Optional[int]) -> Any:
+    """The engine settings for one request: the current ones, with ``task_size``
+    replaced when the call passes one."""
     if task_size is None:
-        return defaults.get("task_size")
+        return defaults._settings
     task_size = _nonnegative(task_size, "task_size")
     if task_size == 0:
         raise ValueError("task_size must be positive")
-    return task_size
+    settings = _core.Settings(defaults._settings)
+    settings.task_size = task_size
+    return settings
 
 
 class CuFile:
@@ -105,7 +109,8 @@ class CuFile:
         if not isinstance(flags, str):
             raise TypeError(f"flags must be a string such as 'r' or 'w+', not {type(flags).__name__}")
         path = os.fsdecode(os.fspath(file))
-        self._handle = _core.Handle(path, flags, int(defaults.compat_mode()), "" if defaults.is_compat_mode_preferred() else _libs.cufile_wheel_library())
+        library = "" if defaults.is_compat_mode_preferred() else _libs.cufile_wheel_library()
+        self._handle = _core.Handle(path, flags, defaults._settings, library)
 
     # -- the file ----------------------------------------------------------
     def close(self) -> None:
@@ -162,7 +167,7 @@ class CuFile:
         b = _buffers.resolve(buf, writable=True)
         size = _request_size(size, b.nbytes, "buffer")
         offset = _nonnegative(file_offset, "file_offset")
-        future = self._handle.pread(b.ptr, b.device, size, offset, _task_size(task_size), defaults._settings)
+        future = self._handle.pread(b.ptr, b.device, size, offset, _settings(task_size))
         return IOFuture(future, (b.keep, self))
 
     def pwrite(
@@ -177,7 +182,7 @@ class CuFile:
         b = _buffers.resolve(buf, writable=False)
         size = _request_size(size, b.nbytes, "buffer")
         offset = _nonnegative(file_offset, "file_offset")
-        future = self._handle.pwrite(b.ptr, b.device, size, offset, _task_size(task_size), defaults._settings)
+        future = self._handle.pwrite(b.ptr, b.device, size, offset, _settings(task_size))
         return IOFuture(future, (b.keep, self))
 
     def read(

@@ -2,31 +2,30 @@
 
 ``get(name)``, ``set(name, value)`` and ``set({...})``; ``set`` also works as
 a context manager that restores the previous values. Each setting starts from
-its ``GDSCP_*`` environment variable when that is set. This is the only module
-that reads those variables.
+its ``GDSCP_*`` environment variable when that is set, else from the engine's
+built-in default (``_core.Settings()`` and ``_core.default_num_threads()``).
+This is the only module that reads those variables.
 
 Settings: ``compat_mode`` (ON: never cuFile; OFF: cuFile or an error; AUTO:
 cuFile where GPUDirect Storage really works), ``num_threads`` (the worker
-pool), ``task_size`` (largest piece of a request one worker takes),
+pool), ``task_size`` (largest chunk of a request one worker takes),
 ``gds_threshold`` (requests below it run on the calling thread),
 ``bounce_buffer_size`` (pinned staging buffer size), and gdscp's own
 ``direct_io`` ("auto": O_DIRECT for writes of 4 MiB and more, reads through
 the page cache; "on": O_DIRECT for the aligned middle of every read and write
-of 1 MiB and more; "off": never) and
-``min_task_size`` (medium requests are split down to this size so every
-worker gets a share), ``pipeline_depth`` (staging buffers in flight per worker),
-and ``mapped_reads`` (True: reads into host memory of data already in the page
-cache copy it through a read-only mapping with streaming stores instead of
-pread; False: always pread).
+of 1 MiB and more; "off": never), ``min_task_size`` (medium requests are split
+down to this size so every worker gets a share), ``pipeline_depth`` (staging
+buffers in flight per worker) and ``mapped_reads`` (True: reads into host
+memory of data already in the page cache copy it through a read-only mapping
+with streaming stores instead of pread; False: always pread).
 """
-
 from __future__ import annotations
 
 import enum
 import os
 from typing import Any, Callable
 
-from . import _core, _libs
+from . import _core
 
 __all__ = [
     "CompatMode",
@@ -118,24 +117,19 @@ def _parse_direct_io(name: str, value: Any) -> str:
         raise ValueError(f"invalid value for {name}: {value!r} (expected on, off or auto)") from None
 
 
-def _default_num_threads() -> int:
-    # One worker per core: on the 16-core H200 machine 16 workers read hot files
-    # into GPU memory fastest; 24 lost up to 9% (docs/benchmarks.md). At least 4,
-    # so a small machine still overlaps I/O waits; at most 32.
-    return max(4, min(os.cpu_count() or 1, 32))
-
-
-# name -> (parser, built-in default)
+# name -> (parser, built-in default). The defaults are the engine's: its
+# Settings' initial values and its pool's default size.
+_BUILT_IN = _core.Settings()
 _SPEC: dict[str, tuple[Callable[[str, Any], Any], Any]] = {
-    "compat_mode": (_parse_compat_mode, CompatMode.AUTO),
-    "num_threads": (_int_parser(1), _default_num_threads()),
-    "task_size": (_int_parser(1), 16 << 20),
-    "gds_threshold": (_int_parser(0), 1 << 20),
-    "bounce_buffer_size": (_int_parser(4096), 4 << 20),
-    "min_task_size": (_int_parser(4096), 256 << 10),
-    "direct_io": (_parse_direct_io, "auto"),
-    "pipeline_depth": (_parse_depth, 2),
-    "mapped_reads": (_parse_bool, True),
+    "compat_mode": (_parse_compat_mode, CompatMode(_BUILT_IN.compat_mode.value)),
+    "num_threads": (_int_parser(1), _core.default_num_threads()),
+    "task_size": (_int_parser(1), _BUILT_IN.task_size),
+    "gds_threshold": (_int_parser(0), _BUILT_IN.gds_threshold),
+    "bounce_buffer_size": (_int_parser(4096), _BUILT_IN.bounce_buffer_size),
+    "min_task_size": (_int_parser(4096), _BUILT_IN.min_task_size),
+    "direct_io": (_parse_direct_io, _BUILT_IN.direct_io.name),
+    "pipeline_depth": (_parse_depth, _BUILT_IN.pipeline_depth),
+    "mapped_reads": (_parse_bool, _BUILT_IN.mapped_reads),
 }
 
 # The engine's view, passed with every request; never read by the engine otherwise.
@@ -149,7 +143,9 @@ def _apply(name: str, value: Any) -> None:
         _core.set_num_threads(value)
     elif name == "direct_io":
         _settings.direct_io = getattr(_core.DirectIO, value)
-    elif name != "compat_mode":
+    elif name == "compat_mode":
+        _settings.compat_mode = _core.CompatMode(int(value))
+    else:
         setattr(_settings, name, value)
 
 
@@ -260,7 +256,7 @@ def is_compat_mode_preferred() -> bool:
     """True when device I/O will not use cuFile (compat_mode ON, or AUTO without nvidia-fs)."""
     mode = compat_mode()
     if mode == CompatMode.AUTO:
-        return not _libs.nvidia_fs_present()
+        return not _core.nvidia_fs_present()
     return mode == CompatMode.ON
 
 

@@ -3,8 +3,9 @@
 ``allocate(n, device)`` gives a C-contiguous ``uint8`` array of ``n`` bytes on
 GPU ``device`` (a CuPy array) or, with ``device=None``, in page-aligned host
 memory (a numpy array). ``fill`` writes a test pattern, ``to_host`` copies back
-and ``first_difference`` compares. CuPy is imported only when a GPU is asked
-for, so all of this works on a machine without CUDA.
+and ``first_difference`` compares. ``stream_copy`` copies host memory the way
+gdscp's mapped reads do. CuPy is imported only when a GPU is asked for, so all
+of this works on a machine without CUDA.
 
 Patterns depend only on the byte's position in the file (``offset``) and on
 the seed, and come out the same on the GPU and on the host: a file written in
@@ -42,6 +43,7 @@ __all__ = [
     "copy_from_host",
     "first_difference",
     "equal",
+    "stream_copy",
     "PAGE_SIZE",
 ]
 
@@ -273,3 +275,12 @@ def first_difference(a: Any, b: Any) -> Optional[int]:
 def equal(a: Any, b: Any) -> bool:
     """True if ``a`` and ``b`` hold the same bytes."""
     return first_difference(a, b) is None
+
+
+def stream_copy(dst: Any, src: Any) -> None:
+    """Copy host buffer ``src`` into host buffer ``dst`` (C-contiguous, the same
+    number of bytes) with streaming stores, as gdscp's mapped reads do: the
+    destination is not read into the CPU cache first. Releases the GIL."""
+    from . import _core  # noqa: PLC0415
+
+    _core.stream_copy(dst, src)

@@ -131,9 +131,9 @@ def wait_engine_idle(seconds: float = 10) -> bool:
     from gdscp import _core
 
     deadline = time.monotonic() + seconds
-    while _core.busy_threads() and time.monotonic() < deadline:
+    while _core.testing.busy_threads() and time.monotonic() < deadline:
         time.sleep(0.01)
-    return _core.busy_threads() == 0
+    return _core.testing.busy_threads() == 0
 
 
 def first_page_cached(path: str) -> bool | None:

@@ -474,11 +474,11 @@ def test_read_errors(capsys, tmp_path, monkeypatch, args, code, culprit):
 
 def test_read_io_error_names_the_file(capsys, tmp_path):
     random_file(tmp_path / "io.bin", 256 * KiB)
-    _core._arm_fault("pread", 1, 1, errno.EIO)
+    _core.testing.arm_fault("pread", 1, 1, errno.EIO)
     try:
         code, _, err = cli(capsys, "read", tmp_path / "io.bin", "--chunk-size", "32K", "--host")
     finally:
-        _core._disarm_fault()
+        _core.testing.disarm_fault()
     assert code == 1
     (line,) = error_lines(err)
     assert "io.bin" in line and "Input/output error" in line
@@ -639,23 +639,23 @@ def test_copy_failing_midway_keeps_the_destination(capsys, tmp_path):
     random_file(tmp_path / "src.bin", MiB)
     dst = tmp_path / "dst.bin"
     dst.write_bytes(b"precious")
-    _core._arm_fault("pwrite", 3, 1, errno.EIO)
+    _core.testing.arm_fault("pwrite", 3, 1, errno.EIO)
     try:
         code, doc, err = cli_json(capsys, "copy", tmp_path / "src.bin", dst, "--chunk-size", "64K", "--host")
     finally:
-        _core._disarm_fault()
+        _core.testing.disarm_fault()
     assert code == 1 and doc["failed"] == 1 and doc["ok"] is False
     (line,) = error_lines(err)
     assert "src.bin" in line and "dst.bin" in line and "Input/output error" in line
     assert dst.read_bytes() == b"precious"
     assert temp_files(tmp_path) == []
     # A new destination is not left behind either.
-    _core._arm_fault("pwrite", 2, 1, errno.ENOSPC)
+    _core.testing.arm_fault("pwrite", 2, 1, errno.ENOSPC)
     try:
         code, _, _ = cli(capsys, "copy", tmp_path / "src.bin", tmp_path / "fresh.bin", "--chunk-size", "64K",
                          "--host")
     finally:
-        _core._disarm_fault()
+        _core.testing.disarm_fault()
     assert code == 1 and not (tmp_path / "fresh.bin").exists() and temp_files(tmp_path) == []
 
 
@@ -663,11 +663,11 @@ def test_write_failing_midway_keeps_the_old_file(capsys, tmp_path):
     dst = tmp_path / "out.bin"
     dst.write_bytes(b"precious")
     dst.chmod(0o640)
-    _core._arm_fault("pwrite", 2, 1, errno.EIO)
+    _core.testing.arm_fault("pwrite", 2, 1, errno.EIO)
     try:
         code, _, err = cli(capsys, "write", dst, "--size", "1M", "--chunk-size", "64K", "--host")
     finally:
-        _core._disarm_fault()
+        _core.testing.disarm_fault()
     assert code == 1 and "Input/output error" in err
     assert dst.read_bytes() == b"precious" and temp_files(tmp_path) == []
     # Once it succeeds, the new bytes replace the old file, which keeps its mode.
@@ -840,13 +840,13 @@ def test_gpu_copy_tree_and_failure(capsys, tmp_path):
     assert tree(tmp_path / "dst") == tree(tmp_path / "src")
     keep = tmp_path / "dst" / "top.bin"
     keep.write_bytes(b"precious")
-    _core._arm_fault("pwrite", 2, 1, errno.EIO)
+    _core.testing.arm_fault("pwrite", 2, 1, errno.EIO)
     try:
         # compat mode on: the POSIX path, where the engine's fault hook sits
         code, _, _ = cli(capsys, "copy", tmp_path / "src" / "top.bin", keep, "--device", "0", "--chunk-size", "8K",
                          "--compat-mode", "on")
     finally:
-        _core._disarm_fault()
+        _core.testing.disarm_fault()
     assert code == 1 and keep.read_bytes() == b"precious" and temp_files(tmp_path) == []
 
 

@@ -235,7 +235,7 @@ def test_shrinking_parks_workers_and_growing_reuses_them(tmp_path):
         with gdscp.CuFile(big, "r") as f:
             future = f.pread(out, task_size=64 << 10)
             while not future.done():
-                most_busy = max(most_busy, _core.busy_threads())
+                most_busy = max(most_busy, _core.testing.busy_threads())
             assert future.get() == out.nbytes
         assert most_busy <= 1, f"{most_busy} workers busy with num_threads=1"
         gdscp.defaults.set("num_threads", original + 6)

@@ -792,11 +792,11 @@ def test_mid_transfer_read_failure_then_recovers(tmp_file):
     buf = np.zeros(size, np.uint8)
     with gdscp.defaults.set({"num_threads": 4, "gds_threshold": 0}), gdscp.CuFile(path) as f:
         try:
-            _core._arm_fault("pread", 2, 1, errno.EIO)
+            _core.testing.arm_fault("pread", 2, 1, errno.EIO)
             with pytest.raises(OSError) as info:
                 f.read(buf, task_size=65536)
         finally:
-            _core._disarm_fault()
+            _core.testing.disarm_fault()
         exc = info.value
         assert exc.errno == errno.EIO
         assert isinstance(exc, RuntimeError)
@@ -816,11 +816,11 @@ def test_mid_transfer_write_failure_then_recovers(tmp_path):
     src = np.frombuffer(data, np.uint8)
     with gdscp.defaults.set({"num_threads": 4, "gds_threshold": 0}), gdscp.CuFile(path, "w+") as f:
         try:
-            _core._arm_fault("pwrite", 3, 2, errno.ENOSPC)
+            _core.testing.arm_fault("pwrite", 3, 2, errno.ENOSPC)
             with pytest.raises(OSError) as info:
                 f.pwrite(src, task_size=65536).get()
         finally:
-            _core._disarm_fault()
+            _core.testing.disarm_fault()
         assert info.value.errno == errno.ENOSPC
         assert isinstance(info.value, RuntimeError)
         assert path in str(info.value)
@@ -833,10 +833,10 @@ def test_eintr_is_retried(tmp_file):
     buf = np.zeros(MiB, np.uint8)
     with gdscp.CuFile(path) as f:
         try:
-            _core._arm_fault("pread", 0, 3, errno.EINTR)
+            _core.testing.arm_fault("pread", 0, 3, errno.EINTR)
             assert f.read(buf, task_size=65536) == MiB
         finally:
-            _core._disarm_fault()
+            _core.testing.disarm_fault()
     assert buf.tobytes() == data
 
 

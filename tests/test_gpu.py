@@ -183,13 +183,13 @@ def test_device_staging_errors_and_cancel(cp, tmp_file):
     with gdscp.defaults.set(settings), gdscp.CuFile(path) as f:
         buf = cp.zeros(size, dtype=cp.uint8)
         for skip in (0, 5, 37):
-            _core._arm_fault("pread", skip, 1, errno.EIO)
+            _core.testing.arm_fault("pread", skip, 1, errno.EIO)
             try:
                 with pytest.raises(OSError) as e:
                     f.read(buf)
                 assert e.value.errno == errno.EIO
             finally:
-                _core._disarm_fault()
+                _core.testing.disarm_fault()
         future = f.pread(buf)
         future.cancel()
         assert 0 <= future.get() <= size

@@ -37,7 +37,7 @@ def test_open_close_cycles(small_file, tmp_path):
     """10,000 opens and closes, in every mode, leave no descriptor or pinned byte behind."""
     scratch = str(tmp_path / "scratch.bin")
     gdscp.CuFile(small_file).close()
-    fds, pinned = open_fds(), _core.pinned_bytes()
+    fds, pinned = open_fds(), _core.testing.pinned_bytes()
     modes = [(small_file, "r"), (small_file, "r+"), (scratch, "w"), (scratch, "a"), (scratch, "w+")]
     for i in range(10_000):
         path, mode = modes[i % len(modes)]
@@ -50,7 +50,7 @@ def test_open_close_cycles(small_file, tmp_path):
             f.close()  # a second close is harmless
         assert f.closed
     assert open_fds() == fds
-    assert _core.pinned_bytes() == pinned
+    assert _core.testing.pinned_bytes() == pinned
 
 
 def test_failed_opens(small_file, tmp_path):
@@ -58,7 +58,7 @@ def test_failed_opens(small_file, tmp_path):
     missing = str(tmp_path / "missing.bin")
     folder = str(tmp_path)
     gdscp.CuFile(small_file).close()
-    fds, pinned = open_fds(), _core.pinned_bytes()
+    fds, pinned = open_fds(), _core.testing.pinned_bytes()
     for _ in range(1000):
         with pytest.raises(FileNotFoundError):
             gdscp.CuFile(missing, "r")
@@ -69,7 +69,7 @@ def test_failed_opens(small_file, tmp_path):
         with pytest.raises(ValueError):
             gdscp.CuFile(small_file, "rw")
     assert open_fds() == fds
-    assert _core.pinned_bytes() == pinned
+    assert _core.testing.pinned_bytes() == pinned
     assert not os.path.exists(missing)
 
 
@@ -136,12 +136,12 @@ def test_failed_transfers_release_descriptors(tmp_path):
     for i in range(100):
         out = np.zeros_like(data)
         with gdscp.CuFile(path, "r") as f:
-            _core._arm_fault("pread", i % 8, 1, errno.EIO)
+            _core.testing.arm_fault("pread", i % 8, 1, errno.EIO)
             try:
                 with pytest.raises(OSError) as info:
                     f.read(out, task_size=MiB)
             finally:
-                _core._disarm_fault()
+                _core.testing.disarm_fault()
         assert info.value.errno == errno.EIO
         assert open_fds() == fds, f"iteration {i}: descriptors left open"
 
@@ -160,7 +160,7 @@ def test_pinned_memory_returns_after_trim(tmp_path):
     # compat_mode ON: device memory goes through gdscp's pinned staging path.
     with gdscp.defaults.set({"compat_mode": "on", "bounce_buffer_size": MiB}):
         _core.trim_pools()
-        start = _core.pinned_bytes()
+        start = _core.testing.pinned_bytes()
 
         def work(i: int, errors: list) -> None:
             try:
@@ -186,13 +186,13 @@ def test_pinned_memory_returns_after_trim(tmp_path):
         dev = cupy.zeros(data.nbytes, dtype=cupy.uint8)
         for i in range(20):  # failures return their leases too
             with gdscp.CuFile(path, "r") as f:
-                _core._arm_fault("pread", i, 1, errno.EIO)
+                _core.testing.arm_fault("pread", i, 1, errno.EIO)
                 try:
                     with pytest.raises(OSError):
                         f.read(dev, task_size=2 * MiB)
                 finally:
-                    _core._disarm_fault()
+                    _core.testing.disarm_fault()
 
-        assert _core.pinned_bytes() > start, "the staging path never leased pinned memory"
+        assert _core.testing.pinned_bytes() > start, "the staging path never leased pinned memory"
         _core.trim_pools()
-        assert _core.pinned_bytes() == start
+        assert _core.testing.pinned_bytes() == start

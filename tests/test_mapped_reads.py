@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import gdscp
-from gdscp import _core
+from gdscp import _core, memory
 from gdscp.bench.files import drop_cache
 from conftest import wait_engine_idle
 
@@ -58,14 +58,14 @@ def test_bytes_match_the_os(hot_file, size, offset, shift):
     path, _ = hot_file
     want = _os_read(path, size, offset)
     buf = np.full(size + shift + 64, 0xA5, np.uint8)
-    before = _core.mapped_read_bytes()
+    before = _core.testing.mapped_read_bytes()
     with gdscp.CuFile(path, "r") as f:
         n = f.read(buf[shift : shift + size], file_offset=offset, task_size=4 * MiB)
     assert n == len(want)
     assert buf[shift : shift + n].tobytes() == want
     assert (buf[:shift] == 0xA5).all() and (buf[shift + size :] == 0xA5).all(), "wrote outside the buffer"
     if size >= 4 * MiB:
-        assert _core.mapped_read_bytes() > before, "a hot read of 4 MiB tasks did not use the mapping"
+        assert _core.testing.mapped_read_bytes() > before, "a hot read of 4 MiB tasks did not use the mapping"
 
 
 @pytest.mark.parametrize("past", [1, PAGE, 3 * MiB])
@@ -85,23 +85,23 @@ def test_reads_past_end_of_file_are_short_and_exact(hot_file, past):
 def test_whole_file_in_many_tasks(hot_file):
     path, data = hot_file
     out = np.empty_like(data)
-    before = _core.mapped_read_bytes()
+    before = _core.testing.mapped_read_bytes()
     with gdscp.CuFile(path, "r") as f:
         futures = [f.pread(out[i : i + 7 * MiB], file_offset=i, task_size=2 * MiB) for i in range(0, data.nbytes, 7 * MiB)]
         assert sum(fut.get() for fut in futures) == data.nbytes
     assert np.array_equal(out, data)
-    assert _core.mapped_read_bytes() - before >= 18 * MiB
+    assert _core.testing.mapped_read_bytes() - before >= 18 * MiB
 
 
 @pytest.mark.parametrize("setting", [{"mapped_reads": False}, {"direct_io": True}], ids=["mapped_reads-off", "direct_io-on"])
 def test_turned_off(hot_file, setting):
     path, data = hot_file
     out = np.empty_like(data)
-    before = _core.mapped_read_bytes()
+    before = _core.testing.mapped_read_bytes()
     with gdscp.defaults.set(setting), gdscp.CuFile(path, "r") as f:
         assert f.read(out, task_size=4 * MiB) == data.nbytes
     assert np.array_equal(out, data)
-    assert _core.mapped_read_bytes() == before
+    assert _core.testing.mapped_read_bytes() == before
 
 
 def _resident_pages(path: str) -> int:
@@ -133,28 +133,28 @@ def test_cold_data_is_read_with_pread(hot_file):
     if _resident_pages(path) > 0:
         pytest.skip("this filesystem keeps the file cached after POSIX_FADV_DONTNEED")
     out = np.empty_like(data)
-    before = _core.mapped_read_bytes()
+    before = _core.testing.mapped_read_bytes()
     # One task: with several, readahead from one worker's pread may cache the
     # next chunk before its worker looks (then mapping it is right).
     with gdscp.defaults.set("num_threads", 1), gdscp.CuFile(path, "r") as f:
         assert f.read(out, task_size=64 * MiB) == data.nbytes
     assert np.array_equal(out, data)
-    assert _core.mapped_read_bytes() == before
+    assert _core.testing.mapped_read_bytes() == before
     # now cached: the same read goes through the mapping
     with gdscp.CuFile(path, "r") as f:
         assert f.read(out, task_size=4 * MiB) == data.nbytes
     assert np.array_equal(out, data)
-    assert _core.mapped_read_bytes() > before
+    assert _core.testing.mapped_read_bytes() > before
 
 
 def test_not_a_regular_file():
     """Character devices are read with pread (here /dev/zero, never mapped)."""
-    before = _core.mapped_read_bytes()
+    before = _core.testing.mapped_read_bytes()
     out = np.full(4 * MiB, 7, np.uint8)
     with gdscp.CuFile("/dev/zero", "r") as f:
         assert f.read(out, task_size=4 * MiB) == out.nbytes
     assert (out == 0).all()
-    assert _core.mapped_read_bytes() == before
+    assert _core.testing.mapped_read_bytes() == before
 
 
 def test_handle_opened_for_update(tmp_path):
@@ -165,10 +165,10 @@ def test_handle_opened_for_update(tmp_path):
     with gdscp.defaults.set("direct_io", False), gdscp.CuFile(path, "w+") as f:
         assert f.write(data) == data.nbytes
         out = np.empty_like(data)
-        before = _core.mapped_read_bytes()
+        before = _core.testing.mapped_read_bytes()
         assert f.read(out, task_size=4 * MiB) == data.nbytes
     assert np.array_equal(out, data)
-    assert _core.mapped_read_bytes() > before
+    assert _core.testing.mapped_read_bytes() > before
 
 
 @pytest.mark.parametrize("size", [0, 1, 15, 16, 17, 63, 64, 65, 4095, MiB + 3])
@@ -178,6 +178,22 @@ def test_stream_copy_is_exact(size, src_shift, dst_shift):
     length around its 16- and 64-byte steps, any alignment, nothing outside."""
     src = _payload(size + 64, size)
     dst = np.full(size + 64, 0xA5, np.uint8)
-    _core._stream_copy(dst.ctypes.data + dst_shift, src.ctypes.data + src_shift, size)
+    memory.stream_copy(dst[dst_shift : dst_shift + size], src[src_shift : src_shift + size])
     assert np.array_equal(dst[dst_shift : dst_shift + size], src[src_shift : src_shift + size])
     assert (dst[:dst_shift] == 0xA5).all() and (dst[dst_shift + size :] == 0xA5).all()
+
+
+def test_stream_copy_checks_its_buffers():
+    """The public copy takes buffers, not addresses: one size, a writable
+    destination, contiguous memory; anything else is refused untouched."""
+    src = _payload(4096, 1)
+    dst = np.zeros(4096, np.uint8)
+    with pytest.raises(ValueError, match="one size"):
+        memory.stream_copy(dst[:-1], src)
+    with pytest.raises((TypeError, BufferError)):
+        memory.stream_copy(bytes(4096), src)
+    with pytest.raises((TypeError, BufferError, ValueError)):
+        memory.stream_copy(dst, np.zeros(8192, np.uint8)[::2])
+    assert not dst.any()
+    memory.stream_copy(dst, src)
+    assert np.array_equal(dst, src)

@@ -13,7 +13,7 @@ STEP = 64 * KiB  # graded first pieces grow in steps of this
 def claims(size, chunk, piece, workers, stagger, seed=0, offset=4095):
     return [
         (w, buf, fo, n)
-        for w, buf, fo, n in _core._plan_pieces(offset, size, chunk, piece, workers, stagger, seed)
+        for w, buf, fo, n in _core.testing.plan_pieces(offset, size, chunk, piece, workers, stagger, seed)
     ]
 
 

@@ -70,7 +70,7 @@ def assert_healthy(folder, xp=np):
     with gdscp.defaults.set("num_threads", 1):
         round_trip(folder, xp)
     round_trip(folder, xp)
-    assert wait_engine_idle(), f"{_core.busy_threads()} workers still busy"
+    assert wait_engine_idle(), f"{_core.testing.busy_threads()} workers still busy"
 
 def expect_os_error(call, err, path):
     try:
@@ -178,7 +178,7 @@ def test_io_error_mid_file_is_reported_and_recovers(tmp_path, op, direct_io):
             for count in (1, 10_000):
                 f = gdscp.CuFile(path, "r+")
                 out = np.zeros_like(data)
-                _core._arm_fault(op, skip, count, errno.EIO)
+                _core.testing.arm_fault(op, skip, count, errno.EIO)
                 try:
                     if op == "pread":
                         future = f.pread(out, task_size=MiB)
@@ -187,7 +187,7 @@ def test_io_error_mid_file_is_reported_and_recovers(tmp_path, op, direct_io):
                     e = expect_os_error(future.get, errno.EIO, path)
                     assert future.done()
                 finally:
-                    _core._disarm_fault()
+                    _core.testing.disarm_fault()
                 assert e.offset is not None and 0 <= e.offset < data.nbytes, e.offset
                 assert "Input/output error" in str(e), str(e)
                 f.close()
@@ -214,13 +214,13 @@ def test_interrupted_system_calls_are_retried(tmp_path, op):
         with gdscp.CuFile(path, "w") as f:
             f.write(data)
         out = np.zeros_like(data)
-        _core._arm_fault({op!r}, 2, 5, errno.EINTR)
+        _core.testing.arm_fault({op!r}, 2, 5, errno.EINTR)
         try:
             with gdscp.CuFile(path, "r+") as f:
                 assert f.write(data, task_size=MiB) == data.nbytes
                 assert f.read(out, task_size=MiB) == data.nbytes
         finally:
-            _core._disarm_fault()
+            _core.testing.disarm_fault()
         assert np.array_equal(out, data)
         """,
         tmp_path,
@@ -242,12 +242,12 @@ def test_io_error_into_device_memory(tmp_path):
         for op in ("pread", "pwrite"):
             dev = cupy.asarray(data)
             with gdscp.CuFile(path, "r+") as f:
-                _core._arm_fault(op, 2, 1, errno.EIO)
+                _core.testing.arm_fault(op, 2, 1, errno.EIO)
                 try:
                     call = (lambda: f.read(dev, task_size=MiB)) if op == "pread" else (lambda: f.write(dev, task_size=MiB))
                     expect_os_error(call, errno.EIO, path)
                 finally:
-                    _core._disarm_fault()
+                    _core.testing.disarm_fault()
         assert_healthy(folder, cupy)
         """,
         tmp_path,
@@ -322,45 +322,47 @@ def test_file_truncated_while_read(tmp_path, device, task_size):
     )
 
 
-def test_mapped_read_survives_pages_cut_off(tmp_path):
-    """A mapped copy that touches pages past the end of the file (what a
-    truncation by another process does) gets SIGBUS; the guard catches it and
-    pread finishes the read: exact bytes, no crash. With faulthandler on (it
-    owns SIGBUS first), off, and after it was turned off again."""
+def test_mapped_copy_survives_pages_cut_off(tmp_path):
+    """The mapped copy that host reads use, on a range reaching past the end of
+    the file (what a truncation by another process does to a mapping): the
+    SIGBUS guard catches the fault and the copy reports it; no crash. With
+    faulthandler on (it owns SIGBUS first), off, and after it was turned off
+    again; after each, reads of the file's tail still go through the mapping
+    and give exact bytes."""
     run_child(
         f"""
         import faulthandler
+        from gdscp._core import testing
         folder = {str(tmp_path)!r}
         path = os.path.join(folder, "tail.bin")
         data = payload(8 * MiB + 4097, 6)
         data.tofile(path)
         tail = 3 * MiB + 5
+        start = data.nbytes - tail
         # one worker, one task: the whole tail is one mapped copy, whatever the core count
         gdscp.defaults.set("num_threads", 1)
+        fd = os.open(path, os.O_RDONLY)
         for phase in ("faulthandler on", "faulthandler off", "faulthandler on again"):
             if phase == "faulthandler off":
                 faulthandler.disable()
             else:
                 faulthandler.enable()
-            with gdscp.CuFile(path, "r") as f:
-                for dst_shift in (0, 1):
-                    out = np.zeros(tail + dst_shift + 4 * MiB, np.uint8)
-                    before = _core.mapped_read_bytes()
-                    _core._arm_fault("map_past_eof", 0, 1, 1)
-                    try:
-                        # one task: the armed mapped copy is the tail's
-                        n = f.read(out[dst_shift:], file_offset=data.nbytes - tail, task_size=64 * MiB)
-                    finally:
-                        _core._disarm_fault()
-                    assert n == tail, (phase, n)
-                    assert np.array_equal(out[dst_shift:dst_shift + n], data[-tail:]), phase
-                    assert _core.mapped_read_bytes() == before, "the faulted copy must not count"
-                    # unarmed, the same read goes through the mapping
-                    out[:] = 0
-                    before = _core.mapped_read_bytes()
-                    assert f.read(out[dst_shift:], file_offset=data.nbytes - tail, task_size=64 * MiB) == tail
-                    assert _core.mapped_read_bytes() == before + tail
-                    assert np.array_equal(out[dst_shift:dst_shift + n], data[-tail:]), phase
+            for dst_shift in (0, 1):
+                out = np.zeros(tail + dst_shift, np.uint8)
+                # inside the file: every byte copied
+                assert testing.mapped_copy(fd, out[dst_shift:], start), phase
+                assert np.array_equal(out[dst_shift:], data[-tail:]), phase
+                # the same length 4 MiB further on: past the end, the guard catches the fault
+                before = testing.mapped_read_bytes()
+                assert testing.mapped_copy(fd, out[dst_shift:], start + 4 * MiB) is False, phase
+                assert testing.mapped_read_bytes() == before
+                out[:] = 0
+                with gdscp.CuFile(path, "r") as f:
+                    n = f.read(out[dst_shift:], file_offset=start, task_size=64 * MiB)
+                assert n == tail, (phase, n)
+                assert testing.mapped_read_bytes() == before + tail, phase
+                assert np.array_equal(out[dst_shift:], data[-tail:]), phase
+        os.close(fd)
         assert_healthy(folder)
         """,
         tmp_path,
@@ -376,7 +378,7 @@ def test_unrelated_sigbus_still_kills(tmp_path):
         payload(4 * MiB, 1).tofile(path)
         with gdscp.CuFile(path, "r") as f:
             f.read(np.empty(4 * MiB, np.uint8), task_size=4 * MiB)
-        assert _core.mapped_read_bytes() > 0
+        assert _core.testing.mapped_read_bytes() > 0
         sys.stdout.flush()
         os.kill(os.getpid(), signal.SIGBUS)
         print("survived")

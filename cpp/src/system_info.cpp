@@ -1,7 +1,11 @@
 #include "gdscp/system_info.hpp"
 
-#include "gdscp/cuda_driver.hpp"
-#include "gdscp/cufile_driver.hpp"
+#include <unistd.h>
+
+#include <fstream>
+
+#include "gdscp/shim/cuda_driver.hpp"
+#include "gdscp/shim/cufile_driver.hpp"
 
 namespace gdscp {
 
@@ -44,6 +48,15 @@ CuFileInfo cufile_info(const std::string& library_hint) {
   info.library = drv->library_path;
   info.version = drv->version;
   return info;
+}
+
+bool nvidia_fs_present() { return ::access("/proc/driver/nvidia-fs/version", R_OK) == 0; }
+
+std::string nvidia_fs_version() {
+  std::ifstream in("/proc/driver/nvidia-fs/version");
+  std::string line, all;
+  while (std::getline(in, line)) all += (all.empty() ? "" : "; ") + line;
+  return all;
 }
 
 }  // namespace gdscp

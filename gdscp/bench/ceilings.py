@@ -161,12 +161,10 @@ def _copy_rate(nbytes: int, threads: int, runs: int, streaming: bool) -> dict:
     slices = [slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
 
     if streaming:
-        from .. import _core
-
-        src_at, dst_at = src.ctypes.data, dst.ctypes.data
+        from ..memory import stream_copy
 
         def copy(part: slice) -> None:
-            _core._stream_copy(dst_at + part.start, src_at + part.start, part.stop - part.start)
+            stream_copy(dst[part], src[part])
 
     else:
 

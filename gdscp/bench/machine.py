@@ -8,7 +8,7 @@ import platform
 import re
 from typing import Optional
 
-from .. import _libs
+from .. import _core
 from .files import available_memory, free_disk, total_memory
 
 __all__ = ["describe_machine", "filesystem_of", "now_iso"]
@@ -115,5 +115,5 @@ def describe_machine(directory: str, device: Optional[int] = None) -> dict:
         "os": {"system": platform.system(), "release": platform.release(), "machine": platform.machine()},
         "python": platform.python_version(),
         "filesystem": filesystem_of(directory),
-        "nvidia_fs": _libs.nvidia_fs_present(),
+        "nvidia_fs": _core.nvidia_fs_present(),
     }

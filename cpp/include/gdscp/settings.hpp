@@ -1,11 +1,15 @@
 // The knobs one request runs with: resolved once by the caller (gdscp.defaults)
 // and passed down by value, so a change never affects a request in flight.
+// The member initialisers are the defaults, for C++ and Python alike
+// (gdscp.defaults reads them from a default-constructed Settings).
 #pragma once
 
 #include <cstddef>
 
 namespace gdscp {
 
+// Which backend device memory goes through: ON: never cuFile; OFF: cuFile or an
+// error; AUTO: cuFile where GPUDirect Storage really works.
 enum class CompatMode { off = 0, on = 1, automatic = 2 };
 
 // O_DIRECT for host-side transfers of 1 MiB and more: never; always (the
@@ -13,6 +17,7 @@ enum class CompatMode { off = 0, on = 1, automatic = 2 };
 enum class DirectIO { off = 0, on = 1, automatic = 2 };
 
 struct Settings {
+  CompatMode compat_mode = CompatMode::automatic;  // read when a file is opened
   size_t task_size = 16u << 20;           // largest chunk a worker claims at once
   size_t gds_threshold = 1u << 20;        // below this a request runs on the calling thread
   size_t bounce_buffer_size = 4u << 20;   // pinned staging buffer size
@@ -21,5 +26,9 @@ struct Settings {
   int pipeline_depth = 2;                 // staging buffers in flight per worker (2..8)
   bool mapped_reads = true;               // cached chunks into host memory: map + streaming copy
 };
+
+// The worker pool's size unless the caller sets one: one worker per CPU, at
+// least 4 (so a small machine still overlaps I/O waits) and at most 32.
+unsigned default_num_threads();
 
 }  // namespace gdscp

@@ -35,4 +35,9 @@ CudaInfo cuda_info();
 // Loads libcufile (and opens its driver) if that has not happened yet.
 CuFileInfo cufile_info(const std::string& library_hint);
 
+// GPUDirect Storage proper needs the nvidia-fs kernel module; without it
+// libcufile can only run in its own compatibility mode.
+bool nvidia_fs_present();
+std::string nvidia_fs_version();  // "" when absent
+
 }  // namespace gdscp

@@ -1,0 +1,35 @@
+// Python memory as the bindings read it: DLPack capsules and the buffer
+// protocol. gdscp._buffers decides what a Python object is; this reads the
+// addresses and sizes out of the C structures.
+#pragma once
+
+#include <nanobind/nanobind.h>
+
+#include <cstddef>
+
+namespace gdscp::bindings {
+
+// (address, nbytes, device_type, device_id, c_contiguous) of a DLPack capsule,
+// which stays unconsumed: the caller keeps it alive while the memory is used.
+nanobind::tuple dlpack_info(nanobind::handle capsule);
+
+// (address, nbytes) of a buffer-protocol object; C-contiguous required.
+nanobind::tuple host_buffer(nanobind::handle obj, bool writable);
+
+// A C-contiguous buffer-protocol view of an object, held while this lives: the
+// exporter may not move or resize the memory meanwhile, so it may be used with
+// the GIL released. Create and destroy it with the GIL held.
+class BufferView {
+ public:
+  BufferView(nanobind::handle obj, bool writable);  // raises the exporter's error
+  ~BufferView();
+  BufferView(const BufferView&) = delete;
+  BufferView& operator=(const BufferView&) = delete;
+  char* data() const noexcept { return static_cast<char*>(view_.buf); }
+  size_t size() const noexcept { return static_cast<size_t>(view_.len); }
+
+ private:
+  Py_buffer view_;
+};
+
+}  // namespace gdscp::bindings

@@ -1,0 +1,58 @@
+// Staging buffers, leased and returned: page-locked ones for GPU copies, and
+// page-aligned ones for O_DIRECT into unaligned host buffers.
+#pragma once
+
+#include <cstddef>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+namespace gdscp::detail {
+
+class BufferPool {
+ public:
+  enum class Kind { pinned, aligned };
+
+  class Lease {
+   public:
+    Lease() = default;
+    Lease(BufferPool* pool, void* ptr, size_t size) : pool_(pool), ptr_(ptr), size_(size) {}
+    Lease(Lease&& o) noexcept { *this = std::move(o); }
+    Lease& operator=(Lease&& o) noexcept;
+    ~Lease() { release(); }
+    void* get() const noexcept { return ptr_; }
+    size_t size() const noexcept { return size_; }
+    void release() noexcept;
+
+   private:
+    BufferPool* pool_ = nullptr;
+    void* ptr_ = nullptr;
+    size_t size_ = 0;
+  };
+
+  explicit BufferPool(Kind kind) : kind_(kind) {}
+  ~BufferPool();  // frees what is idle; a lease outliving the pool is a bug
+
+  // A buffer of exactly `size` bytes, reused when one is idle. Pinned buffers
+  // are allocated with CU_MEMHOSTALLOC_PORTABLE (any context may use them) and
+  // need a current CUDA context on the calling thread.
+  Lease acquire(size_t size);
+  void trim();  // frees every idle buffer
+
+  size_t bytes_allocated() const;  // idle + leased
+
+  static BufferPool& pinned();
+  static BufferPool& aligned();
+
+ private:
+  void give_back(void* ptr, size_t size) noexcept;
+  void* allocate(size_t size);
+  void deallocate(void* ptr) noexcept;
+
+  Kind kind_;
+  mutable std::mutex mutex_;
+  std::unordered_map<size_t, std::vector<void*>> idle_;
+  size_t allocated_ = 0;
+};
+
+}  // namespace gdscp::detail

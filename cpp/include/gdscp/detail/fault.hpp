@@ -1,0 +1,18 @@
+// Test hook: make the Nth pread or pwrite of the process fail with a chosen
+// errno, so tests can prove that mid-transfer failures surface cleanly.
+// Disarmed, a check is one relaxed atomic load.
+#pragma once
+
+namespace gdscp::detail::fault {
+
+enum class Op { pread = 0, pwrite = 1 };
+
+// After `skip` more successful calls of `op`, the next `count` calls fail with `err`.
+void arm(Op op, long skip, long count, int err) noexcept;
+void disarm() noexcept;
+// Called before each read or write system call (posix_io.cpp) and before a
+// mapped copy, which stands in for a read (mapped_read.cpp); returns the errno
+// to fail with, or 0.
+int check(Op op) noexcept;
+
+}  // namespace gdscp::detail::fault

@@ -1,0 +1,36 @@
+// File ranges moved with pread/pwrite: the system call loops, and O_DIRECT for
+// the aligned middle of a range where it is asked for. Errors are decoded here,
+// once, and name the file and the offset.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "gdscp/detail/file.hpp"
+#include "gdscp/settings.hpp"
+
+namespace gdscp::detail {
+
+// Loop over EINTR and short transfers. Reads stop early only at end of file;
+// writes move every byte or throw.
+size_t pread_full(int fd, void* buf, size_t size, int64_t offset, const std::string& path);
+size_t pwrite_full(int fd, const void* buf, size_t size, int64_t offset, const std::string& path);
+
+// Reads [off, off + size) of `f` into `dst`; fewer bytes only at end of file.
+// With `direct` on, the aligned middle of a range of 1 MiB and more goes
+// through the O_DIRECT descriptor (into `dst` if it is aligned, else through an
+// aligned bounce of at most `bounce_size` bytes), the rest buffered.
+size_t read_range(const File& f, char* dst, size_t size, int64_t off, DirectIO direct, size_t bounce_size);
+
+// Writes [off, off + size) of `f` from `src`, every byte or a throw. O_DIRECT
+// for the aligned middle with `direct` on (1 MiB and more) or automatic (4 MiB
+// and more), the rest buffered; `bounce_size` as for read_range.
+size_t write_range(const File& f, const char* src, size_t size, int64_t off, DirectIO direct, size_t bounce_size);
+
+// The slice a write moves through one bounce or staging buffer: whole chunks up
+// to 64 MiB rather than bounce-buffer-sized pieces, since the disk, not host
+// memory, limits writes, and it prefers large requests.
+size_t write_slice(size_t bounce_buffer_size, size_t chunk_size);
+
+}  // namespace gdscp::detail

@@ -1,0 +1,55 @@
+// Worker threads fed from one queue. Tasks never wait on each other inside the
+// pool: completion is tracked by the Request they belong to (request.hpp).
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace gdscp::detail {
+
+class ThreadPool {
+ public:
+  explicit ThreadPool(unsigned threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  void submit_many(std::vector<std::function<void()>> tasks);
+
+  // Safe while work is queued or running: queued tasks stay queued; a shrinking
+  // pool lets surplus workers finish their current task, then parks them. A
+  // parked worker costs only its stack's address space; growing again wakes it
+  // with its per-thread state (CUDA streams, staging events) intact, where a new
+  // thread would create them inside the next transfer.
+  void resize(unsigned threads);
+  unsigned size() const;   // active workers
+  unsigned busy() const;   // workers running a task now
+
+  // The process-wide pool (the only one most callers need), starting with
+  // default_num_threads() workers. It is rebuilt in a forked child, where the
+  // parent's workers do not exist.
+  static ThreadPool& process_default();
+
+ private:
+  struct Worker {
+    std::thread thread;
+    unsigned index = 0;  // takes tasks while index < active_
+  };
+  void worker_loop(Worker* self);
+  void spawn_locked(unsigned upto);
+
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> queue_;
+  std::vector<std::unique_ptr<Worker>> workers_;
+  unsigned active_ = 0;
+  unsigned busy_ = 0;
+  bool stopping_ = false;
+};
+
+}  // namespace gdscp::detail

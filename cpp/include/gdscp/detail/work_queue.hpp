@@ -1,0 +1,75 @@
+// The concurrent side of a plan: the chunks of one request, claimed by the
+// workers that share it, and each worker's cut of its chunks into staging
+// pieces.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <utility>
+#include <vector>
+
+#include "gdscp/detail/plan.hpp"
+
+namespace gdscp::detail {
+
+// The chunks of one request, claimed one at a time by the workers sharing the
+// request: whoever is free takes the next chunk, so the work balances itself,
+// and each worker can keep its staging pipeline full across chunks.
+class ChunkQueue {
+ public:
+  // `chunks` must be one contiguous range, in order (as split() cuts it).
+  // `chunk_size`: the request's chunk size (effective_task_size), which bounds
+  // what a worker stages at once; `workers`: how many workers the request runs on.
+  ChunkQueue(std::vector<Chunk> chunks, size_t chunk_size, const std::atomic<bool>* cancelled = nullptr,
+             size_t workers = 1)
+      : chunks_(std::move(chunks)), chunk_size_(chunk_size), cancelled_(cancelled), workers_(workers) {
+    for (const Chunk& c : chunks_) bytes_ += c.size;
+  }
+  ChunkQueue(const ChunkQueue&) = delete;
+  ChunkQueue& operator=(const ChunkQueue&) = delete;
+
+  // The next unclaimed chunk; false once none is left or the request was cancelled.
+  bool next(Chunk& out) noexcept {
+    if (cancelled()) return false;
+    const size_t i = next_.fetch_add(1, std::memory_order_relaxed);
+    if (i >= chunks_.size()) return false;
+    out = chunks_[i];
+    return true;
+  }
+  // A worker starting on the request: 0 for the first, 1 for the next...
+  size_t join() noexcept { return joined_.fetch_add(1, std::memory_order_relaxed); }
+  size_t chunk_size() const noexcept { return chunk_size_; }
+  size_t workers() const noexcept { return workers_; }
+  size_t bytes() const noexcept { return bytes_; }
+  bool cancelled() const noexcept { return cancelled_ && cancelled_->load(std::memory_order_relaxed); }
+
+ private:
+  std::vector<Chunk> chunks_;
+  size_t chunk_size_;
+  std::atomic<size_t> next_{0};
+  std::atomic<size_t> joined_{0};
+  const std::atomic<bool>* cancelled_;
+  size_t workers_;
+  size_t bytes_ = 0;
+};
+
+// One worker's share of a request in staging-buffer-sized pieces: it claims
+// whole chunks from the request's queue and cuts each into pieces, read in
+// file order (work_queue.cpp says why).
+class PieceStream {
+ public:
+  // `piece`: the staging buffer size (no piece is larger, nor larger than the
+  // queue's chunk size); `stagger`: graded first pieces (reads).
+  PieceStream(ChunkQueue& work, size_t piece, bool stagger);
+  // The next piece; false once the request has none left or was cancelled.
+  bool next(Chunk& out);
+
+ private:
+  ChunkQueue& work_;
+  size_t piece_;
+  size_t first_;          // the size of the next piece: piece_ after the first
+  Chunk chunk_{0, 0, 0};  // the chunk being cut
+  size_t pos_ = 0;        // bytes of chunk_ handed out
+};
+
+}  // namespace gdscp::detail

@@ -1,0 +1,66 @@
+// What the caller holds while bytes move: a Future for a parallel pread or
+// pwrite, a StreamFuture for a transfer ordered on a CUDA stream.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+// CUstream and CUcontext without cuda.h: the same incomplete types it names.
+struct CUstream_st;
+struct CUctx_st;
+
+namespace gdscp {
+
+namespace detail {
+class Backend;
+class Request;
+struct AsyncOp;
+}  // namespace detail
+
+// Destroying it waits for the request's tasks, which may still be writing into
+// the caller's memory.
+class Future {
+ public:
+  explicit Future(std::shared_ptr<detail::Request> req);
+  ~Future();
+  Future(const Future&) = delete;
+  Future& operator=(const Future&) = delete;
+
+  // Waits for every task, then returns the bytes moved or throws the first failure.
+  size_t get();
+  bool done() const;
+  // Waits up to `seconds` (negative: forever); true once every task has finished.
+  bool wait_for(double seconds) const;
+  // Tasks not yet started skip their I/O.
+  void cancel();
+  // Bytes moved so far.
+  size_t progress() const;
+
+ private:
+  std::shared_ptr<detail::Request> req_;
+};
+
+// A raw_read_async/raw_write_async: either queued on the stream (`op`), or
+// already run on the calling thread in stream order (`ready_bytes`).
+class StreamFuture {
+ public:
+  // `keep` holds the open file (and `backend`) until the stream has run `op`.
+  StreamFuture(std::shared_ptr<const void> keep, const detail::Backend* backend, CUstream_st* stream, CUctx_st* ctx,
+               size_t ready_bytes, std::unique_ptr<detail::AsyncOp> op);
+  ~StreamFuture();
+  StreamFuture(const StreamFuture&) = delete;
+  StreamFuture& operator=(const StreamFuture&) = delete;
+  // Synchronises the stream, then returns the bytes moved or throws.
+  size_t check_bytes_done();
+
+ private:
+  std::shared_ptr<const void> keep_;
+  const detail::Backend* backend_;
+  CUstream_st* stream_;
+  CUctx_st* ctx_;
+  size_t ready_bytes_;
+  std::unique_ptr<detail::AsyncOp> op_;  // null: the transfer already ran
+  bool synced_ = false;
+};
+
+}  // namespace gdscp

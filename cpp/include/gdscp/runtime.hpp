@@ -1,0 +1,20 @@
+// The engine's process-wide services beside open files: the worker pool's
+// size, the idle staging buffers, and a wait on a CUDA stream.
+#pragma once
+
+#include <cstdint>
+
+namespace gdscp {
+
+// Sets the process-wide pool's size (gdscp.defaults num_threads); safe while
+// transfers run.
+void set_num_threads(unsigned n);
+unsigned num_threads();
+
+// Frees the idle pinned and aligned staging buffers.
+void trim_pools();
+
+// Waits for the work queued on a CUDA stream (a CUstream as an integer).
+void stream_synchronize(uintptr_t stream);
+
+}  // namespace gdscp

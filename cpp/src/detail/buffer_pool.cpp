@@ -1,0 +1,126 @@
+#include "gdscp/detail/buffer_pool.hpp"
+
+#include <cstdlib>
+#include <new>
+
+#include "gdscp/detail/device_pointer.hpp"
+#include "gdscp/error.hpp"
+#include "gdscp/shim/cuda_driver.hpp"
+
+namespace gdscp::detail {
+
+// Idle buffers kept per size; beyond this many of one size, returns are freed.
+constexpr size_t kMaxIdlePerSize = 256;
+
+BufferPool::Lease& BufferPool::Lease::operator=(Lease&& o) noexcept {
+  if (this != &o) {
+    release();
+    pool_ = o.pool_;
+    ptr_ = o.ptr_;
+    size_ = o.size_;
+    o.pool_ = nullptr;
+    o.ptr_ = nullptr;
+    o.size_ = 0;
+  }
+  return *this;
+}
+
+void BufferPool::Lease::release() noexcept {
+  if (pool_ && ptr_) pool_->give_back(ptr_, size_);
+  pool_ = nullptr;
+  ptr_ = nullptr;
+}
+
+BufferPool::~BufferPool() { trim(); }
+
+void* BufferPool::allocate(size_t size) {
+  if (kind_ == Kind::pinned) {
+    const CudaDriver& drv = CudaDriver::require();
+    void* p = nullptr;
+    drv.check(drv.cuMemHostAlloc(&p, size, CU_MEMHOSTALLOC_PORTABLE), "cuMemHostAlloc (pinned staging buffer)");
+    return p;
+  }
+  void* p = nullptr;
+  if (::posix_memalign(&p, 4096, size) != 0) throw std::bad_alloc();
+  return p;
+}
+
+void BufferPool::deallocate(void* ptr) noexcept {
+  if (kind_ == Kind::pinned) {
+    const CudaDriver* drv = CudaDriver::get();
+    if (!drv) return;
+    CUcontext current = nullptr;
+    if (drv->cuCtxGetCurrent(&current) == CUDA_SUCCESS && current == nullptr) {
+      // Portable pinned memory may be freed under any context, but some context
+      // must be current: borrow GPU 0's primary one.
+      try {
+        ScopedContext scope(*drv, primary_context(0));
+        drv->cuMemFreeHost(ptr);
+      } catch (...) {
+      }
+      return;
+    }
+    drv->cuMemFreeHost(ptr);
+  } else {
+    std::free(ptr);
+  }
+}
+
+BufferPool::Lease BufferPool::acquire(size_t size) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = idle_.find(size);
+    if (it != idle_.end() && !it->second.empty()) {
+      void* p = it->second.back();
+      it->second.pop_back();
+      return Lease(this, p, size);
+    }
+  }
+  void* p = allocate(size);
+  std::lock_guard<std::mutex> lock(mutex_);
+  allocated_ += size;
+  return Lease(this, p, size);
+}
+
+void BufferPool::give_back(void* ptr, size_t size) noexcept {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto& list = idle_[size];
+    if (list.size() < kMaxIdlePerSize) {
+      list.push_back(ptr);
+      return;
+    }
+    allocated_ -= size;
+  }
+  deallocate(ptr);
+}
+
+void BufferPool::trim() {
+  std::unordered_map<size_t, std::vector<void*>> idle;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    idle.swap(idle_);
+    for (auto& [size, list] : idle) allocated_ -= size * list.size();
+  }
+  for (auto& [size, list] : idle)
+    for (void* p : list) deallocate(p);
+}
+
+size_t BufferPool::bytes_allocated() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return allocated_;
+}
+
+BufferPool& BufferPool::pinned() {
+  // Leaked on purpose: freeing pinned memory during static destruction races
+  // the driver's own teardown.
+  static BufferPool* pool = new BufferPool(Kind::pinned);
+  return *pool;
+}
+
+BufferPool& BufferPool::aligned() {
+  static BufferPool* pool = new BufferPool(Kind::aligned);
+  return *pool;
+}
+
+}  // namespace gdscp::detail

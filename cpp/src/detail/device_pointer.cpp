@@ -1,0 +1,70 @@
+#include "gdscp/detail/device_pointer.hpp"
+
+#include <cstdio>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "gdscp/error.hpp"
+#include "gdscp/shim/cuda_driver.hpp"
+
+namespace gdscp::detail {
+
+CUcontext primary_context(int ordinal) {
+  const CudaDriver& drv = CudaDriver::require();
+  // Retained once per GPU for the life of the process, as CUDA runtimes do.
+  static std::mutex mutex;
+  static std::vector<CUcontext> contexts;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (contexts.size() <= static_cast<size_t>(ordinal)) contexts.resize(ordinal + 1, nullptr);
+  if (!contexts[ordinal]) {
+    CUdevice dev{};
+    drv.check(drv.cuDeviceGet(&dev, ordinal), "cuDeviceGet");
+    drv.check(drv.cuDevicePrimaryCtxRetain(&contexts[ordinal], dev), "cuDevicePrimaryCtxRetain");
+  }
+  return contexts[ordinal];
+}
+
+MemoryTarget resolve_device_pointer(uintptr_t ptr) {
+  const CudaDriver& drv = CudaDriver::require();
+  CUmemorytype type{};
+  CUcontext ctx = nullptr;
+  int ordinal = -1;
+  unsigned int managed = 0;
+  CUpointer_attribute attrs[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_CONTEXT,
+                                 CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, CU_POINTER_ATTRIBUTE_IS_MANAGED};
+  void* values[] = {&type, &ctx, &ordinal, &managed};
+  drv.check(drv.cuPointerGetAttributes(4, attrs, values, static_cast<CUdeviceptr>(ptr)),
+            "cuPointerGetAttributes");
+  MemoryTarget t;
+  if (type == 0) {
+    char addr[32];
+    std::snprintf(addr, sizeof addr, "0x%llx", static_cast<unsigned long long>(ptr));
+    throw Error(ErrorKind::invalid, 0,
+                std::string("address ") + addr +
+                    " is not memory CUDA knows (claimed device memory, but no allocation covers it)");
+  }
+  if (type == CU_MEMORYTYPE_HOST && !managed) return t;  // pinned host memory: the CPU path
+  t.device = true;
+  t.ordinal = ordinal;
+  t.managed = managed != 0;
+  if (ctx) {
+    t.ctx = ctx;
+    return t;
+  }
+  CUcontext current = nullptr;
+  if (drv.cuCtxGetCurrent(&current) == CUDA_SUCCESS && current) {
+    CUdevice dev{};
+    if (drv.cuCtxGetDevice(&dev) == CUDA_SUCCESS) {
+      CUdevice want{};
+      if (drv.cuDeviceGet(&want, ordinal) == CUDA_SUCCESS && want == dev) {
+        t.ctx = current;
+        return t;
+      }
+    }
+  }
+  t.ctx = primary_context(ordinal < 0 ? 0 : ordinal);
+  return t;
+}
+
+}  // namespace gdscp::detail

@@ -1,0 +1,163 @@
+#include "gdscp/detail/mapped_read.hpp"
+
+#include <setjmp.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <mutex>
+#include <vector>
+
+#include "gdscp/detail/fault.hpp"
+#include "gdscp/error.hpp"
+#include "gdscp/stream_copy.hpp"
+
+namespace gdscp::detail {
+namespace {
+
+std::atomic<uint64_t> g_mapped_bytes{0};
+
+size_t page_size() {
+  static const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  return page;
+}
+
+#if defined(__x86_64__)
+
+// ---- SIGBUS guard ---------------------------------------------------------
+// A mapped page past the end of a file that shrank under us raises SIGBUS
+// (pread would just return short). The thread doing a guarded copy points
+// t_guard at its jump buffer; the handler jumps back there. Any other SIGBUS
+// goes to whatever handler was installed before ours, or kills the process
+// as it would have without us.
+
+// initial-exec: the handler may run on a thread that never touched t_guard,
+// and a lazily allocated TLS block would call malloc inside the handler.
+__attribute__((tls_model("initial-exec"))) thread_local sigjmp_buf* volatile t_guard = nullptr;
+struct sigaction g_previous;
+std::mutex g_install_mutex;
+
+void on_sigbus(int sig, siginfo_t* info, void* uctx) {
+  if (sigjmp_buf* guard = t_guard) {
+    t_guard = nullptr;
+    siglongjmp(*guard, 1);
+  }
+  if (g_previous.sa_flags & SA_SIGINFO) {
+    g_previous.sa_sigaction(sig, info, uctx);
+  } else if (g_previous.sa_handler != SIG_DFL && g_previous.sa_handler != SIG_IGN) {
+    g_previous.sa_handler(sig);
+  } else {
+    // Default action: restore it; a fault re-executes and dies, a sent signal is re-raised.
+    signal(sig, SIG_DFL);
+    if (info == nullptr || info->si_code <= 0) raise(sig);
+  }
+}
+
+// Installs the handler, or re-installs it where someone replaced it since
+// (Python's faulthandler restores the handler it found when it is disabled).
+bool guard_installed() {
+  struct sigaction current;
+  if (sigaction(SIGBUS, nullptr, &current) != 0) return false;
+  if ((current.sa_flags & SA_SIGINFO) && current.sa_sigaction == on_sigbus) return true;
+  std::lock_guard<std::mutex> lock(g_install_mutex);
+  struct sigaction ours {};
+  ours.sa_sigaction = on_sigbus;
+  ours.sa_flags = SA_SIGINFO | SA_ONSTACK;
+  sigemptyset(&ours.sa_mask);
+  struct sigaction previous;
+  if (sigaction(SIGBUS, &ours, &previous) != 0) return false;
+  if (!((previous.sa_flags & SA_SIGINFO) && previous.sa_sigaction == on_sigbus)) g_previous = previous;
+  return true;
+}
+
+// No C++ objects live between the sigsetjmp and the copy, so jumping out of
+// the copy skips no destructor.
+__attribute__((noinline)) bool guarded_copy(char* dst, const char* src, size_t n) {
+  sigjmp_buf env;
+  if (sigsetjmp(env, 1) != 0) return false;  // SIGBUS: the handler cleared t_guard
+  t_guard = &env;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  stream_copy(dst, src, n);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  t_guard = nullptr;
+  return true;
+}
+
+#endif  // __x86_64__
+
+}  // namespace
+
+uint64_t mapped_read_bytes() noexcept { return g_mapped_bytes.load(std::memory_order_relaxed); }
+
+MappedRange::MappedRange(int fd, int64_t off, size_t n) : n_(n) {
+  const int64_t map_off = off - off % static_cast<int64_t>(page_size());
+  lead_ = static_cast<size_t>(off - map_off);
+  len_ = lead_ + n;
+  void* map = mmap(nullptr, len_, PROT_READ, MAP_SHARED, fd, map_off);
+  if (map != MAP_FAILED) map_ = map;
+}
+
+MappedRange::~MappedRange() {
+  if (map_) munmap(map_, len_);
+}
+
+bool MappedRange::cached() const {
+  if (!map_) return false;
+  thread_local std::vector<unsigned char> pages;
+  pages.resize((len_ + page_size() - 1) / page_size());
+  if (mincore(map_, len_, pages.data()) != 0) return false;
+  for (unsigned char p : pages)
+    if (!(p & 1)) return false;
+  return true;
+}
+
+#if defined(__x86_64__)
+
+bool MappedRange::copy_to(char* dst) const {
+  if (!map_ || !guard_installed()) return false;
+  return guarded_copy(dst, static_cast<const char*>(map_) + lead_, n_);
+}
+
+bool mapped_read(int fd, char* dst, size_t size, int64_t off, const std::string& path, size_t& copied) {
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return false;
+  const int64_t file_size = st.st_size;
+  if (off >= file_size) {
+    copied = 0;
+    return true;
+  }
+  const size_t n = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(size), file_size - off));
+  const MappedRange range(fd, off, n);
+  // Only cached data: cold pages would fault in one readahead window at a
+  // time, slower than pread's readahead. (For files this process neither owns
+  // nor may write, mincore reports no page as cached: those use pread.)
+  if (!range.cached()) return false;
+  // The fault hook treats this copy as the read call it replaces (which
+  // would retry EINTR).
+  int err;
+  while ((err = fault::check(fault::Op::pread)) == EINTR) {
+  }
+  if (err) throw_os_error(err, "read (mapped)", path, off);
+  if (!range.copy_to(dst)) return false;
+  // A file cut short during the copy does not always raise SIGBUS: with large
+  // page-cache folios the pages past the new end may still be mapped (and
+  // read as zeros). pread then reports the short count and the right bytes.
+  if (fstat(fd, &st) != 0 || st.st_size < off + static_cast<int64_t>(n)) return false;
+  g_mapped_bytes.fetch_add(n, std::memory_order_relaxed);
+  copied = n;
+  return true;
+}
+
+#else
+
+bool MappedRange::copy_to(char*) const { return false; }
+
+bool mapped_read(int, char*, size_t, int64_t, const std::string&, size_t&) { return false; }
+
+#endif
+
+}  // namespace gdscp::detail

@@ -1,0 +1,50 @@
+#include "gdscp/future.hpp"
+
+#include "gdscp/detail/backend.hpp"
+#include "gdscp/detail/request.hpp"
+#include "gdscp/shim/cuda_driver.hpp"
+
+namespace gdscp {
+
+Future::Future(std::shared_ptr<detail::Request> req) : req_(std::move(req)) {}
+
+Future::~Future() {
+  if (req_) req_->wait_for(-1);
+}
+
+size_t Future::get() { return req_->get(); }
+bool Future::done() const { return req_->done(); }
+bool Future::wait_for(double seconds) const { return req_->wait_for(seconds); }
+void Future::cancel() { req_->cancel(); }
+size_t Future::progress() const { return req_->progress(); }
+
+StreamFuture::StreamFuture(std::shared_ptr<const void> keep, const detail::Backend* backend, CUstream_st* stream,
+                           CUctx_st* ctx, size_t ready_bytes, std::unique_ptr<detail::AsyncOp> op)
+    : keep_(std::move(keep)), backend_(backend), stream_(stream), ctx_(ctx), ready_bytes_(ready_bytes),
+      op_(std::move(op)) {}
+
+StreamFuture::~StreamFuture() {
+  // The stream may still read or write *op_: it must run before op_ goes.
+  if (op_ && !synced_) {
+    if (const CudaDriver* drv = CudaDriver::get()) {
+      try {
+        ScopedContext scope(*drv, ctx_);
+        drv->cuStreamSynchronize(stream_);
+      } catch (...) {
+      }
+    }
+  }
+}
+
+size_t StreamFuture::check_bytes_done() {
+  if (!op_) return ready_bytes_;
+  if (!synced_) {
+    const CudaDriver& drv = CudaDriver::require();
+    ScopedContext scope(drv, ctx_);
+    drv.check(drv.cuStreamSynchronize(stream_), "cuStreamSynchronize");
+    synced_ = true;
+  }
+  return backend_->async_result(*op_);
+}
+
+}  // namespace gdscp

@@ -1,0 +1,203 @@
+#include "gdscp/handle.hpp"
+
+#include <functional>
+#include <vector>
+
+#include "gdscp/detail/backend.hpp"
+#include "gdscp/detail/device_pointer.hpp"
+#include "gdscp/detail/file.hpp"
+#include "gdscp/detail/plan.hpp"
+#include "gdscp/detail/request.hpp"
+#include "gdscp/detail/thread_pool.hpp"
+#include "gdscp/detail/work_queue.hpp"
+#include "gdscp/error.hpp"
+#include "gdscp/shim/cuda_driver.hpp"
+
+namespace gdscp {
+namespace detail {
+
+// Everything an open file owns. Requests keep it alive, so close() during a
+// transfer never pulls a descriptor from under a running task.
+struct OpenFile {
+  std::shared_ptr<File> file;
+  Backends backends;
+};
+
+}  // namespace detail
+
+namespace {
+
+using detail::Backend;
+using detail::Chunk;
+using detail::ChunkQueue;
+using detail::MemoryTarget;
+using detail::OpenFile;
+using detail::Request;
+
+MemoryTarget target_for(uintptr_t ptr, bool device) {
+  return device ? detail::resolve_device_pointer(ptr) : MemoryTarget{};
+}
+
+MemoryTarget raw_target(uintptr_t base) {
+  const MemoryTarget mem = detail::resolve_device_pointer(base);
+  if (!mem.device) throw_invalid("raw I/O needs device memory; this buffer is host memory");
+  return mem;
+}
+
+// One transfer on the calling thread through the file's device backend. The
+// one chunk is staged in slices of the settings' task size, as a chunk of a
+// parallel request would be.
+size_t raw_transfer(const OpenFile& st, const MemoryTarget& mem, bool write, uintptr_t base, size_t size,
+                    int64_t file_offset, int64_t dev_offset, const Settings& s) {
+  ChunkQueue one({Chunk{static_cast<size_t>(dev_offset), file_offset, size}}, s.task_size);
+  char* p = reinterpret_cast<char*>(base);
+  Backend& b = *st.backends.device;
+  return write ? b.write(mem, p, one, s, nullptr) : b.read(mem, p, one, s, nullptr);
+}
+
+std::unique_ptr<Future> finished(size_t bytes) {
+  auto req = std::make_shared<Request>(1);
+  req->task_done(bytes);
+  return std::make_unique<Future>(std::move(req));
+}
+
+}  // namespace
+
+Handle::Handle(std::string path, std::string_view flags, const Settings& s, const std::string& cufile_library)
+    : path_(std::move(path)) {
+  auto file = std::make_shared<detail::File>(path_, flags);
+  detail::Backends backends = detail::choose_backends(file, s.compat_mode, cufile_library);
+  backend_ = backends.device->name();
+  reason_ = std::move(backends.reason);
+  open_ = std::make_shared<const OpenFile>(OpenFile{std::move(file), std::move(backends)});
+}
+
+void Handle::close() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  open_.reset();  // descriptors close once the last request holding them ends
+}
+
+bool Handle::closed() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return !open_;
+}
+
+std::shared_ptr<const OpenFile> Handle::state() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!open_) throw Error(ErrorKind::invalid, 0, "I/O operation on closed file '" + path_ + "'");
+  return open_;
+}
+
+std::shared_ptr<const OpenFile> Handle::open_for(bool write) const {
+  std::shared_ptr<const OpenFile> st = state();
+  if (write) st->file->require_writable(); else st->file->require_readable();
+  return st;
+}
+
+int Handle::fileno() const { return state()->file->fd(); }
+int Handle::open_flags() const { return state()->file->open_flags(); }
+std::string Handle::path() const { return path_; }
+
+std::unique_ptr<Future> Handle::submit(bool write, uintptr_t buf, bool device, size_t size, int64_t offset,
+                                       const Settings& s) {
+  std::shared_ptr<const OpenFile> st = open_for(write);
+  if (size == 0) return finished(0);
+  if (write && st->file->mode().append) offset = st->file->reserve_append(size);
+  const MemoryTarget mem = target_for(buf, device);
+  Backend* backend = mem.device ? st->backends.device.get() : st->backends.host.get();
+  char* base = reinterpret_cast<char*>(buf);
+
+  detail::ThreadPool& pool = detail::ThreadPool::process_default();
+  const unsigned pool_size = pool.size();
+  const size_t chunk_size = detail::effective_task_size(size, s.task_size, pool_size, s.min_task_size);
+  std::vector<Chunk> chunks = detail::split(offset, size, chunk_size);
+  const size_t workers = std::min<size_t>(pool_size, chunks.size());
+  // Small requests run here: a hand-off to a worker would cost more than it saves.
+  const bool inline_run = size < s.gds_threshold || workers == 1;
+  auto req = std::make_shared<Request>(inline_run ? 1 : workers, st);
+  auto work = std::make_shared<ChunkQueue>(std::move(chunks), chunk_size, req->cancel_flag(), inline_run ? 1 : workers);
+
+  // Every worker of the request runs this over the shared queue; the request
+  // keeps the file (and `backend`) alive until the last one ends.
+  auto run = [backend, mem, s, write, base, req, work] {
+    try {
+      const size_t n = write ? backend->write(mem, base, *work, s, req.get())
+                             : backend->read(mem, base, *work, s, req.get());
+      req->task_done(n);
+    } catch (...) {
+      req->task_failed(std::current_exception());
+    }
+  };
+  if (inline_run) {
+    run();
+  } else {
+    std::vector<std::function<void()>> tasks(workers, run);
+    pool.submit_many(std::move(tasks));
+  }
+  return std::make_unique<Future>(std::move(req));
+}
+
+std::unique_ptr<Future> Handle::pread(uintptr_t buf, bool device, size_t size, int64_t file_offset,
+                                      const Settings& s) {
+  return submit(false, buf, device, size, file_offset, s);
+}
+
+std::unique_ptr<Future> Handle::pwrite(uintptr_t buf, bool device, size_t size, int64_t file_offset,
+                                       const Settings& s) {
+  return submit(true, buf, device, size, file_offset, s);
+}
+
+size_t Handle::raw(bool write, uintptr_t base, size_t size, int64_t file_offset, int64_t dev_offset,
+                   const Settings& s) {
+  std::shared_ptr<const OpenFile> st = open_for(write);
+  const MemoryTarget mem = raw_target(base);
+  if (size == 0) return 0;
+  if (write && st->file->mode().append) file_offset = st->file->reserve_append(size);
+  return raw_transfer(*st, mem, write, base, size, file_offset, dev_offset, s);
+}
+
+size_t Handle::raw_read(uintptr_t base, size_t size, int64_t file_offset, int64_t dev_offset, const Settings& s) {
+  return raw(false, base, size, file_offset, dev_offset, s);
+}
+
+size_t Handle::raw_write(uintptr_t base, size_t size, int64_t file_offset, int64_t dev_offset, const Settings& s) {
+  return raw(true, base, size, file_offset, dev_offset, s);
+}
+
+std::unique_ptr<StreamFuture> Handle::raw_async(bool write, uintptr_t base, size_t size, int64_t file_offset,
+                                                int64_t dev_offset, uintptr_t stream, const Settings& s) {
+  std::shared_ptr<const OpenFile> st = open_for(write);
+  const MemoryTarget mem = raw_target(base);
+  if (write && st->file->mode().append && size > 0) file_offset = st->file->reserve_append(size);
+  const auto cu_stream = reinterpret_cast<CUstream>(stream);
+  Backend& backend = *st->backends.device;
+  if (size > 0 && backend.supports_async()) {
+    auto op = std::make_unique<detail::AsyncOp>();
+    op->size = size;
+    op->file_offset = file_offset;
+    op->buf_offset = dev_offset;
+    if (backend.submit_async(write, mem, reinterpret_cast<void*>(base), *op, cu_stream))
+      return std::make_unique<StreamFuture>(st, &backend, cu_stream, mem.ctx, 0, std::move(op));
+  }
+  // Stream-ordered fallback: let the stream's earlier work finish, then move the
+  // bytes before returning, so later work on the stream sees them.
+  const CudaDriver& drv = CudaDriver::require();
+  {
+    ScopedContext scope(drv, mem.ctx);
+    drv.check(drv.cuStreamSynchronize(cu_stream), "cuStreamSynchronize");
+  }
+  const size_t n = size == 0 ? 0 : raw_transfer(*st, mem, write, base, size, file_offset, dev_offset, s);
+  return std::make_unique<StreamFuture>(st, &backend, cu_stream, mem.ctx, n, nullptr);
+}
+
+std::unique_ptr<StreamFuture> Handle::raw_read_async(uintptr_t base, size_t size, int64_t file_offset,
+                                                     int64_t dev_offset, uintptr_t stream, const Settings& s) {
+  return raw_async(false, base, size, file_offset, dev_offset, stream, s);
+}
+
+std::unique_ptr<StreamFuture> Handle::raw_write_async(uintptr_t base, size_t size, int64_t file_offset,
+                                                      int64_t dev_offset, uintptr_t stream, const Settings& s) {
+  return raw_async(true, base, size, file_offset, dev_offset, stream, s);
+}
+
+}  // namespace gdscp

@@ -1,0 +1,88 @@
+#include "testing.hpp"
+
+#include <nanobind/stl/string.h>
+
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "buffers.hpp"
+#include "gdscp/detail/buffer_pool.hpp"
+#include "gdscp/detail/fault.hpp"
+#include "gdscp/detail/mapped_read.hpp"
+#include "gdscp/detail/thread_pool.hpp"
+#include "gdscp/detail/work_queue.hpp"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace gdscp::bindings {
+namespace {
+
+using release = nb::call_guard<nb::gil_scoped_release>;
+
+void arm_fault(const std::string& op, long skip, long count, int err) {
+  using detail::fault::Op;
+  Op which;
+  if (op == "pread") which = Op::pread;
+  else if (op == "pwrite") which = Op::pwrite;
+  else throw nb::value_error("op must be 'pread' or 'pwrite'");
+  detail::fault::arm(which, skip, count, err);
+}
+
+// The pieces `workers` workers claim from one request (chunks of `chunk`
+// bytes, staging pieces of `piece`), the workers taking turns in an order
+// drawn from `seed` and each starting at its first turn, as the pool's
+// workers do. Returns (worker, buf_offset, file_offset, size) in claim order.
+nb::list plan_pieces(int64_t file_offset, size_t size, size_t chunk, size_t piece, size_t workers, bool stagger,
+                     uint64_t seed) {
+  detail::ChunkQueue work(detail::split(file_offset, size, chunk), chunk, nullptr, workers);
+  std::vector<std::unique_ptr<detail::PieceStream>> streams(workers);
+  std::vector<size_t> active(workers);
+  for (size_t w = 0; w < workers; ++w) active[w] = w;
+  std::mt19937_64 rng(seed);
+  nb::list out;
+  while (!active.empty()) {
+    const size_t i = rng() % active.size();
+    const size_t w = active[i];
+    if (!streams[w]) streams[w] = std::make_unique<detail::PieceStream>(work, piece, stagger);
+    detail::Chunk c;
+    if (streams[w]->next(c)) {
+      out.append(nb::make_tuple(w, c.buf_offset, c.file_offset, c.size));
+    } else {
+      active.erase(active.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+  }
+  return out;
+}
+
+// The copy mapped reads make, on an explicit range: [file_offset, file_offset
+// + len(dst)) of `fd` into `dst`, with no check that the pages are cached or
+// inside the file. True if every byte was copied; False if the SIGBUS guard
+// caught a fault (a page past the end of the file).
+bool mapped_copy(int fd, nb::handle dst, int64_t file_offset) {
+  const BufferView view(dst, /*writable=*/true);
+  const detail::MappedRange range(fd, file_offset, view.size());
+  if (!range.mapped()) throw nb::value_error("the range could not be mapped");
+  nb::gil_scoped_release unlocked;
+  return range.copy_to(view.data());
+}
+
+}  // namespace
+
+void define_testing(nb::module_& core) {
+  nb::module_ t = core.def_submodule("testing", "Test hooks (tests/ only): not part of gdscp's interface");
+  t.def("arm_fault", &arm_fault, "op"_a, "skip"_a, "count"_a, "errno"_a,
+        "After `skip` more successful pread (or pwrite) calls, fail the next `count` with `errno`.");
+  t.def("disarm_fault", &detail::fault::disarm);
+  t.def("mapped_read_bytes", &detail::mapped_read_bytes, "Bytes copied by mapped reads since the process started.");
+  t.def("pinned_bytes", [] { return detail::BufferPool::pinned().bytes_allocated(); },
+        "Pinned staging memory allocated, idle and leased.");
+  t.def("busy_threads", [] { return detail::ThreadPool::process_default().busy(); },
+        "Workers of the process's pool running a task now.");
+  t.def("plan_pieces", &plan_pieces, "file_offset"_a, "size"_a, "chunk"_a, "piece"_a, "workers"_a, "stagger"_a,
+        "seed"_a);
+  t.def("mapped_copy", &mapped_copy, "fd"_a, "dst"_a, "file_offset"_a);
+}
+
+}  // namespace gdscp::bindings

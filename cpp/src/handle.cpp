@@ -45,7 +45,7 @@ MemoryTarget raw_target(uintptr_t base) {
 }
 
 // One transfer on the calling thread through the file's device backend. The
-// one chunk is staged in slices of the settings' task size, as a chunk of a
+// chunk's staging is bounded by the settings' task size, as a chunk of a
 // parallel request would be.
 size_t raw_transfer(const OpenFile& st, const MemoryTarget& mem, bool write, uintptr_t base, size_t size,
                     int64_t file_offset, int64_t dev_offset, const Settings& s) {

@@ -29,7 +29,7 @@ size_t PosixBackend::read(const MemoryTarget& mem, char* base, ChunkQueue& work,
 size_t PosixBackend::write(const MemoryTarget& mem, const char* base, ChunkQueue& work, const Settings& s,
                            Request* req) {
   if (mem.device) return staged_write(*file_, mem, base, work, s, req);
-  const size_t bounce = write_slice(s.bounce_buffer_size, work.chunk_size());
+  const size_t bounce = write_piece_size(s.bounce_buffer_size, work.chunk_size());
   size_t total = 0;
   Chunk c;
   while (work.next(c))

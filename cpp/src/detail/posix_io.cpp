@@ -20,7 +20,7 @@ constexpr size_t kDirectMin = 1u << 20;  // below this O_DIRECT costs more than 
 // reach the disk's own rate (2.57 against 1.78 GB/s buffered on the host of an
 // H200 with PCIe Gen5, docs/performance.md).
 constexpr size_t kDirectWriteMin = 4u << 20;
-constexpr size_t kMaxWriteSlice = 64u << 20;  // bounds the staging memory a writing worker holds
+constexpr size_t kMaxWritePiece = 64u << 20;  // bounds the staging memory a writing worker holds
 
 ssize_t sys_pread(int fd, void* buf, size_t n, int64_t off) {
   if (int err = fault::check(fault::Op::pread)) {
@@ -89,8 +89,8 @@ size_t pwrite_full(int fd, const void* buf, size_t size, int64_t offset, const s
   return done;
 }
 
-size_t write_slice(size_t bounce_buffer_size, size_t chunk_size) {
-  return std::max(bounce_buffer_size, std::min(chunk_size, kMaxWriteSlice));
+size_t write_piece_size(size_t bounce_buffer_size, size_t chunk_size) {
+  return std::max(bounce_buffer_size, std::min(chunk_size, kMaxWritePiece));
 }
 
 size_t read_range(const File& f, char* dst, size_t size, int64_t off, DirectIO direct, size_t bounce_size) {

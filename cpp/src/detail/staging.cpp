@@ -55,16 +55,31 @@ class StreamDrain {
   CUstream s_;
 };
 
+// What one worker's staged transfer holds while it runs, in the order it must
+// be let go: the drain first (no copy may still use a buffer), then the
+// buffers back to the pool, then the caller's context restored.
+struct Pipeline {
+  Pipeline(const MemoryTarget& mem, const Settings& s)
+      : drv(CudaDriver::require()),
+        scope(drv, mem.ctx),
+        st(stream_state(drv, mem.ctx)),
+        depth(pipeline_depth(s)),
+        drain(drv, st.stream) {}
+
+  const CudaDriver& drv;
+  ScopedContext scope;
+  StreamState& st;
+  const size_t depth;
+  BufferPool::Lease bufs[kMaxDepth];
+  StreamDrain drain;
+};
+
 }  // namespace
 
 size_t staged_read(const File& f, const MemoryTarget& mem, char* base, ChunkQueue& work, const Settings& s,
                    Request* req) {
-  const CudaDriver& drv = CudaDriver::require();
-  ScopedContext scope(drv, mem.ctx);
-  StreamState& st = stream_state(drv, mem.ctx);
-  const size_t depth = pipeline_depth(s);
-  BufferPool::Lease bufs[kMaxDepth];
-  StreamDrain drain(drv, st.stream);
+  Pipeline pl(mem, s);
+  const CudaDriver& drv = pl.drv;
   const auto dev = reinterpret_cast<CUdeviceptr>(base);
   PieceStream pieces(work, s.bounce_buffer_size, /*stagger=*/true);
   size_t total = 0;
@@ -72,52 +87,49 @@ size_t staged_read(const File& f, const MemoryTarget& mem, char* base, ChunkQueu
   // Read piece i into slot i % depth while the copies of the pieces before it
   // are still running; the pipeline runs on across chunks, draining once.
   for (size_t i = 0; pieces.next(p); ++i) {
-    const size_t slot = i % depth;
-    if (i >= depth) drv.check(drv.cuEventSynchronize(st.events[slot]), "cuEventSynchronize");
-    if (!bufs[slot].get()) bufs[slot] = BufferPool::pinned().acquire(s.bounce_buffer_size);
-    char* staging = static_cast<char*>(bufs[slot].get());
+    const size_t slot = i % pl.depth;
+    if (i >= pl.depth) drv.check(drv.cuEventSynchronize(pl.st.events[slot]), "cuEventSynchronize");
+    if (!pl.bufs[slot].get()) pl.bufs[slot] = BufferPool::pinned().acquire(s.bounce_buffer_size);
+    char* staging = static_cast<char*>(pl.bufs[slot].get());
     // Not a mapped read: staging buffers are small, reused and still in the
     // CPU cache, where pread's cached copy beats streaming stores (hot file ->
     // GPU 52 against 38-43 GB/s).
     const size_t got = read_range(f, staging, p.size, p.file_offset, s.direct_io, s.bounce_buffer_size);
     if (got > 0) {
-      drv.check(drv.cuMemcpyHtoDAsync(dev + p.buf_offset, staging, got, st.stream), "cuMemcpyHtoDAsync");
-      drv.check(drv.cuEventRecord(st.events[slot], st.stream), "cuEventRecord");
+      drv.check(drv.cuMemcpyHtoDAsync(dev + p.buf_offset, staging, got, pl.st.stream), "cuMemcpyHtoDAsync");
+      drv.check(drv.cuEventRecord(pl.st.events[slot], pl.st.stream), "cuEventRecord");
     }
     total += got;
     if (req) req->add_progress(got);
   }
-  drain.finish();
+  pl.drain.finish();
   return total;
 }
 
 size_t staged_write(const File& f, const MemoryTarget& mem, const char* base, ChunkQueue& work, const Settings& s,
                     Request* req) {
-  const CudaDriver& drv = CudaDriver::require();
-  ScopedContext scope(drv, mem.ctx);
-  StreamState& st = stream_state(drv, mem.ctx);
-  const size_t depth = pipeline_depth(s);
-  BufferPool::Lease bufs[kMaxDepth];
+  Pipeline pl(mem, s);
+  const CudaDriver& drv = pl.drv;
   Chunk pending[kMaxDepth];
-  StreamDrain drain(drv, st.stream);
   const auto dev = reinterpret_cast<CUdeviceptr>(base);
-  const size_t slice = write_slice(s.bounce_buffer_size, work.chunk_size());
-  PieceStream pieces(work, slice, /*stagger=*/false);
+  const size_t piece = write_piece_size(s.bounce_buffer_size, work.chunk_size());
+  PieceStream pieces(work, piece, /*stagger=*/false);
   auto issue_copy = [&](size_t slot) {
-    if (!bufs[slot].get()) bufs[slot] = BufferPool::pinned().acquire(slice);
+    if (!pl.bufs[slot].get()) pl.bufs[slot] = BufferPool::pinned().acquire(piece);
     const Chunk& p = pending[slot];
-    drv.check(drv.cuMemcpyDtoHAsync(bufs[slot].get(), dev + p.buf_offset, p.size, st.stream), "cuMemcpyDtoHAsync");
-    drv.check(drv.cuEventRecord(st.events[slot], st.stream), "cuEventRecord");
+    drv.check(drv.cuMemcpyDtoHAsync(pl.bufs[slot].get(), dev + p.buf_offset, p.size, pl.st.stream),
+              "cuMemcpyDtoHAsync");
+    drv.check(drv.cuEventRecord(pl.st.events[slot], pl.st.stream), "cuEventRecord");
   };
   // Keep `depth` pieces coming off the GPU while earlier ones go to the file.
   size_t issued = 0;
-  while (issued < depth && pieces.next(pending[issued])) issue_copy(issued++);
+  while (issued < pl.depth && pieces.next(pending[issued])) issue_copy(issued++);
   size_t total = 0;
   for (size_t written = 0; written < issued; ++written) {
-    const size_t slot = written % depth;
-    drv.check(drv.cuEventSynchronize(st.events[slot]), "cuEventSynchronize");
+    const size_t slot = written % pl.depth;
+    drv.check(drv.cuEventSynchronize(pl.st.events[slot]), "cuEventSynchronize");
     const Chunk& p = pending[slot];
-    write_range(f, static_cast<const char*>(bufs[slot].get()), p.size, p.file_offset, s.direct_io, slice);
+    write_range(f, static_cast<const char*>(pl.bufs[slot].get()), p.size, p.file_offset, s.direct_io, piece);
     total += p.size;
     if (req) req->add_progress(p.size);
     if (pieces.next(pending[slot])) {
@@ -125,7 +137,7 @@ size_t staged_write(const File& f, const MemoryTarget& mem, const char* base, Ch
       ++issued;
     }
   }
-  drain.finish();
+  pl.drain.finish();
   return total;
 }
 

@@ -28,9 +28,9 @@ size_t read_range(const File& f, char* dst, size_t size, int64_t off, DirectIO d
 // and more), the rest buffered; `bounce_size` as for read_range.
 size_t write_range(const File& f, const char* src, size_t size, int64_t off, DirectIO direct, size_t bounce_size);
 
-// The slice a write moves through one bounce or staging buffer: whole chunks up
-// to 64 MiB rather than bounce-buffer-sized pieces, since the disk, not host
+// The piece a write moves through one bounce or staging buffer: whole chunks
+// up to 64 MiB rather than bounce-buffer-sized pieces, since the disk, not host
 // memory, limits writes, and it prefers large requests.
-size_t write_slice(size_t bounce_buffer_size, size_t chunk_size);
+size_t write_piece_size(size_t bounce_buffer_size, size_t chunk_size);
 
 }  // namespace gdscp::detail

@@ -142,7 +142,16 @@ NB_MODULE(_core, m) {
   m.def("host_buffer", &gdscp::bindings::host_buffer, "obj"_a, "writable"_a);
   m.def("dlpack_info", &gdscp::bindings::dlpack_info, "capsule"_a);
   m.def("nvidia_fs_present", &gdscp::nvidia_fs_present);
-  m.def("cuda_info", [] { return to_dict(gdscp::cuda_info()); });
+  // Both may load a driver library (cuInit, cuFileDriverOpen): the GIL is
+  // released for that, and held again to build the dict.
+  m.def("cuda_info", [] {
+    gdscp::CudaInfo info;
+    {
+      nb::gil_scoped_release unlocked;
+      info = gdscp::cuda_info();
+    }
+    return to_dict(info);
+  });
   m.def("cufile_info", [](const std::string& hint) {
     gdscp::CuFileInfo info;
     {

@@ -132,7 +132,8 @@ _SPEC: dict[str, tuple[Callable[[str, Any], Any], Any]] = {
     "mapped_reads": (_parse_bool, _BUILT_IN.mapped_reads),
 }
 
-# The engine's view, passed with every request; never read by the engine otherwise.
+# The engine's view, passed to every open and every request; never read by the
+# engine otherwise.
 _settings = _core.Settings()
 _values: dict[str, Any] = {}
 

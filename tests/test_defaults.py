@@ -56,6 +56,29 @@ def test_default_num_threads_suits_machine():
     assert int(out.stdout) > 1
 
 
+def test_default_num_threads_is_one_per_cpu_from_4_to_32():
+    """Python's default and the engine's pool agree: one worker per CPU, at
+    least 4 and at most 32."""
+    code = "import gdscp; print(gdscp.defaults.get('num_threads'), gdscp._core.num_threads())"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GDSCP_")}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    expected = max(4, min(os.cpu_count() or 1, 32))
+    assert [int(n) for n in out.stdout.split()] == [expected, expected]
+
+
+def test_task_size_of_one_call_leaves_the_setting(tmp_file):
+    """``task_size=`` on a call runs that request with it; the process-wide
+    setting, and the next call, keep theirs."""
+    path, data = tmp_file(MiB + 5)
+    buf = np.zeros(len(data), np.uint8)
+    before = defaults.get("task_size")
+    with gdscp.CuFile(path) as f:
+        assert f.read(buf, task_size=8192) == len(data)
+    assert buf.tobytes() == data
+    assert defaults.get("task_size") == before
+    assert defaults._settings.task_size == before
+
+
 def test_set_name_value_and_get():
     defaults.set("task_size", 123_456)
     assert defaults.get("task_size") == 123_456

@@ -16,9 +16,9 @@ namespace {
 
 constexpr size_t kDirectAlign = 4096;
 constexpr size_t kDirectMin = 1u << 20;  // below this O_DIRECT costs more than it saves
-// In automatic mode, writes this large go O_DIRECT: with fsync included they
-// reach the disk's own rate (2.57 against 1.78 GB/s buffered on the host of an
-// H200 with PCIe Gen5, docs/performance.md).
+// In automatic mode, writes this large go O_DIRECT: buffered writes pay for the
+// page cache copy and then wait for writeback at fsync (docs/performance.md,
+// direct_io).
 constexpr size_t kDirectWriteMin = 4u << 20;
 constexpr size_t kMaxWritePiece = 64u << 20;  // bounds the staging memory a writing worker holds
 
@@ -94,9 +94,10 @@ size_t write_piece_size(size_t bounce_buffer_size, size_t chunk_size) {
 }
 
 size_t read_range(const File& f, char* dst, size_t size, int64_t off, DirectIO direct, size_t bounce_size) {
-  // Reads go O_DIRECT only when asked ("on"): with 16 workers, buffered reads
-  // and the kernel's readahead beat O_DIRECT on cold data, and hot data needs
-  // the page cache.
+  // Reads go O_DIRECT only when asked ("on"): buffered reads with the kernel's
+  // readahead already reach the disk's rate on cold data, and O_DIRECT would
+  // keep the next read of the same data at disk speed (docs/performance.md,
+  // direct_io).
   size_t done = 0;
   if (direct == DirectIO::on && f.direct_fd() >= 0 && size >= kDirectMin) {
     const AlignedSplit part = align_split(off, size, kDirectAlign);

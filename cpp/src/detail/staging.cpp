@@ -92,8 +92,7 @@ size_t staged_read(const File& f, const MemoryTarget& mem, char* base, ChunkQueu
     if (!pl.bufs[slot].get()) pl.bufs[slot] = BufferPool::pinned().acquire(s.bounce_buffer_size);
     char* staging = static_cast<char*>(pl.bufs[slot].get());
     // Not a mapped read: staging buffers are small, reused and still in the
-    // CPU cache, where pread's cached copy beats streaming stores (hot file ->
-    // GPU 52 against 38-43 GB/s).
+    // CPU cache, where pread's ordinary stores beat streaming ones.
     const size_t got = read_range(f, staging, p.size, p.file_offset, s.direct_io, s.bounce_buffer_size);
     if (got > 0) {
       drv.check(drv.cuMemcpyHtoDAsync(dev + p.buf_offset, staging, got, pl.st.stream), "cuMemcpyHtoDAsync");

@@ -7,10 +7,9 @@ namespace gdscp::detail {
 
 // A worker claims a whole chunk and reads its pieces in order, so the kernel's
 // readahead, started by one piece, has the next one on its way: on a cold file
-// that is what keeps the disk busy. Claiming single pieces in turn spread the
-// last chunk's pieces over every worker, but each worker's next piece was then
-// another worker's readahead, and cold reads into the GPU lost about an eighth
-// of their rate.
+// that is what keeps the disk busy. (Claiming single pieces in turn would
+// spread the last chunk's pieces over every worker, but each worker's next
+// piece would then be another worker's readahead: cold reads slow down.)
 //
 // For a large read, each worker's first piece is smaller, the k-th worker to
 // start taking (k + 1) / workers of a piece (in 64 KiB steps): the first copies

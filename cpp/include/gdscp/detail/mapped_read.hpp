@@ -1,9 +1,9 @@
 // Hot reads into host memory straight out of the page cache: map the range
 // read-only, copy it with streaming stores (stream_copy.hpp), unmap. pread
 // copies through the CPU cache and must first read every destination line it
-// writes; the streaming copy does not. Hot 4 GiB file into host memory with
-// 16 threads on the host of an H200 with PCIe Gen5: 55-58 GB/s against 43-46
-// with pread (docs/performance.md).
+// writes; the streaming copy does not. Hot 4 GiB file into host memory with 16
+// threads on the host of an H200 with PCIe Gen5: 1.19-1.27 times pread's rate
+// (docs/performance.md, mapped_reads).
 #pragma once
 
 #include <cstddef>

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "gdscp/cuda_driver.hpp"
+#include "gdscp/cufile_driver.hpp"
 #include "gdscp/engine.hpp"
 #include "gdscp/error.hpp"
 #include "gdscp/fault.hpp"
@@ -209,6 +210,8 @@ NB_MODULE(_core, m) {
     gdscp::fault::arm(which, skip, count, err);
   }, "op"_a, "skip"_a, "count"_a, "errno"_a);
   m.def("_disarm_fault", &gdscp::fault::disarm);
+  // Test hook: where the engine looks for nvidia-fs ("" restores /proc/driver/nvidia-fs/version).
+  m.def("_set_nvidia_fs_version_path", &gdscp::set_nvidia_fs_version_path, "path"_a);
   m.def("mapped_read_bytes", &gdscp::mapped_read_bytes);
   m.def("grouped_stats", [] {
     const auto st = gdscp::grouped_stats();

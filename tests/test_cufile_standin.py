@@ -534,6 +534,7 @@ def scenario_errno_results(folder):
         (-errno.EINVAL, 0, OSError, errno.EINVAL),
         (-1, errno.EIO, OSError, errno.EIO),  # -1: errno says why (-EPERM cannot be told from it)
         (-1, errno.EDQUOT, OSError, errno.EDQUOT),
+        (-1, 0, OSError, errno.EIO),  # -1 without an errno: an I/O error, not "Success"
     ]
     with settings(compat_mode="off"), gdscp.CuFile(path, "r+") as f:
         buf = poisoned(MiB)
@@ -962,6 +963,15 @@ def scenario_raw_async_cufile(folder):
         with pytest.raises(OSError) as info:
             f.raw_write_async(tail, stream, 4096, 8192).check_bytes_done()
         assert info.value.errno == errno.ENOSPC and f"'{path}' at offset 8192" in str(info.value)
+        # -1: the errno that goes with it belongs to whichever thread ran the I/O,
+        # not to the one that synchronises the stream; an EIO that says so.
+        for entry in ("cuFileReadAsync:io", "cuFileWriteAsync:io"):
+            standin.cufile.fail(entry, -1, errno.ENOSPC)
+            with pytest.raises(OSError) as info:
+                (f.raw_read_async if "Read" in entry else f.raw_write_async)(tail, stream, 4096, 8192).check_bytes_done()
+            assert info.value.errno == errno.EIO, str(info.value)
+            assert str(info.value) == (f"cuFile stream I/O (failed; its errno is lost on the stream) on '{path}' "
+                                       "at offset 8192: Input/output error (errno 5)")
         # Refused when queued: an error, or for "not supported here" a transfer
         # ordered after the stream's earlier work.
         standin.cufile.fail("cuFileReadAsync", CU_FILE_INVALID_VALUE)

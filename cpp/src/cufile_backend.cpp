@@ -10,7 +10,7 @@
 namespace gdscp {
 
 void throw_cufile_io_error(ssize_t result, const char* what, const std::string& path, int64_t offset) {
-  if (result == -1) throw_os_error(errno, what, path, offset);
+  if (result == -1) throw_os_error(errno != 0 ? errno : EIO, what, path, offset);  // -1 without errno: still an error
   const int code = static_cast<int>(-result);
   if (code <= CUFILEOP_BASE_ERR) throw_os_error(code, what, path, offset);  // a negated errno
   throw Error(ErrorKind::cufile, code,

@@ -240,6 +240,10 @@ size_t StreamFuture::check_bytes_done() {
     drv.check(drv.cuStreamSynchronize(stream_), "cuStreamSynchronize");
     synced_ = true;
   }
+  // The I/O ran on the stream: this thread's errno says nothing about a -1.
+  if (op_->bytes == -1)
+    throw_os_error(EIO, "cuFile stream I/O (failed; its errno is lost on the stream) on", keep_->file->path(),
+                   op_->file_offset);
   if (op_->bytes < 0) throw_cufile_io_error(op_->bytes, "cuFile stream I/O on", keep_->file->path(), op_->file_offset);
   return static_cast<size_t>(op_->bytes);
 }

@@ -298,6 +298,13 @@ def scenario_off_reads(folder):
             n = max(0, min(size, len(data) - offset))
             assert f.read(buf, size, offset) == n
             assert buf.bytes() == data[offset : offset + n] + bytes([POISON]) * (size - n)
+        # Split across workers, most chunks past the end of the file.
+        with settings(gds_threshold=0, task_size=256 * KiB):
+            buf = poisoned(4 * MiB)
+            m = mark()
+            assert f.read(buf, 4 * MiB, len(data) - 300_000) == 300_000
+            assert buf.bytes() == data[-300_000:] + bytes([POISON]) * (4 * MiB - 300_000)
+            assert len(since(m, "cuFileRead")) > 2
         # The whole file, split across the workers (more than one task).
         buf = poisoned(len(data))
         m = mark()
@@ -844,9 +851,11 @@ def scenario_posix_device_failures(folder):
 
     data = random_bytes(3 * MiB, seed=13)
     path = new_file(folder, "f.bin", data)
+    illegal = "CUDA_ERROR_ILLEGAL_ADDRESS (an illegal memory access was encountered)"
     cases = [
         ("cuMemcpyHtoDAsync", CUDA_ERROR_ILLEGAL_ADDRESS, "read",
          "cuMemcpyHtoDAsync: CUDA_ERROR_ILLEGAL_ADDRESS (an illegal memory access was encountered)"),
+        ("cuMemcpyHtoDAsync", CUDA_ERROR_ILLEGAL_ADDRESS, "grouped read", f"cuMemcpyHtoDAsync: {illegal}"),
         ("cuEventSynchronize", CUDA_ERROR_ILLEGAL_ADDRESS, "read",
          "cuEventSynchronize: CUDA_ERROR_ILLEGAL_ADDRESS (an illegal memory access was encountered)"),
         ("cuMemcpyDtoHAsync", CUDA_ERROR_ILLEGAL_ADDRESS, "write",
@@ -862,9 +871,9 @@ def scenario_posix_device_failures(folder):
                 _core.trim_pools()  # so that staging buffers are allocated anew
                 # (The first allocation: one worker may take every chunk and allocate only `depth` buffers.)
                 standin.cuda.fail(entry, code, skip=0 if entry == "cuMemHostAlloc" else 2)
-                buf = poisoned(len(data)) if op == "read" else standin.cuda.alloc(len(data)).set(data)
-                with pytest.raises(gdscp.CudaError) as info:
-                    (f.read if op == "read" else f.write)(buf)
+                buf = standin.cuda.alloc(len(data)).set(data) if op == "write" else poisoned(len(data))
+                with settings(grouped_copies=op == "grouped read"), pytest.raises(gdscp.CudaError) as info:
+                    (f.write if op == "write" else f.read)(buf)
                 assert info.value.code == code and str(info.value) == message, (entry, str(info.value))
                 assert standin.cuda.pending() == 0, f"{entry}: copies left queued after the failure"
                 buf = poisoned(len(data))
@@ -993,6 +1002,24 @@ def scenario_raw_async_cufile(folder):
         standin.cuda.fill_async(producer, src, 0x33)
         assert f.write(src.with_stream(producer), 4096, 0) == 4096
         assert file_bytes(path)[:4096] == b"\x33" * 4096
+    # Closed with stream I/O still queued: the handle stays registered until
+    # the future lets go of the file, after the stream has run the I/O.
+    expect = file_bytes(path)[:MiB]
+    del future
+    gc.collect()
+    m = mark()
+    with settings(compat_mode="off"):
+        f = gdscp.CuFile(path, "r+")
+    (reg,) = since(m, "cuFileHandleRegister")
+    buf = poisoned(MiB)
+    future = f.raw_read_async(buf, stream, MiB, 0)
+    f.close()
+    assert standin.cufile.live_handles() == 1 and since(m, "cuFileHandleDeregister") == []
+    assert future.check_bytes_done() == MiB and buf.bytes() == expect
+    del future
+    gc.collect()
+    (dereg,) = since(m, "cuFileHandleDeregister")
+    assert dereg.handle == reg.handle and dereg.flags & standin.FD_OPEN and standin.cufile.live_handles() == 0
 
 
 def scenario_raw_async_fallback(folder, compat):

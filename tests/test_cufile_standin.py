@@ -514,6 +514,7 @@ def scenario_op_errors(folder):
                 assert str(exc) == f"{entry} '{path}' at offset 4096: {text} (CUfileOpError {code})", str(exc)
         # In the middle of a request split across workers: the offset of the call that failed.
         for entry in ("cuFileRead", "cuFileWrite"):
+            buf.set(data)  # what a write that fails half-way leaves in the file: the same bytes
             with settings(gds_threshold=0):
                 standin.cufile.fail(entry, -CU_FILE_IO_ERROR, skip=3)
                 m = mark()

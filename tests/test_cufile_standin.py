@@ -11,9 +11,9 @@ that nothing the real libraries would refuse happened, that no stream work
 was left unrun, that every cuFile handle was deregistered and that every
 staging buffer went back to its pool.
 
-The GPU machine runs the same scenarios (the stand-ins replace its real
-libraries in the child processes); tests/test_gpu.py keeps checking the real
-libcuda and libcufile there.
+On a GPU machine the stand-ins replace the real libraries in the child
+processes just the same; what checks the real libcuda and libcufile there is
+tests/test_gpu.py.
 """
 
 from __future__ import annotations

@@ -266,9 +266,6 @@ class _Lib:
         fn.argtypes = argtypes
         return fn
 
-    def __getattr__(self, name: str) -> Any:
-        raise AttributeError(name)
-
     def calls(self, *entries: str) -> list[Call]:
         """The log so far (only calls of ``entries`` if given), in order."""
         n = getattr(self.lib, self.prefix + "log_count")()

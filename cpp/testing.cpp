@@ -1,5 +1,7 @@
 #include "testing.hpp"
 
+#include "gdscp/system_info.hpp"
+
 #include <nanobind/stl/string.h>
 
 #include <memory>
@@ -83,6 +85,8 @@ void define_testing(nb::module_& core) {
   t.def("plan_pieces", &plan_pieces, "file_offset"_a, "size"_a, "chunk"_a, "piece"_a, "workers"_a, "stagger"_a,
         "seed"_a);
   t.def("mapped_copy", &mapped_copy, "fd"_a, "dst"_a, "file_offset"_a);
+  t.def("set_nvidia_fs_version_path", &set_nvidia_fs_version_path, "path"_a,
+        "Where the engine looks for nvidia-fs (\"\" restores /proc/driver/nvidia-fs/version).");
 }
 
 }  // namespace gdscp::bindings

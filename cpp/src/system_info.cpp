@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <mutex>
 
 #include "gdscp/shim/cuda_driver.hpp"
 #include "gdscp/shim/cufile_driver.hpp"
@@ -50,10 +51,26 @@ CuFileInfo cufile_info(const std::string& library_hint) {
   return info;
 }
 
-bool nvidia_fs_present() { return ::access("/proc/driver/nvidia-fs/version", R_OK) == 0; }
+namespace {
+constexpr const char* kNvidiaFsVersion = "/proc/driver/nvidia-fs/version";
+std::mutex g_nvidia_fs_mutex;
+std::string g_nvidia_fs_path = kNvidiaFsVersion;
+
+std::string nvidia_fs_version_path() {
+  std::lock_guard<std::mutex> lock(g_nvidia_fs_mutex);
+  return g_nvidia_fs_path;
+}
+}  // namespace
+
+void set_nvidia_fs_version_path(const std::string& path) {
+  std::lock_guard<std::mutex> lock(g_nvidia_fs_mutex);
+  g_nvidia_fs_path = path.empty() ? kNvidiaFsVersion : path;
+}
+
+bool nvidia_fs_present() { return ::access(nvidia_fs_version_path().c_str(), R_OK) == 0; }
 
 std::string nvidia_fs_version() {
-  std::ifstream in("/proc/driver/nvidia-fs/version");
+  std::ifstream in(nvidia_fs_version_path());
   std::string line, all;
   while (std::getline(in, line)) all += (all.empty() ? "" : "; ") + line;
   return all;

@@ -39,5 +39,8 @@ CuFileInfo cufile_info(const std::string& library_hint);
 // libcufile can only run in its own compatibility mode.
 bool nvidia_fs_present();
 std::string nvidia_fs_version();  // "" when absent
+// For tests: the file whose presence means nvidia-fs is loaded ("" restores
+// /proc/driver/nvidia-fs/version).
+void set_nvidia_fs_version_path(const std::string& path);
 
 }  // namespace gdscp

@@ -11,7 +11,7 @@ namespace {
 // A negative cuFileRead/cuFileWrite result, decoded: -1 with errno set, a
 // negated errno, or a negated CUfileOpError.
 [[noreturn]] void throw_io_error(ssize_t result, const char* what, const std::string& path, int64_t offset) {
-  if (result == -1) throw_os_error(errno, what, path, offset);
+  if (result == -1) throw_os_error(errno != 0 ? errno : EIO, what, path, offset);  // -1 without errno: still an error
   const int code = static_cast<int>(-result);
   if (code <= CUFILEOP_BASE_ERR) throw_os_error(code, what, path, offset);  // a negated errno
   throw Error(ErrorKind::cufile, code,
@@ -91,6 +91,10 @@ bool CuFileBackend::submit_async(bool write, const MemoryTarget& mem, void* base
 }
 
 size_t CuFileBackend::async_result(const AsyncOp& op) const {
+  // The I/O ran on the stream: this thread's errno says nothing about a -1.
+  if (op.bytes == -1)
+    throw_os_error(EIO, "cuFile stream I/O (failed; its errno is lost on the stream) on", file_->path(),
+                   op.file_offset);
   if (op.bytes < 0) throw_io_error(op.bytes, "cuFile stream I/O on", file_->path(), op.file_offset);
   return static_cast<size_t>(op.bytes);
 }

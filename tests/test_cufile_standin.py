@@ -1,0 +1,1081 @@
+"""The engine's cuFile backend and device-memory paths, end to end, over the
+stand-ins for libcuda and libcufile (tests/standin): on every machine, GPU or
+not.
+
+Each test runs one scenario (a ``scenario_*`` function below) in a child
+process that loads the stand-ins before gdscp touches CUDA, so that the
+engine's dlopen() finds them (tests/standin/__init__.py says how). A scenario
+checks bytes against what the OS reads and writes, and the calls the engine
+made against the stand-ins' logs; afterwards ``standin.check_clean`` checks
+that nothing the real libraries would refuse happened, that no stream work
+was left unrun, that every cuFile handle was deregistered and that every
+staging buffer went back to its pool.
+
+On a GPU machine the stand-ins replace the real libraries in the child
+processes just the same; what checks the real libcuda and libcufile there is
+tests/test_gpu.py.
+"""
+
+from __future__ import annotations
+
+import errno
+import gc
+import os
+import shutil
+import tempfile
+import threading
+
+import numpy as np
+import pytest
+
+import standin
+from conftest import POISON, random_bytes
+
+MiB = 1 << 20
+KiB = 1 << 10
+
+# CUfileOpError values (cufile.h) and CUresult values (cuda.h) used below.
+CU_FILE_DRIVER_NOT_INITIALIZED = 5001
+CU_FILE_IO_NOT_SUPPORTED = 5008
+CU_FILE_CUDA_DRIVER_ERROR = 5011
+CU_FILE_INVALID_VALUE = 5022
+CU_FILE_ASYNC_NOT_SUPPORTED = 5038
+CU_FILE_IO_ERROR = 5044
+CUDA_ERROR_OUT_OF_MEMORY = 2
+CUDA_ERROR_NO_DEVICE = 100
+CUDA_ERROR_ILLEGAL_ADDRESS = 700
+
+
+# ==========================================================================
+# the tests (this process): build the stand-ins, run each scenario in a child
+# ==========================================================================
+def _required() -> bool:
+    return os.environ.get("GDSCP_REQUIRE_STANDIN", "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+@pytest.fixture(scope="session")
+def standin_build(tmp_path_factory):
+    """``get(variant)``: the stand-ins, built once per variant. Skipped without
+    a C compiler or the CUDA headers, unless GDSCP_REQUIRE_STANDIN=1."""
+    built: dict[str, standin.Build] = {}
+    root = tmp_path_factory.mktemp("standin")
+
+    def get(variant: str = "default") -> standin.Build:
+        if variant not in built:
+            try:
+                built[variant] = standin.build(root, variant)
+            except standin.Unavailable as exc:
+                if _required():
+                    pytest.fail(f"GDSCP_REQUIRE_STANDIN=1 but the stand-ins cannot be built: {exc}", pytrace=False)
+                pytest.skip(f"cannot build the libcuda/libcufile stand-ins: {exc}")
+        return built[variant]
+
+    yield get
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def folder(tmp_path):
+    """A fresh folder on a filesystem that takes O_DIRECT, removed afterwards."""
+    try:
+        path = standin.o_direct_folder([str(tmp_path), os.path.expanduser("~"), str(standin.TESTS.parent)])
+    except standin.Unavailable as exc:
+        pytest.skip(str(exc))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def tmpfs_folder():
+    """A fresh folder on tmpfs (which refuses O_DIRECT), or None."""
+    if not (os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK)) or standin.o_direct_works("/dev/shm"):
+        yield None
+        return
+    path = tempfile.mkdtemp(prefix="gdscp-standin-", dir="/dev/shm")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def go(standin_build, folder):
+    """``go(scenario, variant="default", devices=1, **kwargs)``: runs it in a child."""
+
+    def run(scenario, variant: str = "default", devices: int = 1, **kwargs):
+        return standin.run(standin_build(variant), scenario, devices=devices, folder=folder, **kwargs)
+
+    return run
+
+
+def test_the_engine_loads_the_stand_ins(go):
+    go(scenario_loading)
+
+
+def test_off_reads_are_byte_exact(go):
+    go(scenario_off_reads)
+
+
+def test_off_writes_are_byte_exact(go):
+    go(scenario_off_writes)
+
+
+def test_gds_threshold_decides_where_transfers_run(go):
+    go(scenario_threshold)
+
+
+def test_requests_split_across_tasks(go):
+    go(scenario_split)
+
+
+def test_alignment_of_cufile_transfers(go):
+    go(scenario_alignment)
+
+
+def test_every_cufile_op_error_is_a_clear_exception(go):
+    go(scenario_op_errors)
+
+
+def test_negative_errno_results_are_os_errors(go):
+    go(scenario_errno_results)
+
+
+def test_handles_are_deregistered(go):
+    go(scenario_deregistration)
+
+
+def test_backend_selection(go, tmpfs_folder):
+    go(scenario_selection, tmpfs=tmpfs_folder)
+
+
+def test_registration_failure_auto_falls_back_off_raises(go):
+    go(scenario_registration_failure)
+
+
+def test_driver_open_failure(go):
+    go(scenario_driver_open_failure)
+
+
+def test_library_without_cufilewrite(go):
+    go(scenario_missing_entry_point, variant="no_write")
+
+
+@pytest.mark.parametrize("how", ["cuInit", "lookup"])
+def test_cuda_unusable(go, how):
+    go(scenario_cuda_unusable, how=how)
+
+
+def test_posix_device_path_pipeline(go):
+    go(scenario_posix_device_path)
+
+
+def test_posix_device_path_cuda_failures(go):
+    go(scenario_posix_device_failures)
+
+
+def test_raw_io_through_cufile(go):
+    go(scenario_raw_sync)
+
+
+def test_raw_async_through_cufile_streams(go):
+    go(scenario_raw_async_cufile)
+
+
+def test_raw_async_without_cufile_stream_api(go):
+    go(scenario_raw_async_fallback, variant="no_async", compat="off")
+
+
+def test_raw_async_on_posix(go):
+    go(scenario_raw_async_fallback, compat="on")
+
+
+def test_pointer_kinds_and_contexts(go):
+    go(scenario_pointer_kinds, devices=2)
+
+
+# ==========================================================================
+# helpers for the scenarios (child process)
+# ==========================================================================
+def new_file(folder: str, name: str, data: bytes) -> str:
+    path = os.path.join(folder, name)
+    with open(path, "wb") as f:
+        f.write(data)
+    return path
+
+
+def file_bytes(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def mark() -> tuple[int, int]:
+    """Where the two logs stand now (for ``since``)."""
+    return len(standin.cuda.calls()), len(standin.cufile.calls())
+
+
+def since(m: tuple[int, int], *entries: str, lib: str = "cufile") -> list:
+    calls = (standin.cufile if lib == "cufile" else standin.cuda).calls()[m[1] if lib == "cufile" else m[0]:]
+    return [c for c in calls if c.entry in entries] if entries else calls
+
+
+def assert_tiles(calls, start: int, length: int, what: str) -> None:
+    """The calls' [file_offset, file_offset + result) ranges cover
+    [start, start + length) exactly once."""
+    spans = sorted((c.file_offset, c.result) for c in calls if c.result > 0)
+    at = start
+    for offset, n in spans:
+        assert offset == at, f"{what}: a gap or overlap at {at} (next call at {offset}): {spans}"
+        at += n
+    assert at == start + length, f"{what}: calls cover [{start}, {at}), not [{start}, {start + length})"
+
+
+def poisoned(nbytes: int, device: int = 0, **kw) -> standin.DeviceBuffer:
+    return standin.cuda.alloc(nbytes, device, **kw).fill(POISON)
+
+
+def settings(**values):
+    import gdscp
+
+    return gdscp.defaults.set(values)
+
+
+# ==========================================================================
+# scenarios (each runs in a child process over the stand-ins)
+# ==========================================================================
+def scenario_loading(folder):
+    from gdscp import _core
+
+    info = _core.cuda_info()
+    assert info["available"], info["error"]
+    assert info["library"] == standin.cuda.path
+    assert [g["name"] for g in info["gpus"]] == ["gdscp stand-in GPU"]
+    cf = _core.cufile_info("")
+    assert cf["available"], cf["error"]
+    assert cf["library"] == standin.cufile.path and cf["version"] == 1150
+    # Every entry point resolved, at the API level whose ABI cuda.h's prototypes have.
+    lookups = standin.cuda.calls("cuGetProcAddress_v2")
+    assert lookups and all(c.result == 0 for c in lookups), lookups
+    assert all(12000 <= c.version < 13000 for c in lookups), [(c.arg, c.version) for c in lookups]
+    assert {"cuInit", "cuPointerGetAttributes", "cuMemcpyHtoDAsync"} <= {c.arg for c in lookups}
+    # No real libcuda or libcufile is mapped into the process.
+    with open("/proc/self/maps") as maps:
+        mapped = {line.split()[-1] for line in maps if "libcuda.so" in line or "libcufile" in line}
+    assert mapped == {standin.cuda.path, standin.cufile.path}, mapped
+
+
+def scenario_off_reads(folder):
+    import gdscp
+
+    data = random_bytes(3 * MiB + 5000, seed=1)
+    path = new_file(folder, "r.bin", data)
+    sizes = [0, 1, 4095, 4096, 4097, MiB - 1, 3 * MiB + 5]
+    offsets = [0, 1, 4095, 4097]
+    with settings(compat_mode="off", num_threads=4, task_size=MiB):
+        m = mark()
+        f = gdscp.CuFile(path, "r+")
+        assert f.backend == "cufile", f.backend_reason
+        assert f.backend_reason == "compat_mode is OFF: cuFile (no nvidia-fs, so libcufile runs in its own compatibility mode)"
+        (reg,) = since(m, "cuFileHandleRegister")
+        assert reg.result == 0 and reg.host != f.fileno()  # the O_DIRECT descriptor, not the buffered one
+        for size in sizes:
+            for offset in offsets:
+                for start in (0, 3):
+                    buf = poisoned(start + size + 64)
+                    view = buf[start : start + size]
+                    m = mark()
+                    expect = data[offset : offset + size]
+                    assert f.read(view, size, offset) == len(expect), (size, offset, start)
+                    got = buf.bytes()
+                    assert got[start : start + len(expect)] == expect, (size, offset, start)
+                    assert got[:start] == bytes([POISON]) * start
+                    assert got[start + len(expect) :] == bytes([POISON]) * (len(got) - start - len(expect))
+                    reads = since(m, "cuFileRead")
+                    assert (len(reads) == 0) == (size == 0)
+                    for c in reads:  # the caller's pointer, each chunk at its offset in it
+                        assert c.ptr == view.ptr and c.buf_offset == c.file_offset - offset, c
+                    assert_tiles(reads, offset, len(expect), f"read {size} at {offset}")
+        # Past the end of the file: short, the rest untouched; at and beyond it: nothing.
+        for offset, size in ((len(data) - 100, MiB), (len(data), 4096), (len(data) + 5000, 10)):
+            buf = poisoned(size)
+            n = max(0, min(size, len(data) - offset))
+            assert f.read(buf, size, offset) == n
+            assert buf.bytes() == data[offset : offset + n] + bytes([POISON]) * (size - n)
+        # Split across workers, most chunks past the end of the file.
+        with settings(gds_threshold=0, task_size=256 * KiB):
+            buf = poisoned(4 * MiB)
+            m = mark()
+            assert f.read(buf, 4 * MiB, len(data) - 300_000) == 300_000
+            assert buf.bytes() == data[-300_000:] + bytes([POISON]) * (4 * MiB - 300_000)
+            assert len(since(m, "cuFileRead")) > 2
+        # The whole file, split across the workers (more than one task).
+        buf = poisoned(len(data))
+        m = mark()
+        assert f.pread(buf).get() == len(data)
+        assert buf.bytes() == data
+        assert len(since(m, "cuFileRead")) > 1
+        m = mark()
+        f.close()
+        (dereg,) = since(m, "cuFileHandleDeregister")
+        assert dereg.handle == reg.handle and dereg.flags & standin.FD_OPEN
+    # An empty file.
+    empty = new_file(folder, "empty.bin", b"")
+    with settings(compat_mode="off"), gdscp.CuFile(empty) as f:
+        buf = poisoned(4096)
+        assert f.read(buf) == 0 and buf.bytes() == bytes([POISON]) * 4096
+
+
+def scenario_off_writes(folder):
+    import gdscp
+
+    data = random_bytes(2 * MiB + 77, seed=2)
+    path = new_file(folder, "w.bin", data)
+    model = bytearray(data)
+    with settings(compat_mode="off", num_threads=4, task_size=MiB):
+        with gdscp.CuFile(path, "r+") as f:
+            assert f.backend == "cufile"
+            cases = [(1, 0), (4095, 1), (4096, 4096), (4097, 4095), (MiB + 3, 12345), (3 * MiB + 5, 4097)]
+            for i, (size, offset) in enumerate(cases):
+                for start in (0, 5):
+                    new = random_bytes(size, seed=100 + 2 * i + start)
+                    buf = standin.cuda.alloc(start + size).set(bytes(start) + new)
+                    m = mark()
+                    assert f.write(buf[start:], size, offset) == size
+                    writes = since(m, "cuFileWrite")
+                    assert all(c.ptr == buf.ptr + start for c in writes)
+                    assert_tiles(writes, offset, size, f"write {size} at {offset}")
+                    end = offset + size
+                    if end > len(model):
+                        model.extend(bytes(end - len(model)))
+                    model[offset:end] = new
+                    assert file_bytes(path) == bytes(model), (size, offset, start)
+            # Beyond the end of the file: a hole of zeros, then the bytes.
+            far = len(model) + 10_000
+            buf = standin.cuda.alloc(100).set(b"z" * 100)
+            assert f.write(buf, 100, far) == 100
+            model.extend(bytes(far - len(model)))
+            model.extend(b"z" * 100)
+            assert file_bytes(path) == bytes(model)
+            assert f.write(buf, 0, 0) == 0  # nothing to write: no call
+    # "w", "x" and "a" through cuFile too.
+    fresh = os.path.join(folder, "new.bin")
+    one = random_bytes(MiB + 1, seed=7)
+    with settings(compat_mode="off"):
+        with gdscp.CuFile(fresh, "x") as f:
+            assert f.backend == "cufile"
+            assert f.write(standin.cuda.alloc(len(one)).set(one)) == len(one)
+        assert file_bytes(fresh) == one
+        with gdscp.CuFile(fresh, "w") as f:
+            assert f.write(standin.cuda.alloc(10).set(b"0123456789")) == 10
+        assert file_bytes(fresh) == b"0123456789"
+        with gdscp.CuFile(fresh, "a") as f:
+            assert f.backend == "cufile"
+            assert f.write(standin.cuda.alloc(3).set(b"abc"), file_offset=0) == 3  # lands at the end
+            assert f.write(standin.cuda.alloc(3).set(b"def")) == 3
+        assert file_bytes(fresh) == b"0123456789abcdef"
+
+
+def scenario_threshold(folder):
+    """Requests below gds_threshold (or with one worker) run on the calling
+    thread; the others on the pool's workers."""
+    import gdscp
+
+    data = random_bytes(4 * MiB, seed=3)
+    path = new_file(folder, "t.bin", data)
+    me = threading.get_native_id()
+    cases = [  # (threads, threshold, size, on the calling thread)
+        (4, MiB, 512 * KiB, True),
+        (4, MiB, 4 * MiB, False),
+        (4, 0, 512 * KiB, False),
+        (4, 64 * MiB, 4 * MiB, True),
+        (1, 0, 4 * MiB, True),
+    ]
+    for threads, threshold, size, inline in cases:
+        with settings(compat_mode="off", num_threads=threads, task_size=256 * KiB, gds_threshold=threshold):
+            with gdscp.CuFile(path, "r+") as f:
+                for write in (False, True):
+                    buf = poisoned(size) if not write else standin.cuda.alloc(size).set(data[:size])
+                    m = mark()
+                    n = f.write(buf) if write else f.read(buf)
+                    assert n == size
+                    if not write:
+                        assert buf.bytes() == data[:size]
+                    calls = since(m, "cuFileWrite" if write else "cuFileRead")
+                    assert len(calls) == size // (256 * KiB), calls
+                    where = {c.tid == me for c in calls}
+                    assert where == {inline}, (threads, threshold, size, write, [c.tid for c in calls], me)
+    assert file_bytes(path) == data
+
+
+def scenario_split(folder):
+    """A request larger than task_size: several cuFile calls, each at most
+    task_size, that tile the request, the pointer and offsets consistent."""
+    import gdscp
+
+    data = random_bytes(5 * MiB + 333, seed=4)
+    path = new_file(folder, "s.bin", data)
+    for threads in (1, 2, 4):
+        for task_size in (64 * KiB, 64 * KiB + 3, 1 * MiB):
+            for offset, size in ((0, len(data)), (4097, 3 * MiB + 1)):
+                with settings(compat_mode="off", num_threads=threads, task_size=task_size, gds_threshold=0):
+                    with gdscp.CuFile(path, "r+") as f:
+                        buf = poisoned(size)
+                        m = mark()
+                        assert f.read(buf, size, offset) == size
+                        assert buf.bytes() == data[offset : offset + size]
+                        reads = since(m, "cuFileRead")
+                        assert len(reads) >= -(-size // task_size)
+                        assert all(c.size <= task_size and c.result == c.size for c in reads)
+                        assert all(c.ptr == buf.ptr and c.buf_offset == c.file_offset - offset for c in reads)
+                        ordered = sorted(reads, key=lambda c: c.file_offset)
+                        assert len({c.size for c in ordered[:-1]}) <= 1, "chunks of one size but the last"
+                        assert_tiles(reads, offset, size, f"{threads} threads, task_size {task_size}")
+                        if threads > 1:
+                            assert threading.get_native_id() not in {c.tid for c in reads}
+                        m = mark()
+                        assert f.write(buf, size, offset) == size
+                        assert_tiles(since(m, "cuFileWrite"), offset, size, "write")
+    assert file_bytes(path) == data
+    # Short transfers: each call moves at most 10000 bytes; the engine goes on
+    # from where each one stopped.
+    standin.cufile.limit("cuFileRead", 10_000)
+    standin.cufile.limit("cuFileWrite", 10_000)
+    with settings(compat_mode="off", num_threads=4, task_size=256 * KiB, gds_threshold=0):
+        with gdscp.CuFile(path, "r+") as f:
+            buf = poisoned(MiB + 7)
+            m = mark()
+            assert f.read(buf, MiB + 7, 99) == MiB + 7
+            assert buf.bytes() == data[99 : 99 + MiB + 7]
+            reads = since(m, "cuFileRead")
+            assert all(c.result <= 10_000 for c in reads) and len(reads) > (MiB + 7) // 10_000
+            assert_tiles(reads, 99, MiB + 7, "short reads")
+            new = random_bytes(MiB + 7, seed=44)
+            m = mark()
+            assert f.write(standin.cuda.alloc(MiB + 7).set(new), file_offset=99) == MiB + 7
+            assert_tiles(since(m, "cuFileWrite"), 99, MiB + 7, "short writes")
+    assert file_bytes(path) == data[:99] + new + data[99 + MiB + 7 :]
+    standin.cufile.limit("cuFileRead", 0)
+    standin.cufile.limit("cuFileWrite", 0)
+
+
+def scenario_alignment(folder):
+    """Aligned requests reach cuFile aligned (file offset, size and device
+    address on 4 KiB boundaries, so GPUDirect Storage can DMA them); other
+    requests reach it as they are, byte-exact."""
+    import gdscp
+
+    data = random_bytes(4 * MiB, seed=5)
+    path = new_file(folder, "a.bin", data)
+    with settings(compat_mode="off", num_threads=4, task_size=256 * KiB, gds_threshold=0):
+        with gdscp.CuFile(path, "r+") as f:
+            buf = poisoned(2 * MiB)
+            m = mark()
+            assert f.read(buf, 2 * MiB, 8192) == 2 * MiB
+            assert buf.bytes() == data[8192 : 8192 + 2 * MiB]
+            for c in since(m, "cuFileRead"):
+                assert c.file_offset % 4096 == 0 and c.size % 4096 == 0 and (c.ptr + c.buf_offset) % 4096 == 0, c
+                assert c.flags & standin.DIRECT, c
+            m = mark()
+            assert f.write(buf, 2 * MiB, 8192) == 2 * MiB
+            assert all(c.flags & standin.DIRECT for c in since(m, "cuFileWrite"))
+            m = mark()
+            assert f.raw_read(buf, 4096, 4096 * 3, 4096) == 4096
+            (raw,) = since(m, "cuFileRead")
+            assert raw.flags & standin.DIRECT and raw.buf_offset == 4096
+            # Unaligned file offset, device address or size: the same bytes.
+            for offset, start, size in ((4097, 0, MiB), (4096, 3, MiB), (0, 0, MiB + 1), (1, 1, 3)):
+                buf = poisoned(start + size)
+                assert f.read(buf[start:], size, offset) == size
+                assert buf.bytes()[start:] == data[offset : offset + size]
+                src = standin.cuda.alloc(start + size).set(bytes(start) + data[offset : offset + size])
+                assert f.write(src[start:], size, offset) == size
+    assert file_bytes(path) == data
+
+
+def scenario_op_errors(folder):
+    """Every CUfileOpError from cuFileRead/cuFileWrite: a gdscp.CuFileError
+    (also a RuntimeError) with that code, naming the call, file, offset and
+    cuFile's own text; the file stays usable."""
+    import gdscp
+
+    data = random_bytes(2 * MiB, seed=6)
+    path = new_file(folder, "e.bin", data)
+    codes = standin.cufile.error_codes()
+    assert len(codes) > 40 and (CU_FILE_IO_ERROR, "CU_FILE_IO_ERROR", "cufile io error") in codes
+    with settings(compat_mode="off", num_threads=4, task_size=256 * KiB), gdscp.CuFile(path, "r+") as f:
+        buf = poisoned(2 * MiB)
+        for code, name, text in codes:
+            for entry in ("cuFileRead", "cuFileWrite"):
+                standin.cufile.fail(entry, -code)
+                with pytest.raises(gdscp.CuFileError) as info:
+                    if entry == "cuFileRead":
+                        f.read(buf, 8192, 4096)
+                    else:
+                        f.write(buf, 8192, 4096)
+                exc = info.value
+                assert isinstance(exc, RuntimeError) and exc.code == code, (name, exc.code)
+                assert str(exc) == f"{entry} '{path}' at offset 4096: {text} (CUfileOpError {code})", str(exc)
+        # In the middle of a request split across workers: the offset of the call that failed.
+        for entry in ("cuFileRead", "cuFileWrite"):
+            buf.set(data)  # what a write that fails half-way leaves in the file: the same bytes
+            with settings(gds_threshold=0):
+                standin.cufile.fail(entry, -CU_FILE_IO_ERROR, skip=3)
+                m = mark()
+                with pytest.raises(gdscp.CuFileError) as info:
+                    (f.read if entry == "cuFileRead" else f.write)(buf)
+                (failed,) = [c for c in since(m, entry) if c.flags & standin.INJECTED]
+                assert f"at offset {failed.file_offset}:" in str(info.value), (str(info.value), failed)
+        # Still usable afterwards.
+        buf.fill(POISON)
+        assert f.read(buf) == 2 * MiB and buf.bytes() == data
+
+
+def scenario_errno_results(folder):
+    """A negative errno (or -1 with errno set) from cuFileRead/cuFileWrite:
+    the matching OSError subclass, also a RuntimeError, naming file and offset."""
+    import gdscp
+
+    data = random_bytes(MiB, seed=7)
+    path = new_file(folder, "n.bin", data)
+    cases = [  # (result, errno set with it, exception, errno)
+        (-errno.EIO, 0, OSError, errno.EIO),
+        (-errno.ENOSPC, 0, OSError, errno.ENOSPC),
+        (-errno.EACCES, 0, PermissionError, errno.EACCES),
+        (-errno.ENOENT, 0, FileNotFoundError, errno.ENOENT),
+        (-errno.EINVAL, 0, OSError, errno.EINVAL),
+        (-1, errno.EIO, OSError, errno.EIO),  # -1: errno says why (-EPERM cannot be told from it)
+        (-1, errno.EDQUOT, OSError, errno.EDQUOT),
+        (-1, 0, OSError, errno.EIO),  # -1 without an errno: an I/O error, not "Success"
+    ]
+    with settings(compat_mode="off"), gdscp.CuFile(path, "r+") as f:
+        buf = poisoned(MiB)
+        for result, err, cls, expect in cases:
+            for entry in ("cuFileRead", "cuFileWrite"):
+                standin.cufile.fail(entry, result, err)
+                with pytest.raises(cls) as info:
+                    (f.read if entry == "cuFileRead" else f.write)(buf, 4096, 8192)
+                exc = info.value
+                assert isinstance(exc, RuntimeError) and exc.errno == expect, (entry, result, exc)
+                assert f"{entry} '{path}' at offset 8192: {os.strerror(expect)} (errno {expect})" == str(exc)
+        # cuFileWrite moving nothing is an error; cuFileRead moving nothing is the end of the file.
+        standin.cufile.fail("cuFileWrite", 0)
+        with pytest.raises(OSError) as info:
+            f.write(buf, 4096, 0)
+        assert info.value.errno == errno.EIO and "wrote nothing" in str(info.value)
+        standin.cufile.fail("cuFileRead", 0)
+        buf.fill(POISON)
+        assert f.read(buf, 4096, 0) == 0 and buf.bytes() == bytes([POISON]) * MiB
+        assert f.read(buf) == MiB and buf.bytes() == data
+
+
+def scenario_deregistration(folder):
+    """Handles are deregistered, once, while their descriptor is still open:
+    on close, when a with block ends in an error, when the CuFile is dropped,
+    and after the last transfer when closed during one; never when
+    registration failed."""
+    import gdscp
+
+    data = random_bytes(4 * MiB, seed=8)
+    path = new_file(folder, "d.bin", data)
+
+    def deregistered(m):
+        calls = since(m, "cuFileHandleDeregister")
+        assert all(c.flags & standin.FD_OPEN for c in calls), calls
+        return len(calls)
+
+    with settings(compat_mode="off", num_threads=4, task_size=256 * KiB, gds_threshold=0):
+        # close()
+        m = mark()
+        f = gdscp.CuFile(path, "r+")
+        assert standin.cufile.live_handles() == 1
+        f.close()
+        f.close()
+        assert deregistered(m) == 1 and standin.cufile.live_handles() == 0
+        # A failed transfer ends the with block.
+        m = mark()
+        with pytest.raises(gdscp.CuFileError):
+            with gdscp.CuFile(path, "r+") as f:
+                standin.cufile.fail("cuFileRead", -CU_FILE_IO_ERROR, skip=2)
+                f.read(poisoned(4 * MiB))
+        assert deregistered(m) == 1 and standin.cufile.live_handles() == 0
+        # Dropped without close().
+        m = mark()
+        f = gdscp.CuFile(path, "r+")
+        assert f.read(poisoned(4096)) == 4096
+        del f
+        gc.collect()
+        assert deregistered(m) == 1
+        # Closed while a transfer runs: the handle lives until its last call.
+        m = mark()
+        f = gdscp.CuFile(path, "r+")
+        buf = poisoned(4 * MiB)
+        standin.cufile.gate("cuFileRead", skip=1)
+        future = f.pread(buf)
+        assert standin.cufile.gate_wait(30), "no cuFileRead reached the gate"
+        f.close()
+        assert deregistered(m) == 0 and standin.cufile.live_handles() == 1
+        standin.cufile.release()
+        assert future.get() == 4 * MiB and buf.bytes() == data
+        calls = since(m)
+        last_read = max(i for i, c in enumerate(calls) if c.entry == "cuFileRead")
+        (dereg,) = [i for i, c in enumerate(calls) if c.entry == "cuFileHandleDeregister"]
+        assert dereg > last_read
+        # Registration refused: no handle to deregister, no descriptor left open.
+        fds = len(os.listdir("/proc/self/fd"))
+        m = mark()
+        standin.cufile.fail("cuFileHandleRegister", CU_FILE_IO_NOT_SUPPORTED)
+        with pytest.raises(gdscp.CuFileError):
+            gdscp.CuFile(path, "r+")
+        assert deregistered(m) == 0 and len(os.listdir("/proc/self/fd")) == fds
+
+
+def scenario_selection(folder, tmpfs):
+    """compat_mode ON never touches cuFile; AUTO uses it only where nvidia-fs
+    is loaded (the test hook points the engine at a file standing for it) and
+    the file registers; OFF uses it or raises."""
+    import gdscp
+    from gdscp import _core
+
+    data = random_bytes(2 * MiB + 1, seed=9)
+    path = new_file(folder, "c.bin", data)
+
+    def device_round_trip(f):
+        buf = poisoned(len(data))
+        assert f.read(buf) == len(data) and buf.bytes() == data
+        assert f.write(buf) == len(data)
+
+    m = mark()
+    with settings(compat_mode="on"), gdscp.CuFile(path, "r+") as f:
+        assert f.backend == "posix" and f.backend_reason.startswith("compat_mode is ON: gdscp's POSIX path")
+        device_round_trip(f)
+    with settings(compat_mode="auto"), gdscp.CuFile(path, "r+") as f:
+        assert f.backend == "posix"
+        assert f.backend_reason.startswith("nvidia-fs kernel module not loaded"), f.backend_reason
+        device_round_trip(f)
+    assert standin.cufile.calls() == [] and standin.cufile.driver_opens() == 0, "cuFile was used"
+    assert len(since(m, "cuMemcpyHtoDAsync", lib="cuda")) > 0  # device memory went through staging
+
+    nvidia_fs = new_file(folder, "nvidia-fs-version", b"version: 2.99\n")
+    _core.testing.set_nvidia_fs_version_path(nvidia_fs)
+    try:
+        assert _core.cufile_info("")["nvidia_fs"] and _core.cufile_info("")["nvidia_fs_version"] == "version: 2.99"
+        with settings(compat_mode="auto"), gdscp.CuFile(path, "r+") as f:
+            assert f.backend == "cufile"
+            assert f.backend_reason == "GPUDirect Storage: nvidia-fs is loaded and cuFile registered the file"
+            m = mark()
+            device_round_trip(f)
+            assert since(m, "cuFileRead") and since(m, "cuFileWrite")
+        with settings(compat_mode="off"), gdscp.CuFile(path, "r+") as f:
+            assert f.backend_reason == "compat_mode is OFF: cuFile with GPUDirect Storage"
+        # Host memory never goes through cuFile.
+        with settings(compat_mode="off"), gdscp.CuFile(path, "r+") as f:
+            m = mark()
+            host = bytearray(len(data))
+            assert f.read(host) == len(data) and bytes(host) == data
+            assert since(m, "cuFileRead") == []
+        if tmpfs:  # a filesystem that refuses O_DIRECT
+            shm = new_file(tmpfs, "c.bin", data)
+            with settings(compat_mode="auto"), gdscp.CuFile(shm, "r+") as f:
+                assert f.backend == "posix" and f.backend_reason.startswith("the filesystem refuses O_DIRECT")
+                device_round_trip(f)
+            with settings(compat_mode="off"), pytest.raises(RuntimeError) as info:
+                gdscp.CuFile(shm, "r+")
+            assert str(info.value) == ("compat_mode is OFF, which requires cuFile, but cuFile needs O_DIRECT, "
+                                       f"which the filesystem of '{shm}' refuses")
+    finally:
+        _core.testing.set_nvidia_fs_version_path("")
+    assert not _core.cufile_info("")["nvidia_fs"]
+    with settings(compat_mode="auto"), gdscp.CuFile(path) as f:
+        assert f.backend == "posix"
+
+
+def scenario_registration_failure(folder):
+    """cuFileHandleRegister refusing the file: AUTO falls back to the POSIX
+    path and says why; OFF raises a CuFileError with cuFile's reason."""
+    import gdscp
+    from gdscp import _core
+
+    data = random_bytes(MiB + 1, seed=10)
+    path = new_file(folder, "g.bin", data)
+    _core.testing.set_nvidia_fs_version_path(new_file(folder, "nvidia-fs", b"1"))
+    for code, name, text in standin.cufile.error_codes():
+        cu = CUDA_ERROR_OUT_OF_MEMORY if code == CU_FILE_CUDA_DRIVER_ERROR else 0
+        reason = f"cuFileHandleRegister '{path}': {text} (CUfileOpError {code})"
+        if cu:
+            reason += ": CUDA_ERROR_OUT_OF_MEMORY (out of memory)"
+        standin.cufile.fail("cuFileHandleRegister", code, cu)
+        with settings(compat_mode="auto"), gdscp.CuFile(path, "r+") as f:
+            assert f.backend == "posix", name
+            assert f.backend_reason == f"cuFile refused the file ({reason}): gdscp's POSIX path (pread/pwrite " \
+                                       "through pinned staging buffers)", f.backend_reason
+            buf = poisoned(len(data))
+            m = mark()
+            assert f.read(buf) == len(data) and buf.bytes() == data
+            assert since(m, "cuFileRead") == [] and since(m, "cuMemcpyHtoDAsync", lib="cuda")
+        standin.cufile.fail("cuFileHandleRegister", code, cu)
+        with settings(compat_mode="off"), pytest.raises(gdscp.CuFileError) as info:
+            gdscp.CuFile(path, "r+")
+        assert info.value.code == code
+        assert str(info.value) == f"compat_mode is OFF, which requires cuFile, but {reason}", str(info.value)
+    _core.testing.set_nvidia_fs_version_path("")
+
+
+def scenario_driver_open_failure(folder):
+    import gdscp
+    from gdscp import _core
+
+    path = new_file(folder, "o.bin", b"x" * 5000)
+    _core.testing.set_nvidia_fs_version_path(new_file(folder, "nvidia-fs", b"1"))
+    standin.cufile.fail("cuFileDriverOpen", CU_FILE_DRIVER_NOT_INITIALIZED, times=-1)
+    why = ("cuFileDriverOpen failed: nvidia-fs driver is not loaded. Set allow_compat_mode to true in cufile.json "
+           "file to enable compatible mode (CUfileOpError 5001)")
+    with settings(compat_mode="auto"), gdscp.CuFile(path) as f:
+        assert f.backend == "posix" and f.backend_reason.startswith(why + ": gdscp's POSIX path"), f.backend_reason
+        buf = poisoned(5000)
+        assert f.read(buf) == 5000 and buf.bytes() == b"x" * 5000
+    with settings(compat_mode="off"), pytest.raises(RuntimeError) as info:
+        gdscp.CuFile(path)
+    assert str(info.value) == f"compat_mode is OFF, which requires cuFile, but {why}"
+    assert _core.cufile_info("")["error"] == why
+    assert standin.cufile.count("cuFileDriverOpen") == 1  # tried once per process
+    _core.testing.set_nvidia_fs_version_path("")
+
+
+def scenario_missing_entry_point(folder):
+    import gdscp
+    from gdscp import _core
+
+    path = new_file(folder, "m.bin", b"y" * 100)
+    with settings(compat_mode="off"), pytest.raises(RuntimeError) as info:
+        gdscp.CuFile(path)
+    assert str(info.value) == "compat_mode is OFF, which requires cuFile, but libcufile.so.0 lacks cuFileWrite"
+    _core.testing.set_nvidia_fs_version_path(new_file(folder, "nvidia-fs", b"1"))
+    with settings(compat_mode="auto"), gdscp.CuFile(path) as f:
+        assert f.backend == "posix" and f.backend_reason.startswith("libcufile.so.0 lacks cuFileWrite: ")
+    _core.testing.set_nvidia_fs_version_path("")
+    assert standin.cufile.calls() == []  # the driver was never opened
+
+
+def scenario_cuda_unusable(folder, how):
+    """Without a usable CUDA driver: OFF refuses with the reason, AUTO and ON
+    still serve host memory, device memory is a clear error."""
+    import gdscp
+    from gdscp import _core
+
+    if how == "cuInit":
+        standin.cuda.fail("cuInit", CUDA_ERROR_NO_DEVICE, times=-1)
+        why = "cuInit failed (no usable GPU?): CUDA_ERROR_NO_DEVICE (no CUDA-capable device is detected)"
+    else:
+        standin.cuda.fail("lookup:cuEventSynchronize", 1, times=-1)
+        why = "libcuda.so.1 lacks cuEventSynchronize (a driver for CUDA 12 or later is needed)"
+    data = random_bytes(10_000, seed=11)
+    path = new_file(folder, "u.bin", data)
+    _core.testing.set_nvidia_fs_version_path(new_file(folder, "nvidia-fs", b"1"))
+    assert _core.cuda_info() == {"available": False, "error": why, "library": "", "driver_version": 0, "gpus": []}
+    with settings(compat_mode="off"), pytest.raises(RuntimeError) as info:
+        gdscp.CuFile(path)
+    assert str(info.value) == f"compat_mode is OFF, which requires cuFile, but cuFile needs CUDA: {why}"
+    for compat in ("auto", "on"):
+        with settings(compat_mode=compat), gdscp.CuFile(path) as f:
+            assert f.backend == "posix"
+            host = bytearray(len(data))
+            assert f.read(host) == len(data) and bytes(host) == data
+            with pytest.raises(RuntimeError) as info:
+                f.read(standin.cuda.alloc(100))
+            assert str(info.value) == f"CUDA is not available: {why}"
+    _core.testing.set_nvidia_fs_version_path("")
+
+
+def scenario_posix_device_path(folder):
+    """compat_mode ON, device memory: staged through pinned buffers and
+    cuMemcpyHtoDAsync/DtoHAsync, byte-exact at every pipeline depth and
+    staging size; every copy from pinned memory, inside the buffer, each piece
+    copied once."""
+    import gdscp
+    from gdscp import _core
+
+    data = random_bytes(2 * MiB + 4097, seed=12)
+    path = new_file(folder, "p.bin", data)
+    size, offset, start = 2 * MiB + 1, 3, 5
+    for depth in (2, 3, 8):
+        for bounce in (4096, 64 * KiB, MiB):
+            for threads in (1, 4):
+                values = dict(compat_mode="on", pipeline_depth=depth, bounce_buffer_size=bounce,
+                              num_threads=threads, gds_threshold=0)
+                with settings(**values), gdscp.CuFile(path, "r+") as f:
+                    case = f"depth={depth} bounce={bounce} threads={threads}"
+                    buf = poisoned(start + size + 7)
+                    m = mark()
+                    assert f.read(buf[start : start + size], size, offset) == size, case
+                    got = buf.bytes()
+                    assert got[start : start + size] == data[offset : offset + size], case
+                    assert got[:start] + got[start + size :] == bytes([POISON]) * (start + 7), case
+                    copies = since(m, "cuMemcpyHtoDAsync", lib="cuda")
+                    assert copies and all(c.flags & standin.PINNED_HOST for c in copies), case
+                    spans = sorted((c.ptr - buf.ptr - start, c.size) for c in copies)
+                    at = 0
+                    for dst, n in spans:
+                        assert dst == at, (case, spans)
+                        at += n
+                    assert at == size, case
+                    assert all(c.size <= bounce for c in copies), case
+                    # Past the end of the file: only what is there is copied.
+                    tail = poisoned(MiB)
+                    n = len(data) - (2 * MiB + 100)
+                    assert f.read(tail, MiB, 2 * MiB + 100) == n, case
+                    assert tail.bytes() == data[-n:] + bytes([POISON]) * (MiB - n), case
+                    # Writes: copied back through pinned buffers, written at the right place.
+                    new = random_bytes(size, seed=depth * bounce + threads)
+                    src = standin.cuda.alloc(start + size).set(bytes(start) + new)
+                    m = mark()
+                    assert f.write(src[start:], size, offset) == size, case
+                    back = since(m, "cuMemcpyDtoHAsync", lib="cuda")
+                    assert back and all(c.flags & standin.PINNED_HOST for c in back), case
+                    assert sum(c.size for c in back) == size, case
+                    assert file_bytes(path) == data[:offset] + new + data[offset + size :], case
+                    with open(path, "r+b") as raw:
+                        raw.write(data)
+    assert standin.cufile.calls() == []
+
+
+def scenario_posix_device_failures(folder):
+    """CUDA failures on the POSIX device path: a CudaError naming the call
+    and the driver's error; the pipeline drained (no pinned buffer freed or
+    reused under a queued copy) and the next transfer right."""
+    import gdscp
+    from gdscp import _core
+
+    data = random_bytes(3 * MiB, seed=13)
+    path = new_file(folder, "f.bin", data)
+    cases = [
+        ("cuMemcpyHtoDAsync", CUDA_ERROR_ILLEGAL_ADDRESS, "read",
+         "cuMemcpyHtoDAsync: CUDA_ERROR_ILLEGAL_ADDRESS (an illegal memory access was encountered)"),
+        ("cuEventSynchronize", CUDA_ERROR_ILLEGAL_ADDRESS, "read",
+         "cuEventSynchronize: CUDA_ERROR_ILLEGAL_ADDRESS (an illegal memory access was encountered)"),
+        ("cuMemcpyDtoHAsync", CUDA_ERROR_ILLEGAL_ADDRESS, "write",
+         "cuMemcpyDtoHAsync: CUDA_ERROR_ILLEGAL_ADDRESS (an illegal memory access was encountered)"),
+        ("cuMemHostAlloc", CUDA_ERROR_OUT_OF_MEMORY, "read",
+         "cuMemHostAlloc (pinned staging buffer): CUDA_ERROR_OUT_OF_MEMORY (out of memory)"),
+        ("cuMemHostAlloc", CUDA_ERROR_OUT_OF_MEMORY, "write",
+         "cuMemHostAlloc (pinned staging buffer): CUDA_ERROR_OUT_OF_MEMORY (out of memory)"),
+    ]
+    with settings(compat_mode="on", num_threads=4, bounce_buffer_size=64 * KiB, task_size=MiB, gds_threshold=0):
+        with gdscp.CuFile(path, "r+") as f:
+            for entry, code, op, message in cases:
+                _core.trim_pools()  # so that staging buffers are allocated anew
+                # (The first allocation: one worker may take every chunk and allocate only `depth` buffers.)
+                standin.cuda.fail(entry, code, skip=0 if entry == "cuMemHostAlloc" else 2)
+                buf = standin.cuda.alloc(len(data)).set(data) if op == "write" else poisoned(len(data))
+                with pytest.raises(gdscp.CudaError) as info:
+                    (f.write if op == "write" else f.read)(buf)
+                assert info.value.code == code and str(info.value) == message, (entry, str(info.value))
+                assert standin.cuda.pending() == 0, f"{entry}: copies left queued after the failure"
+                buf = poisoned(len(data))
+                assert f.read(buf) == len(data) and buf.bytes() == data, entry
+            # A failing pread mid-way through a device read.
+            _core.testing.arm_fault("pread", 3, 1, errno.EIO)
+            try:
+                with pytest.raises(OSError) as info:
+                    f.read(poisoned(len(data)))
+                assert info.value.errno == errno.EIO
+            finally:
+                _core.testing.disarm_fault()
+            assert standin.cuda.pending() == 0
+            buf = poisoned(len(data))
+            assert f.read(buf) == len(data) and buf.bytes() == data
+
+
+def scenario_raw_sync(folder):
+    """raw_read/raw_write: one cuFile call on the calling thread at dev_offset."""
+    import gdscp
+
+    data = random_bytes(MiB + 3, seed=14)
+    path = new_file(folder, "raw.bin", data)
+    me = threading.get_native_id()
+    with settings(compat_mode="off", num_threads=4), gdscp.CuFile(path, "r+") as f:
+        for dev_offset in (0, 1, 4096):
+            buf = poisoned(dev_offset + 300_000)
+            m = mark()
+            assert f.raw_read(buf, 300_000, 4097, dev_offset) == 300_000
+            (call,) = since(m, "cuFileRead")
+            assert call.tid == me and call.ptr == buf.ptr and call.buf_offset == dev_offset
+            assert call.file_offset == 4097 and call.size == 300_000
+            got = buf.bytes()
+            assert got[dev_offset:] == data[4097 : 4097 + 300_000] and got[:dev_offset] == bytes([POISON]) * dev_offset
+            m = mark()
+            assert f.raw_write(buf, 300_000, 4097, dev_offset) == 300_000
+            (call,) = since(m, "cuFileWrite")
+            assert call.tid == me and call.buf_offset == dev_offset
+        buf = poisoned(MiB)
+        assert f.raw_read(buf, file_offset=len(data) - 10) == 10 and buf.bytes()[:10] == data[-10:]
+        assert f.raw_read(buf, file_offset=len(data)) == 0
+        assert f.raw_read(buf, 0) == 0
+    assert file_bytes(path) == data
+
+
+def scenario_raw_async_cufile(folder):
+    """raw_read_async/raw_write_async with cuFile's stream API: queued on the
+    caller's stream, in order with the stream's other work; failures of the
+    queued I/O raised by check_bytes_done; refusal falls back to a transfer
+    ordered after the stream's work."""
+    import gdscp
+
+    data = random_bytes(2 * MiB, seed=15)
+    path = new_file(folder, "as.bin", data)
+    stream = standin.cuda.stream()
+    with settings(compat_mode="off"), gdscp.CuFile(path, "r+") as f:
+        buf = poisoned(MiB + 10)
+        m = mark()
+        future = f.raw_read_async(buf, stream, MiB, 4096, 10)
+        (submit,) = since(m, "cuFileReadAsync")
+        assert submit.size == MiB and submit.file_offset == 4096 and submit.buf_offset == 10 and submit.host == stream
+        assert future.check_bytes_done() == MiB
+        assert buf.bytes()[10:] == data[4096 : 4096 + MiB]
+        assert len(since(m, "cuFileReadAsync:io")) == 1
+        # Ordered on the stream: a fill queued after the read lands after it.
+        future = f.raw_read_async(buf, stream, MiB, 0, 0)
+        standin.cuda.fill_async(stream, buf[:10], 0x11)
+        assert future.check_bytes_done() == MiB
+        assert buf.bytes()[:10] == b"\x11" * 10 and buf.bytes()[10:MiB] == data[10:MiB]
+        # ... and a write after a fill queued before it writes the filled bytes.
+        src = standin.cuda.alloc(8192).set(data[:8192])
+        standin.cuda.fill_async(stream, src, 0x5A)
+        assert f.raw_write_async(src, stream, 8192, 12288).check_bytes_done() == 8192
+        model = bytearray(data)
+        model[12288 : 12288 + 8192] = b"\x5a" * 8192
+        assert file_bytes(path) == bytes(model)
+        # Past the end of the file; nothing to read.
+        tail = poisoned(MiB)
+        assert f.raw_read_async(tail, stream, MiB, len(data) - 5).check_bytes_done() == 5
+        assert tail.bytes()[:5] == bytes(model[-5:]) and tail.bytes()[5:] == bytes([POISON]) * (MiB - 5)
+        assert f.raw_read_async(tail, stream, 0).check_bytes_done() == 0
+        # Dropped before check_bytes_done: the stream still gets synchronised.
+        tail.fill(POISON)
+        future = f.raw_read_async(tail, stream, 100, 0)
+        del future
+        gc.collect()
+        assert standin.cuda.pending() == 0 and tail.bytes()[:100] == bytes(model[:100])
+        # Failures of the queued I/O itself, raised when the stream has run it.
+        standin.cufile.fail("cuFileReadAsync:io", -CU_FILE_IO_ERROR)
+        future = f.raw_read_async(tail, stream, 4096, 8192)
+        with pytest.raises(gdscp.CuFileError) as info:
+            future.check_bytes_done()
+        assert info.value.code == CU_FILE_IO_ERROR
+        assert str(info.value) == f"cuFile stream I/O on '{path}' at offset 8192: cufile io error (CUfileOpError 5044)"
+        standin.cufile.fail("cuFileWriteAsync:io", -errno.ENOSPC)
+        with pytest.raises(OSError) as info:
+            f.raw_write_async(tail, stream, 4096, 8192).check_bytes_done()
+        assert info.value.errno == errno.ENOSPC and f"'{path}' at offset 8192" in str(info.value)
+        # -1: the errno that goes with it belongs to whichever thread ran the I/O,
+        # not to the one that synchronises the stream; an EIO that says so.
+        for entry in ("cuFileReadAsync:io", "cuFileWriteAsync:io"):
+            standin.cufile.fail(entry, -1, errno.ENOSPC)
+            with pytest.raises(OSError) as info:
+                (f.raw_read_async if "Read" in entry else f.raw_write_async)(tail, stream, 4096, 8192).check_bytes_done()
+            assert info.value.errno == errno.EIO, str(info.value)
+            assert str(info.value) == (f"cuFile stream I/O (failed; its errno is lost on the stream) on '{path}' "
+                                       "at offset 8192: Input/output error (errno 5)")
+        # Refused when queued: an error, or for "not supported here" a transfer
+        # ordered after the stream's earlier work.
+        standin.cufile.fail("cuFileReadAsync", CU_FILE_INVALID_VALUE)
+        with pytest.raises(gdscp.CuFileError) as info:
+            f.raw_read_async(tail, stream, 4096, 0)
+        assert info.value.code == CU_FILE_INVALID_VALUE and f"cuFileReadAsync '{path}'" in str(info.value)
+        for refusal in (CU_FILE_ASYNC_NOT_SUPPORTED, CU_FILE_IO_NOT_SUPPORTED):
+            standin.cufile.fail("cuFileWriteAsync", refusal)
+            src = standin.cuda.alloc(4096).set(b"q" * 4096)
+            standin.cuda.fill_async(stream, src, 0x77)
+            m = mark()
+            future = f.raw_write_async(src, stream, 4096, 0)
+            assert since(m, "cuFileWrite")  # moved by the time the call returned
+            assert future.check_bytes_done() == 4096
+            assert file_bytes(path)[:4096] == b"\x77" * 4096
+        # A producer stream named in __cuda_array_interface__ is waited for.
+        src = standin.cuda.alloc(4096).set(b"r" * 4096)
+        producer = standin.cuda.stream(non_blocking=True)
+        standin.cuda.fill_async(producer, src, 0x33)
+        assert f.write(src.with_stream(producer), 4096, 0) == 4096
+        assert file_bytes(path)[:4096] == b"\x33" * 4096
+    # Closed with stream I/O still queued: the handle stays registered until
+    # the future lets go of the file, after the stream has run the I/O.
+    expect = file_bytes(path)[:MiB]
+    del future
+    gc.collect()
+    m = mark()
+    with settings(compat_mode="off"):
+        f = gdscp.CuFile(path, "r+")
+    (reg,) = since(m, "cuFileHandleRegister")
+    buf = poisoned(MiB)
+    future = f.raw_read_async(buf, stream, MiB, 0)
+    f.close()
+    assert standin.cufile.live_handles() == 1 and since(m, "cuFileHandleDeregister") == []
+    assert future.check_bytes_done() == MiB and buf.bytes() == expect
+    del future
+    gc.collect()
+    (dereg,) = since(m, "cuFileHandleDeregister")
+    assert dereg.handle == reg.handle and dereg.flags & standin.FD_OPEN and standin.cufile.live_handles() == 0
+
+
+def scenario_raw_async_fallback(folder, compat):
+    """raw_*_async where cuFile's stream API is absent (OFF over a libcufile
+    without it) or cuFile is not used (ON): the stream is synchronised first,
+    the bytes are in place when the call returns."""
+    import gdscp
+
+    data = random_bytes(MiB, seed=16)
+    path = new_file(folder, "fb.bin", data)
+    stream = standin.cuda.stream()
+    with settings(compat_mode=compat), gdscp.CuFile(path, "r+") as f:
+        assert f.backend == ("cufile" if compat == "off" else "posix")
+        buf = poisoned(MiB)
+        m = mark()
+        future = f.raw_read_async(buf, stream, 500_000, 7, 3)
+        assert buf.bytes()[3 : 3 + 500_000] == data[7 : 7 + 500_000]  # already there
+        assert future.check_bytes_done() == 500_000
+        assert since(m, "cuFileReadAsync") == []
+        assert bool(since(m, "cuFileRead")) == (compat == "off")
+        src = standin.cuda.alloc(65536).set(data[:65536])
+        standin.cuda.fill_async(stream, src, 0x42)
+        assert f.raw_write_async(src, stream, 65536, 4096).check_bytes_done() == 65536
+        assert file_bytes(path) == data[:4096] + b"\x42" * 65536 + data[4096 + 65536 :]
+        assert f.raw_read_async(buf, None, 10, 0).check_bytes_done() == 10  # the default stream
+
+
+def scenario_pointer_kinds(folder):
+    """What the engine makes of memory: pinned host memory offered as device
+    memory is host memory; unknown memory is refused; device memory without a
+    context attribute uses its device's primary context; memory of the second
+    device is moved under that device's context."""
+    import gdscp
+
+    data = random_bytes(MiB + 5, seed=17)
+    path = new_file(folder, "k.bin", data)
+    with settings(compat_mode="off", num_threads=4, gds_threshold=0, task_size=256 * KiB):
+        with gdscp.CuFile(path, "r+") as f:
+            pinned = standin.cuda.pinned(len(data)).fill(POISON)
+            m = mark()
+            assert f.read(pinned) == len(data) and pinned.bytes() == data
+            assert since(m, "cuFileRead") == [] and since(m, "cuMemcpyHtoDAsync", lib="cuda") == []
+
+            plain = np.zeros(100, dtype=np.uint8)
+            unknown = standin.DeviceBuffer(plain.ctypes.data, 100)
+            with pytest.raises(ValueError) as info:
+                f.read(unknown)
+            assert "is not memory CUDA knows" in str(info.value)
+
+            for device, context in ((0, False), (1, True), (1, False)):
+                retains = standin.cuda.retains(device)
+                buf = poisoned(len(data), device, context=context)
+                m = mark()
+                assert f.read(buf) == len(data) and buf.bytes() == data, (device, context)
+                reads = since(m, "cuFileRead")
+                assert reads and {c.ctx for c in reads} == {device}, (device, context, reads)
+                if not context:
+                    assert standin.cuda.retains(device) >= max(retains, 1)
+                m = mark()
+                assert f.write(buf) == len(data)
+                assert {c.ctx for c in since(m, "cuFileWrite")} == {device}
+    with settings(compat_mode="on", num_threads=4, gds_threshold=0), gdscp.CuFile(path, "r+") as f:
+        buf = poisoned(len(data), 1)
+        m = mark()
+        assert f.read(buf) == len(data) and buf.bytes() == data
+        ctx1 = standin.cuda.primary_context(1)
+        assert {c.ctx for c in since(m, "cuMemcpyHtoDAsync", lib="cuda")} == {ctx1}
+    assert file_bytes(path) == data

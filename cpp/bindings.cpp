@@ -4,6 +4,7 @@
 #include <nanobind/stl/unique_ptr.h>
 
 #include "buffers.hpp"
+#include "release_gil.hpp"
 #include "gdscp/error.hpp"
 #include "gdscp/future.hpp"
 #include "gdscp/handle.hpp"
@@ -19,15 +20,18 @@ using gdscp::Settings;
 
 namespace {
 
-using release = nb::call_guard<nb::gil_scoped_release>;
+using gdscp::bindings::ReleaseGil;
+using release = nb::call_guard<ReleaseGil>;
 
 void translate(const std::exception_ptr& p, void*) {
   try {
     std::rethrow_exception(p);
   } catch (const gdscp::Error& e) {
-    nb::object errors = nb::module_::import_("gdscp._errors");
-    nb::object exc = errors.attr("from_engine")(static_cast<int>(e.kind()), e.code(), e.what(), e.path(), e.offset());
-    PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
+    gdscp::bindings::exit_safe([&] {
+      nb::object errors = nb::module_::import_("gdscp._errors");
+      nb::object exc = errors.attr("from_engine")(static_cast<int>(e.kind()), e.code(), e.what(), e.path(), e.offset());
+      PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
+    });
   }
 }
 
@@ -70,7 +74,7 @@ void stream_copy(nb::handle dst, nb::handle src) {
     throw nb::value_error(("stream_copy needs buffers of one size; dst has " + std::to_string(to.size()) +
                            " bytes, src " + std::to_string(from.size()))
                               .c_str());
-  nb::gil_scoped_release unlocked;
+  ReleaseGil unlocked;
   gdscp::stream_copy(to.data(), from.data(), from.size());
 }
 
@@ -147,7 +151,7 @@ NB_MODULE(_core, m) {
   m.def("cuda_info", [] {
     gdscp::CudaInfo info;
     {
-      nb::gil_scoped_release unlocked;
+      ReleaseGil unlocked;
       info = gdscp::cuda_info();
     }
     return to_dict(info);
@@ -155,7 +159,7 @@ NB_MODULE(_core, m) {
   m.def("cufile_info", [](const std::string& hint) {
     gdscp::CuFileInfo info;
     {
-      nb::gil_scoped_release unlocked;
+      ReleaseGil unlocked;
       info = gdscp::cufile_info(hint);
     }
     return to_dict(info);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "buffers.hpp"
+#include "release_gil.hpp"
 #include "gdscp/detail/buffer_pool.hpp"
 #include "gdscp/detail/fault.hpp"
 #include "gdscp/detail/mapped_read.hpp"
@@ -21,7 +22,7 @@ using namespace nb::literals;
 namespace gdscp::bindings {
 namespace {
 
-using release = nb::call_guard<nb::gil_scoped_release>;
+using release = nb::call_guard<ReleaseGil>;
 
 void arm_fault(const std::string& op, long skip, long count, int err) {
   using detail::fault::Op;
@@ -66,7 +67,7 @@ bool mapped_copy(int fd, nb::handle dst, int64_t file_offset) {
   const BufferView view(dst, /*writable=*/true);
   const detail::MappedRange range(fd, file_offset, view.size());
   if (!range.mapped()) throw nb::value_error("the range could not be mapped");
-  nb::gil_scoped_release unlocked;
+  ReleaseGil unlocked;
   return range.copy_to(view.data());
 }
 

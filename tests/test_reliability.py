@@ -536,6 +536,69 @@ def test_keyboard_interrupt_while_waiting(tmp_path):
     )
 
 
+# -- interpreter exit while daemon threads are inside the engine -------------------
+
+EXIT_SCRIPT = r"""
+import os, sys, threading
+import numpy as np
+import gdscp
+
+folder = sys.argv[1]
+source = os.path.join(folder, "source.bin")
+data = np.random.default_rng(3).integers(0, 256, 8 << 20, dtype=np.uint8)
+with gdscp.CuFile(source, "w") as f:
+    f.write(data)
+
+def loop(i, call):
+    # Each thread signals once it has gone round at least once, then never stops.
+    while True:
+        call()
+        started[i].set()
+
+def reader(size, task_size):
+    buf = np.empty(size, np.uint8)
+    f = gdscp.CuFile(source, "r")
+    return lambda: f.read(buf, task_size=task_size)
+
+def writer(name, size):
+    buf = data[:size]
+    f = gdscp.CuFile(os.path.join(folder, name), "w")
+    return lambda: f.write(buf, task_size=256 << 10)
+
+calls = [
+    reader(4096, None),               # on the calling thread (below gds_threshold)
+    reader(8 << 20, 256 << 10),       # 32 tasks: the caller waits in Future.wait
+    reader(8 << 20, 256 << 10),
+    writer("w1.bin", 4 << 20),
+    writer("w2.bin", 64 << 10),
+]
+started = [threading.Event() for _ in calls]
+for i, call in enumerate(calls):
+    threading.Thread(target=loop, args=(i, call), daemon=True).start()
+for event in started:
+    assert event.wait(60), "a thread never finished a transfer"
+print("exiting", flush=True)
+"""
+
+
+def test_interpreter_exit_while_daemon_threads_transfer(tmp_path):
+    """The main thread returns while daemon threads are inside read() and
+    write() (on the calling thread, and waiting for the workers): CPython ends
+    such threads as they take the GIL back, by an unwinding pthread_exit that
+    used to abort the process from inside the bindings. The process must exit
+    with status 0 and nothing on stderr, every time."""
+    runs = 20
+    for run in range(runs):
+        try:
+            proc = subprocess.run([sys.executable, "-c", EXIT_SCRIPT, str(tmp_path)], cwd=str(tmp_path),
+                                  capture_output=True, text=True, timeout=CHILD_TIMEOUT)
+        except subprocess.TimeoutExpired as e:
+            pytest.fail(f"run {run}: the interpreter did not exit in {CHILD_TIMEOUT} s\n{e.stderr}")
+        assert "exiting" in proc.stdout, f"run {run}: the threads never got going\n{proc.stderr}"
+        assert proc.returncode == 0, f"run {run} of {runs}: exit status {proc.returncode}\n{proc.stderr}"
+        assert proc.stderr == "", f"run {run} of {runs}: unexpected output on stderr:\n{proc.stderr}"
+
+
 # -- gdscp copy under signals and a full disk ---------------------------------------
 
 COPY_SIZE = 200 * MiB

@@ -1,0 +1,32 @@
+#include "release_gil.hpp"
+
+#include <signal.h>
+#include <unistd.h>
+
+namespace gdscp::bindings {
+
+[[noreturn]] void park_forever() noexcept {
+  // What this thread's Python frames hold is never released: nanobind would
+  // report those objects at exit as leaks of the bindings.
+  nanobind::set_leak_warnings(false);
+  // Process signals go to the threads that still run; this one only waits
+  // for the process to end.
+  sigset_t all;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, nullptr);
+  for (;;) ::pause();
+}
+
+ReleaseGil::ReleaseGil() noexcept : state_(PyEval_SaveThread()) {}
+
+ReleaseGil::~ReleaseGil() {
+  // The forced unwind starts inside PyEval_RestoreThread; caught here it never
+  // reaches a noexcept frame. The thread holds no GIL at that point.
+  try {
+    PyEval_RestoreThread(state_);
+  } catch (abi::__forced_unwind&) {
+    park_forever();
+  }
+}
+
+}  // namespace gdscp::bindings

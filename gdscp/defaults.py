@@ -139,10 +139,16 @@ _values: dict[str, Any] = {}
 
 
 def _apply(name: str, value: Any) -> None:
-    _values[name] = value
     if name == "num_threads":
-        _core.set_num_threads(value)
-    elif name == "direct_io":
+        try:
+            _core.set_num_threads(value)
+        finally:
+            # What runs: where the system refuses threads, the pool keeps the
+            # workers it could start and the call raises.
+            _values[name] = _core.num_threads()
+        return
+    _values[name] = value
+    if name == "direct_io":
         _settings.direct_io = getattr(_core.DirectIO, value)
     elif name == "compat_mode":
         _settings.compat_mode = _core.CompatMode(int(value))

@@ -244,3 +244,91 @@ def test_shrinking_parks_workers_and_growing_reuses_them(tmp_path):
     finally:
         gdscp.defaults.set("num_threads", original)
     assert wait_engine_idle()
+
+
+def _sanitized() -> bool:
+    """Under the sanitizers' runtimes (scripts/sanitize.sh preloads them), which
+    reserve terabytes of address space and so cannot run under an RLIMIT_AS."""
+    preload = os.environ.get("LD_PRELOAD", "")
+    return "libasan" in preload or "libtsan" in preload
+
+
+@pytest.mark.skipif(_sanitized(), reason="an address-space limit cannot hold a sanitizer's shadow memory")
+def test_pool_that_cannot_start_threads_stays_consistent(tmp_path):
+    """num_threads = 5000 under an address-space limit with room for a few
+    dozen thread stacks: the pool grows as far as it can and raises an error
+    that says how many workers run and why; the caller's signal mask is what
+    it was; the setting reports what runs; every worker carries its name; and
+    transfers still move exact bytes."""
+    script = textwrap.dedent(
+        """
+        import os, resource, signal, sys
+        import numpy as np
+        import gdscp
+        from gdscp import _core
+
+        def worker_names():
+            names = []
+            for tid in os.listdir("/proc/self/task"):
+                with open(f"/proc/self/task/{tid}/comm") as f:
+                    name = f.read().strip()
+                if name.startswith("gdscp-io-"):
+                    names.append(name)
+            return sorted(names)
+
+        def vm_size():
+            with open("/proc/self/status") as f:
+                for line in f:
+                    if line.startswith("VmSize:"):
+                        return int(line.split()[1]) * 1024
+
+        data = np.random.default_rng(4).integers(0, 256, 8 << 20, dtype=np.uint8)
+        path = sys.argv[1]
+        data.tofile(path)
+        before = _core.num_threads()
+        assert worker_names() == sorted(f"gdscp-io-{i}" for i in range(before)), worker_names()
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+        assert signal.SIGINT not in mask and signal.SIGTERM not in mask, mask
+
+        # Room for a few dozen more 8 MiB thread stacks, far from 5000.
+        resource.setrlimit(resource.RLIMIT_AS, (vm_size() + (512 << 20), resource.RLIM_INFINITY))
+        try:
+            gdscp.defaults.set("num_threads", 5000)
+        except RuntimeError as e:
+            message = str(e)
+        else:
+            raise AssertionError("5000 threads started under the limit: the test proves nothing")
+        running = _core.num_threads()
+        print("error:", message)
+        print("running:", running)
+        assert before < running < 5000, running
+        assert f"runs {running} workers" in message and "5000" in message, message
+        assert "Cannot allocate memory" in message or "Resource temporarily unavailable" in message, message
+        assert signal.pthread_sigmask(signal.SIG_BLOCK, []) == mask, "the caller's signal mask changed"
+        assert gdscp.defaults.get("num_threads") == running
+        assert worker_names() == sorted(f"gdscp-io-{i}" for i in range(running)), worker_names()
+        resource.setrlimit(resource.RLIMIT_AS, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+
+        # Every running worker takes tasks: a read in many more tasks than workers.
+        out = np.zeros_like(data)
+        with gdscp.CuFile(path, "r") as f:
+            assert f.read(out, task_size=64 << 10) == data.nbytes
+        assert np.array_equal(out, data)
+        gdscp.defaults.set("num_threads", 4)
+        assert gdscp.defaults.get("num_threads") == _core.num_threads() == 4
+        out[:] = 0
+        with gdscp.CuFile(path, "r") as f:
+            assert f.read(out, task_size=64 << 10) == data.nbytes
+        assert np.array_equal(out, data)
+        print("CHILD-OK")
+        """
+    )
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", script, str(tmp_path / "data.bin")],
+            cwd=str(tmp_path), capture_output=True, text=True, timeout=120,
+        )
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"child hung\nstdout:\n{e.stdout}\nstderr:\n{e.stderr}")
+    assert proc.returncode == 0 and "CHILD-OK" in proc.stdout, f"{proc.stdout}\n{proc.stderr}"
+    print(proc.stdout, end="")

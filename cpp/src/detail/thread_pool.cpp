@@ -5,16 +5,55 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <memory>
+#include <string>
+#include <system_error>
 
+#include "gdscp/error.hpp"
 #include "gdscp/settings.hpp"
 
 namespace gdscp::detail {
 
+namespace {
+
+// Blocks the asynchronous signals on the calling thread for its lifetime and
+// restores the mask on every way out, a failed thread start included.
+//
+// Workers start with every asynchronous signal blocked (a new thread inherits
+// its creator's mask), so Ctrl-C and SIGTERM reach a Python thread: CPython
+// notices a signal that a foreign thread caught only much later, if at all.
+// Fault signals stay open: a blocked SIGBUS kills the process instead of
+// reaching a handler (the mapped read's guard needs it).
+class AsyncSignalsBlocked {
+ public:
+  AsyncSignalsBlocked() {
+    sigset_t all;
+    sigfillset(&all);
+    for (int sig : {SIGBUS, SIGSEGV, SIGFPE, SIGILL, SIGTRAP}) sigdelset(&all, sig);
+    pthread_sigmask(SIG_BLOCK, &all, &previous_);
+  }
+  ~AsyncSignalsBlocked() { pthread_sigmask(SIG_SETMASK, &previous_, nullptr); }
+  AsyncSignalsBlocked(const AsyncSignalsBlocked&) = delete;
+  AsyncSignalsBlocked& operator=(const AsyncSignalsBlocked&) = delete;
+
+ private:
+  sigset_t previous_;
+};
+
+std::string worker_name(unsigned index) { return "gdscp-io-" + std::to_string(index); }
+
+}  // namespace
+
 ThreadPool::ThreadPool(unsigned threads) {
   std::lock_guard<std::mutex> lock(mutex_);
   active_ = std::max(threads, 1u);
-  spawn_locked(active_);
+  const std::string why = spawn_locked(active_);
+  if (why.empty()) return;
+  // A pool that could start some workers runs with those; one without any
+  // would leave every request queued forever.
+  if (workers_.empty()) throw_state("the I/O thread pool could not start any worker: " + why);
+  active_ = static_cast<unsigned>(workers_.size());
 }
 
 ThreadPool::~ThreadPool() {
@@ -28,27 +67,27 @@ ThreadPool::~ThreadPool() {
   }
 }
 
-void ThreadPool::spawn_locked(unsigned upto) {
-  // Workers start with every asynchronous signal blocked (a new thread
-  // inherits its creator's mask), so Ctrl-C and SIGTERM reach a Python thread:
-  // CPython notices a signal that a foreign thread caught only much later, if
-  // at all. Fault signals stay open: a blocked SIGBUS kills the process instead
-  // of reaching a handler (the mapped read's guard needs it).
-  sigset_t all, previous;
-  sigfillset(&all);
-  for (int sig : {SIGBUS, SIGSEGV, SIGFPE, SIGILL, SIGTRAP}) sigdelset(&all, sig);
-  pthread_sigmask(SIG_BLOCK, &all, &previous);
+std::string ThreadPool::spawn_locked(unsigned upto) {
+  const AsyncSignalsBlocked blocked;
+  workers_.reserve(upto);  // so that recording a started worker cannot fail
   while (workers_.size() < upto) {
     auto w = std::make_unique<Worker>();
     w->index = static_cast<unsigned>(workers_.size());
     Worker* self = w.get();
-    w->thread = std::thread([this, self] { worker_loop(self); });
+    try {
+      w->thread = std::thread([this, self] { worker_loop(self); });
+    } catch (const std::system_error& e) {
+      return "cannot start thread " + worker_name(w->index) + ": " + std::strerror(e.code().value()) + " (errno " +
+             std::to_string(e.code().value()) + ")";
+    }
     workers_.push_back(std::move(w));
   }
-  pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+  return {};
 }
 
 void ThreadPool::worker_loop(Worker* self) {
+  // Named so that top -H, debuggers and sanitizer reports tell the workers apart.
+  pthread_setname_np(pthread_self(), worker_name(self->index).c_str());
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
     cv_.wait(lock, [&] { return stopping_ || (self->index < active_ && !queue_.empty()); });
@@ -77,14 +116,21 @@ void ThreadPool::submit_many(std::vector<std::function<void()>> tasks) {
 
 void ThreadPool::resize(unsigned threads) {
   threads = std::max(threads, 1u);
+  std::string why;
+  unsigned running = 0;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (workers_.size() < threads) spawn_locked(threads);
+    if (workers_.size() < threads) why = spawn_locked(threads);
     // Surplus workers finish the task in hand and park; queued tasks stay for
-    // the active ones.
-    active_ = threads;
+    // the active ones. A pool that could not grow to `threads` runs every
+    // worker it has.
+    active_ = why.empty() ? threads : static_cast<unsigned>(workers_.size());
+    running = active_;
   }
   cv_.notify_all();
+  if (!why.empty())
+    throw_state("the I/O thread pool could not grow to " + std::to_string(threads) + " workers (" + why +
+                "); it runs " + std::to_string(running) + " workers");
 }
 
 unsigned ThreadPool::size() const {

@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -14,6 +15,8 @@ namespace gdscp::detail {
 
 class ThreadPool {
  public:
+  // Starts `threads` workers, or as many as the system allows (at least one,
+  // else it throws).
   explicit ThreadPool(unsigned threads);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
@@ -25,7 +28,9 @@ class ThreadPool {
   // pool lets surplus workers finish their current task, then parks them. A
   // parked worker costs only its stack's address space; growing again wakes it
   // with its per-thread state (CUDA streams, staging events) intact, where a new
-  // thread would create them inside the next transfer.
+  // thread would create them inside the next transfer. Where the system refuses
+  // a new thread, the pool keeps every worker it could start, runs them all,
+  // and throws an Error naming how many run and why no more could start.
   void resize(unsigned threads);
   unsigned size() const;   // active workers
   unsigned busy() const;   // workers running a task now
@@ -41,7 +46,8 @@ class ThreadPool {
     unsigned index = 0;  // takes tasks while index < active_
   };
   void worker_loop(Worker* self);
-  void spawn_locked(unsigned upto);
+  // Starts workers until there are `upto`; "" or why the next could not start.
+  std::string spawn_locked(unsigned upto);
 
   mutable std::mutex mutex_;
   std::condition_variable cv_;

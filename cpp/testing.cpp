@@ -30,7 +30,8 @@ void arm_fault(const std::string& op, long skip, long count, int err) {
   if (op == "pread") which = Op::pread;
   else if (op == "pwrite") which = Op::pwrite;
   else throw nb::value_error("op must be 'pread' or 'pwrite'");
-  detail::fault::arm(which, skip, count, err);
+  if (err == 0 && which != Op::pread) throw nb::value_error("only a pread can read nothing (errno 0)");
+  detail::fault::arm(which, skip, count, err == 0 ? detail::fault::kEndOfFile : err);
 }
 
 // The pieces `workers` workers claim from one request (chunks of `chunk`
@@ -76,7 +77,8 @@ bool mapped_copy(int fd, nb::handle dst, int64_t file_offset) {
 void define_testing(nb::module_& core) {
   nb::module_ t = core.def_submodule("testing", "Test hooks (tests/ only): not part of gdscp's interface");
   t.def("arm_fault", &arm_fault, "op"_a, "skip"_a, "count"_a, "errno"_a,
-        "After `skip` more successful pread (or pwrite) calls, fail the next `count` with `errno`.");
+        "After `skip` more successful pread (or pwrite) calls, fail the next `count` with `errno` (0: a pread "
+        "reads nothing, as at end of file).");
   t.def("disarm_fault", &detail::fault::disarm);
   t.def("mapped_read_bytes", &detail::mapped_read_bytes, "Bytes copied by mapped reads since the process started.");
   t.def("pinned_bytes", [] { return detail::BufferPool::pinned().bytes_allocated(); },

@@ -191,6 +191,10 @@ def test_pointer_kinds_and_contexts(go):
     go(scenario_pointer_kinds, devices=2)
 
 
+def test_a_short_device_read_ends_the_count(go):
+    go(scenario_short_read_count)
+
+
 # ==========================================================================
 # helpers for the scenarios (child process)
 # ==========================================================================
@@ -1079,3 +1083,44 @@ def scenario_pointer_kinds(folder):
         ctx1 = standin.cuda.primary_context(1)
         assert {c.ctx for c in since(m, "cuMemcpyHtoDAsync", lib="cuda")} == {ctx1}
     assert file_bytes(path) == data
+
+
+def scenario_short_read_count(folder):
+    """One transfer of a parallel read into device memory comes up short (a
+    cuFileRead, or the pread of one staging piece, returns 0 as at end of
+    file) while the ones after it complete: the count ends where the short one
+    starts, the bytes it covers are exact and the short part is untouched.
+    The same for raw_read, cut into staging pieces on the calling thread."""
+    import gdscp
+    from gdscp import _core
+
+    data = random_bytes(8 * MiB, seed=21)
+    path = new_file(folder, "gap.bin", data)
+
+    def check(n: int, buf, step: int, what: str) -> None:
+        got = buf.bytes()
+        assert n < len(data), f"{what}: nothing came up short"
+        assert n % step == 0, f"{what}: the count {n} ends inside a transfer of {step} bytes"
+        assert got[:n] == data[:n], f"{what}: the count covers bytes that were never read"
+        assert got[n : n + step] == bytes([POISON]) * step, f"{what}: the short transfer moved bytes after all"
+
+    task = 256 * KiB
+    with settings(compat_mode="off", num_threads=4, gds_threshold=0), gdscp.CuFile(path, "r") as f:
+        assert f.backend == "cufile", f.backend_reason
+        for skip in (0, 5, 13):
+            buf = poisoned(len(data))
+            standin.cufile.fail("cuFileRead", 0, skip=skip)
+            check(f.read(buf, task_size=task), buf, task, f"cuFile, skip {skip}")
+    piece = 64 * KiB
+    with settings(compat_mode="on", num_threads=4, gds_threshold=0, bounce_buffer_size=piece), \
+            gdscp.CuFile(path, "r") as f:
+        for skip in (0, 9, 40):
+            buf = poisoned(len(data))
+            _core.testing.arm_fault("pread", skip, 1, 0)
+            try:
+                check(f.read(buf, task_size=task), buf, piece, f"staged, skip {skip}")
+                buf = poisoned(len(data))
+                _core.testing.arm_fault("pread", skip, 1, 0)
+                check(f.raw_read(buf, len(data)), buf, piece, f"raw, skip {skip}")
+            finally:
+                _core.testing.disarm_fault()

@@ -1,5 +1,6 @@
 #include "gdscp/handle.hpp"
 
+#include <algorithm>
 #include <functional>
 #include <vector>
 
@@ -52,7 +53,8 @@ size_t raw_transfer(const OpenFile& st, const MemoryTarget& mem, bool write, uin
   ChunkQueue one({Chunk{static_cast<size_t>(dev_offset), file_offset, size}}, s.task_size);
   char* p = reinterpret_cast<char*>(base);
   Backend& b = *st.backends.device;
-  return write ? b.write(mem, p, one, s, nullptr) : b.read(mem, p, one, s, nullptr);
+  const size_t n = write ? b.write(mem, p, one, s, nullptr) : b.read(mem, p, one, s, nullptr);
+  return std::min(n, one.moved());
 }
 
 std::unique_ptr<Future> finished(size_t bytes) {
@@ -116,6 +118,7 @@ std::unique_ptr<Future> Handle::submit(bool write, uintptr_t buf, bool device, s
   const bool inline_run = size < s.gds_threshold || workers == 1;
   auto req = std::make_shared<Request>(inline_run ? 1 : workers, st);
   auto work = std::make_shared<ChunkQueue>(std::move(chunks), chunk_size, req->cancel_flag(), inline_run ? 1 : workers);
+  req->count_contiguous(work);
 
   // Every worker of the request runs this over the shared queue; the request
   // keeps the file (and `backend`) alive until the last one ends.

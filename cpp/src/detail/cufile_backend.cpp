@@ -56,7 +56,8 @@ size_t CuFileBackend::transfer(const MemoryTarget& mem, char* base, ChunkQueue& 
       if (r < 0) throw_io_error(r, what, file_->path(), at);
       if (r == 0) {
         if (Write) throw_os_error(EIO, "cuFileWrite wrote nothing to", file_->path(), at);
-        break;  // end of file
+        work.came_short(c, done);  // end of file
+        break;
       }
       done += static_cast<size_t>(r);
       total += static_cast<size_t>(r);

@@ -141,6 +141,10 @@ bool mapped_read(int fd, char* dst, size_t size, int64_t off, const std::string&
   int err;
   while ((err = fault::check(fault::Op::pread)) == EINTR) {
   }
+  if (err == fault::kEndOfFile) {
+    copied = 0;
+    return true;
+  }
   if (err) throw_os_error(err, "read (mapped)", path, off);
   if (!range.copy_to(dst)) return false;
   // A file cut short during the copy does not always raise SIGBUS: with large

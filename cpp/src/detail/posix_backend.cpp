@@ -22,7 +22,11 @@ size_t PosixBackend::read(const MemoryTarget& mem, char* base, ChunkQueue& work,
   if (mem.device) return staged_read(*file_, mem, base, work, s, req);
   size_t total = 0;
   Chunk c;
-  while (work.next(c)) total += reported(read_host(base + c.buf_offset, c.size, c.file_offset, s), req);
+  while (work.next(c)) {
+    const size_t got = read_host(base + c.buf_offset, c.size, c.file_offset, s);
+    if (got < c.size) work.came_short(c, got);
+    total += reported(got, req);
+  }
   return total;
 }
 

@@ -24,6 +24,7 @@ constexpr size_t kMaxWritePiece = 64u << 20;  // bounds the staging memory a wri
 
 ssize_t sys_pread(int fd, void* buf, size_t n, int64_t off) {
   if (int err = fault::check(fault::Op::pread)) {
+    if (err == fault::kEndOfFile) return 0;
     errno = err;
     return -1;
   }

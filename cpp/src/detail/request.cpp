@@ -1,9 +1,14 @@
 #include "gdscp/detail/request.hpp"
 
+#include <algorithm>
+
+#include "gdscp/detail/work_queue.hpp"
+
 namespace gdscp::detail {
 
 void Request::finish_one(size_t bytes, std::exception_ptr error) {
   std::shared_ptr<const void> last;
+  std::shared_ptr<const ChunkQueue> work;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     bytes_ += bytes;
@@ -13,7 +18,11 @@ void Request::finish_one(size_t bytes, std::exception_ptr error) {
       return;
     }
     last = std::move(keep_);
+    work = std::move(work_);
+    // Every task is done: the queue's contiguous count is final.
+    if (work) bytes_ = std::min(bytes_, work->moved());
   }
+  work.reset();
   last.reset();  // may close the file's descriptors: before anyone sees the request done
   {
     std::lock_guard<std::mutex> lock(mutex_);

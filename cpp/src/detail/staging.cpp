@@ -94,6 +94,7 @@ size_t staged_read(const File& f, const MemoryTarget& mem, char* base, ChunkQueu
     // Not a mapped read: staging buffers are small, reused and still in the
     // CPU cache, where pread's ordinary stores beat streaming ones.
     const size_t got = read_range(f, staging, p.size, p.file_offset, s.direct_io, s.bounce_buffer_size);
+    if (got < p.size) work.came_short(p, got);
     if (got > 0) {
       drv.check(drv.cuMemcpyHtoDAsync(dev + p.buf_offset, staging, got, pl.st.stream), "cuMemcpyHtoDAsync");
       drv.check(drv.cuEventRecord(pl.st.events[slot], pl.st.stream), "cuEventRecord");

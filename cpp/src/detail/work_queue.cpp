@@ -26,7 +26,11 @@ PieceStream::PieceStream(ChunkQueue& work, size_t piece, bool stagger)
 }
 
 bool PieceStream::next(Chunk& out) {
-  if (work_.cancelled()) return false;
+  if (pos_ < chunk_.size && (work_.cancelled() || chunk_.buf_offset + pos_ >= work_.end())) {
+    work_.came_short(chunk_, pos_);
+    pos_ = chunk_.size;
+    return false;
+  }
   if (pos_ >= chunk_.size) {
     if (!work_.next(chunk_)) return false;
     pos_ = 0;

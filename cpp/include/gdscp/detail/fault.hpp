@@ -7,12 +7,15 @@ namespace gdscp::detail::fault {
 
 enum class Op { pread = 0, pwrite = 1 };
 
+// The "errno" that makes a pread read nothing, as at end of file.
+constexpr int kEndOfFile = -1;
+
 // After `skip` more successful calls of `op`, the next `count` calls fail with `err`.
 void arm(Op op, long skip, long count, int err) noexcept;
 void disarm() noexcept;
 // Called before each read or write system call (posix_io.cpp) and before a
 // mapped copy, which stands in for a read (mapped_read.cpp); returns the errno
-// to fail with, or 0.
+// to fail with (kEndOfFile: to read nothing), or 0.
 int check(Op op) noexcept;
 
 }  // namespace gdscp::detail::fault

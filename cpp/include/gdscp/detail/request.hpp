@@ -12,12 +12,19 @@
 
 namespace gdscp::detail {
 
+class ChunkQueue;
+
 class Request {
  public:
   // `keep` (the open file, for one) is released as the last task finishes,
   // before any waiter wakes: once get() returns, the request holds nothing.
   explicit Request(size_t tasks, std::shared_ptr<const void> keep = nullptr)
       : remaining_(tasks), keep_(std::move(keep)) {}
+
+  // The request's result is then what `work` moved without a gap from the
+  // start of the range (work_queue.hpp says why), not the tasks' sum. Set
+  // before any task runs.
+  void count_contiguous(std::shared_ptr<const ChunkQueue> work) noexcept { work_ = std::move(work); }
 
   // Called once per task, from whichever thread ran it.
   void task_done(size_t bytes);
@@ -46,6 +53,7 @@ class Request {
   mutable std::condition_variable cv_;
   size_t remaining_;
   std::shared_ptr<const void> keep_;
+  std::shared_ptr<const ChunkQueue> work_;
   size_t bytes_ = 0;
   std::exception_ptr error_;
   std::atomic<bool> cancelled_{false};

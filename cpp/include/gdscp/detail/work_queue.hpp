@@ -15,6 +15,13 @@ namespace gdscp::detail {
 // The chunks of one request, claimed one at a time by the workers sharing the
 // request: whoever is free takes the next chunk, so the work balances itself,
 // and each worker can keep its staging pipeline full across chunks.
+//
+// It also keeps the request's count honest. A read that comes up short in one
+// chunk (end of file, or a file cut short meanwhile) may have left later
+// chunks, read by other workers before the cut, complete: the bytes between
+// are not in the buffer. So the request moved only the part of its range
+// before the first gap (moved()): each short read lowers that end, and no
+// chunk starting past it is handed out any more.
 class ChunkQueue {
  public:
   // `chunks` must be one contiguous range, in order (as split() cuts it).
@@ -24,18 +31,39 @@ class ChunkQueue {
              size_t workers = 1)
       : chunks_(std::move(chunks)), chunk_size_(chunk_size), cancelled_(cancelled), workers_(workers) {
     for (const Chunk& c : chunks_) bytes_ += c.size;
+    begin_ = chunks_.empty() ? 0 : chunks_.front().buf_offset;
+    end_.store(begin_ + bytes_, std::memory_order_relaxed);
   }
   ChunkQueue(const ChunkQueue&) = delete;
   ChunkQueue& operator=(const ChunkQueue&) = delete;
 
-  // The next unclaimed chunk; false once none is left or the request was cancelled.
+  // The next unclaimed chunk; false once none is left, the request was
+  // cancelled (the chunk then counts as not moved), or the next chunk starts
+  // past a short read.
   bool next(Chunk& out) noexcept {
-    if (cancelled()) return false;
     const size_t i = next_.fetch_add(1, std::memory_order_relaxed);
     if (i >= chunks_.size()) return false;
-    out = chunks_[i];
+    const Chunk& c = chunks_[i];
+    if (cancelled() || c.buf_offset >= end()) {
+      came_short(c, 0);
+      return false;
+    }
+    out = c;
     return true;
   }
+  // `c` (a chunk, or a piece of one) moved only its first `moved` bytes.
+  void came_short(const Chunk& c, size_t moved) noexcept {
+    const size_t at = c.buf_offset + moved;
+    size_t end = end_.load(std::memory_order_relaxed);
+    while (at < end && !end_.compare_exchange_weak(end, at, std::memory_order_relaxed)) {
+    }
+  }
+  // Where the part of the range moved without a gap ends (a buffer offset).
+  size_t end() const noexcept { return end_.load(std::memory_order_relaxed); }
+  // Once every worker is done with the queue: the bytes moved without a gap
+  // from the start of the range, which is what the request moved.
+  size_t moved() const noexcept { return end() - begin_; }
+
   // A worker starting on the request: 0 for the first, 1 for the next...
   size_t join() noexcept { return joined_.fetch_add(1, std::memory_order_relaxed); }
   size_t chunk_size() const noexcept { return chunk_size_; }
@@ -51,6 +79,8 @@ class ChunkQueue {
   const std::atomic<bool>* cancelled_;
   size_t workers_;
   size_t bytes_ = 0;
+  size_t begin_ = 0;
+  std::atomic<size_t> end_{0};
 };
 
 // One worker's share of a request in staging-buffer-sized pieces: it claims
@@ -61,7 +91,9 @@ class PieceStream {
   // `piece`: the staging buffer size (no piece is larger, nor larger than the
   // queue's chunk size); `stagger`: graded first pieces (reads).
   PieceStream(ChunkQueue& work, size_t piece, bool stagger);
-  // The next piece; false once the request has none left or was cancelled.
+  // The next piece; false once the request has none left, was cancelled
+  // (what is left of the chunk then counts as not moved) or came up short
+  // before this point.
   bool next(Chunk& out);
 
  private:

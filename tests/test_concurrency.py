@@ -8,6 +8,7 @@ with the ``gpu`` mark, over device memory (the ``xp`` fixture).
 from __future__ import annotations
 
 import os
+import struct
 import subprocess
 import sys
 import textwrap
@@ -332,3 +333,128 @@ def test_pool_that_cannot_start_threads_stays_consistent(tmp_path):
         pytest.fail(f"child hung\nstdout:\n{e.stdout}\nstderr:\n{e.stderr}")
     assert proc.returncode == 0 and "CHILD-OK" in proc.stdout, f"{proc.stdout}\n{proc.stderr}"
     print(proc.stdout, end="")
+
+
+# -- appends from many handles and processes ------------------------------------------
+
+RECORD_HEADER = struct.Struct("<4sIIQ")  # magic, writer, sequence number, record size
+
+
+def record(writer: int, seq: int, size: int) -> np.ndarray:
+    """Record ``seq`` of ``writer``: a header naming both and the size, then
+    bytes that depend on all three."""
+    body = np.random.default_rng([writer, seq, size]).integers(0, 256, size - RECORD_HEADER.size, dtype=np.uint8)
+    head = np.frombuffer(RECORD_HEADER.pack(b"REC:", writer, seq, size), dtype=np.uint8)
+    return np.concatenate([head, body])
+
+
+def check_records(path: str, expected: dict[tuple[int, int], int]) -> None:
+    """The file is the records of ``expected`` ((writer, seq) -> size), each
+    whole and exactly once, in any order."""
+    data = np.fromfile(path, dtype=np.uint8)
+    assert data.nbytes == sum(expected.values()), f"{data.nbytes} bytes, expected {sum(expected.values())}"
+    seen = set()
+    pos = 0
+    while pos < data.nbytes:
+        magic, writer, seq, size = RECORD_HEADER.unpack(data[pos : pos + RECORD_HEADER.size].tobytes())
+        assert magic == b"REC:" and expected.get((writer, seq)) == size, f"no record starts at offset {pos}"
+        assert (writer, seq) not in seen, f"record {writer}/{seq} twice (again at offset {pos})"
+        assert np.array_equal(data[pos : pos + size], record(writer, seq, size)), (
+            f"record {writer}/{seq} at offset {pos} is damaged")
+        seen.add((writer, seq))
+        pos += size
+    assert seen == set(expected)
+
+
+def append_sizes(writer: int, count: int) -> list[int]:
+    """Mostly 4 KiB records (one O_APPEND write each), every fourth one a large
+    one that the engine writes as a reserved range, in parallel tasks."""
+    return [MiB + 4096 * (writer + 1) if seq % 4 == 3 else 4096 for seq in range(count)]
+
+
+def test_appends_from_many_handles_never_overlap(xp, tmp_path):
+    """8 threads, each with its own CuFile(path, "a"), appending records at
+    once: every record lands whole, once, without overwriting another."""
+    path = str(tmp_path / "log.bin")
+    writers, count = 8, 60
+    expected = {(w, s): n for w in range(writers) for s, n in enumerate(append_sizes(w, count))}
+
+    def work(w: int) -> None:
+        with gdscp.CuFile(path, "a") as f:
+            for seq, size in enumerate(append_sizes(w, count)):
+                assert f.write(xp.asarray(record(w, seq, size)), task_size=64 << 10) == size
+
+    run_threads(work, writers)
+    check_records(path, expected)
+
+
+def test_small_appends_are_atomic_against_plain_o_append_writers(tmp_path):
+    """gdscp's small appends (one O_APPEND write each) and os.write on an
+    O_APPEND descriptor, from threads at once: no record splits another."""
+    path = str(tmp_path / "log.bin")
+    count = 300
+    expected = {(w, s): 4096 + 512 * w for w in range(4) for s in range(count)}
+
+    def work(w: int) -> None:
+        size = 4096 + 512 * w
+        if w % 2:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                for seq in range(count):
+                    assert os.write(fd, record(w, seq, size).tobytes()) == size
+            finally:
+                os.close(fd)
+        else:
+            with gdscp.CuFile(path, "a") as f:
+                for seq in range(count):
+                    assert f.write(record(w, seq, size)) == size
+
+    run_threads(work, 4)
+    check_records(path, expected)
+
+
+APPEND_CHILD = textwrap.dedent(
+    """
+    import sys
+    import numpy as np
+    import gdscp
+    sys.path.insert(0, sys.argv[1])
+    from test_concurrency import append_sizes, record
+
+    path, writer, count = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    records = [record(writer, seq, size) for seq, size in enumerate(append_sizes(writer, count))]
+    with gdscp.CuFile(path, "a") as f:
+        sys.stdin.readline()  # every process starts appending at once
+        for r in records:
+            assert f.write(r, task_size=64 << 10) == r.nbytes
+    print("CHILD-OK")
+    """
+)
+
+
+def test_appends_from_many_processes_never_overlap(tmp_path):
+    """4 processes, each with its own CuFile(path, "a"), appending at once:
+    every record lands whole and once."""
+    path = str(tmp_path / "log.bin")
+    writers, count = 4, 60
+    expected = {(w, s): n for w in range(writers) for s, n in enumerate(append_sizes(w, count))}
+    tests = os.path.dirname(os.path.abspath(__file__))
+    procs = [
+        subprocess.Popen([sys.executable, "-c", APPEND_CHILD, tests, path, str(w), str(count)], cwd=str(tmp_path),
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for w in range(writers)
+    ]
+    outputs = []
+    for p in procs:
+        p.stdin.write("go\n")
+        p.stdin.flush()
+    for p in procs:
+        try:
+            out, err = p.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, err = p.communicate()
+        outputs.append((p.returncode, out, err))
+    for rc, out, err in outputs:
+        assert rc == 0 and "CHILD-OK" in out, f"exit {rc}\n{out}\n{err}"
+    check_records(path, expected)

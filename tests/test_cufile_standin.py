@@ -195,6 +195,11 @@ def test_a_short_device_read_ends_the_count(go):
     go(scenario_short_read_count)
 
 
+@pytest.mark.parametrize("compat", ["on", "off"])
+def test_device_appends_from_many_handles_never_overlap(go, compat):
+    go(scenario_device_appends, compat=compat)
+
+
 # ==========================================================================
 # helpers for the scenarios (child process)
 # ==========================================================================
@@ -1124,3 +1129,51 @@ def scenario_short_read_count(folder):
                 check(f.raw_read(buf, len(data)), buf, piece, f"raw, skip {skip}")
             finally:
                 _core.testing.disarm_fault()
+
+
+def scenario_device_appends(folder, compat):
+    """Threads, each with its own CuFile(path, "a"), append records from
+    device memory at once (through cuFile, or staged through pinned buffers):
+    every record lands whole and once; raw and stream-ordered appends too."""
+    import gdscp
+    from test_concurrency import append_sizes, check_records, record
+
+    path = os.path.join(folder, "log.bin")
+    writers, count = 4, 16
+    expected = {(w, s): n for w in range(writers) for s, n in enumerate(append_sizes(w, count))}
+    errors = []
+    start = threading.Barrier(writers)
+
+    def work(w: int) -> None:
+        try:
+            with gdscp.CuFile(path, "a") as f:
+                assert f.backend == ("cufile" if compat == "off" else "posix"), f.backend_reason
+                start.wait(30)
+                for seq, size in enumerate(append_sizes(w, count)):
+                    src = standin.cuda.alloc(size).set(record(w, seq, size).tobytes())
+                    if seq % 3 == 1:
+                        assert f.raw_write(src, size) == size
+                    else:
+                        assert f.write(src, task_size=256 * KiB) == size
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    with settings(compat_mode=compat, num_threads=4, gds_threshold=0, bounce_buffer_size=64 * KiB):
+        threads = [threading.Thread(target=work, args=(w,)) for w in range(writers)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not any(t.is_alive() for t in threads), "an appending thread never finished"
+        if errors:
+            raise errors[0]
+        check_records(path, expected)
+        # Stream-ordered appends land once, at the end, in stream order.
+        stream = standin.cuda.stream()
+        tail = [record(9, seq, 4096 * (seq + 1)) for seq in range(3)]
+        with gdscp.CuFile(path, "a") as f:
+            for seq, r in enumerate(tail):
+                src = standin.cuda.alloc(r.nbytes).set(r.tobytes())
+                assert f.raw_write_async(src, stream, r.nbytes).check_bytes_done() == r.nbytes
+                expected[(9, seq)] = r.nbytes
+        check_records(path, expected)

@@ -104,10 +104,13 @@ std::unique_ptr<Future> Handle::submit(bool write, uintptr_t buf, bool device, s
                                        const Settings& s) {
   std::shared_ptr<const OpenFile> st = open_for(write);
   if (size == 0) return finished(0);
-  if (write && st->file->mode().append) offset = st->file->reserve_append(size);
   const MemoryTarget mem = target_for(buf, device);
   Backend* backend = mem.device ? st->backends.device.get() : st->backends.host.get();
   char* base = reinterpret_cast<char*>(buf);
+  if (write && st->file->mode().append) {
+    if (backend->append_whole(mem, base, size)) return finished(size);
+    offset = st->file->reserve_append(size);
+  }
 
   detail::ThreadPool& pool = detail::ThreadPool::process_default();
   const unsigned pool_size = pool.size();

@@ -1,11 +1,12 @@
 #include "gdscp/detail/file.hpp"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
+#include <string>
 
 #include "gdscp/error.hpp"
 
@@ -40,7 +41,7 @@ OpenMode parse_open_mode(std::string_view mode) {
     case 'r': m.readable = true; break;
     case 'w': m.writable = true; m.flags = O_CREAT | O_TRUNC; break;
     case 'x': m.writable = true; m.flags = O_CREAT | O_EXCL; break;
-    case 'a': m.writable = true; m.append = true; m.flags = O_CREAT; break;
+    case 'a': m.writable = true; m.append = true; m.flags = O_CREAT | O_APPEND; break;
   }
   if (plus) m.readable = m.writable = true;
   m.flags |= (m.readable && m.writable) ? O_RDWR : (m.writable ? O_WRONLY : O_RDONLY);
@@ -64,14 +65,25 @@ File::File(std::string path, std::string_view mode) : path_(std::move(path)), mo
     ::close(fd_);
     throw_os_error(EISDIR, "cannot open", path_);
   }
-  // The second descriptor must not create or truncate again.
-  const int direct_flags = (mode_.flags & ~(O_CREAT | O_TRUNC | O_EXCL)) | O_DIRECT;
-  direct_fd_ = ::open(path_.c_str(), direct_flags);
+  // The other descriptors must not create or truncate again, and write at
+  // the offsets they are given.
+  const int again = mode_.flags & ~(O_CREAT | O_TRUNC | O_EXCL | O_APPEND);
+  direct_fd_ = ::open(path_.c_str(), again | O_DIRECT);
   if (direct_fd_ < 0) direct_fd_ = -1;  // tmpfs and friends: buffered I/O only
-  if (mode_.append) append_end_ = st.st_size;
+  write_fd_ = fd_;
+  if (mode_.append) {
+    write_fd_ = ::open(path_.c_str(), again);
+    if (write_fd_ < 0) {
+      const int err = errno;
+      if (direct_fd_ >= 0) ::close(direct_fd_);
+      ::close(fd_);
+      throw_os_error(err, "cannot open", path_);
+    }
+  }
 }
 
 File::~File() {
+  if (write_fd_ >= 0 && write_fd_ != fd_) ::close(write_fd_);
   if (direct_fd_ >= 0) ::close(direct_fd_);
   if (fd_ >= 0) ::close(fd_);
 }
@@ -84,11 +96,40 @@ int64_t File::size() const {
   return st.st_size;
 }
 
+File::AppendLock::AppendLock(const File& f) : mutex_(f.append_mutex_) {
+  int r;
+  do {
+    r = ::flock(f.fd_, LOCK_EX);
+  } while (r != 0 && errno == EINTR);
+  if (r == 0) {
+    locked_fd_ = f.fd_;
+    return;
+  }
+  // A filesystem without locks: appends through this handle still take turns
+  // (the mutex); others are as safe as O_APPEND is there.
+  if (errno != ENOLCK && errno != EOPNOTSUPP && errno != EINVAL) throw_os_error(errno, "cannot lock", f.path_);
+}
+
+File::AppendLock::~AppendLock() {
+  if (locked_fd_ >= 0) ::flock(locked_fd_, LOCK_UN);
+}
+
 int64_t File::reserve_append(size_t n) {
-  std::lock_guard<std::mutex> lock(append_mutex_);
-  // Another process may have appended since: never write below the real end.
-  const int64_t start = std::max(append_end_, size());
-  append_end_ = start + static_cast<int64_t>(n);
+  const AppendLock lock(*this);
+  const int64_t start = size();
+  const int64_t end = start + static_cast<int64_t>(n);
+  // fallocate never shrinks the file, even if a writer that ignores the lock
+  // appended since size(), and it fails cleanly when the disk is full.
+  int r;
+  do {
+    r = ::fallocate(write_fd_, 0, start, static_cast<off_t>(n));
+  } while (r != 0 && errno == EINTR);
+  if (r != 0 && (errno == EOPNOTSUPP || errno == ENOSYS)) {
+    do {
+      r = ::ftruncate(write_fd_, end);
+    } while (r != 0 && errno == EINTR);
+  }
+  if (r != 0) throw_os_error(errno, "cannot reserve " + std::to_string(n) + " bytes to append to", path_, start);
   return start;
 }
 

@@ -41,6 +41,12 @@ size_t PosixBackend::write(const MemoryTarget& mem, const char* base, ChunkQueue
   return total;
 }
 
+bool PosixBackend::append_whole(const MemoryTarget& mem, const char* base, size_t size) {
+  if (mem.device || size >= kAtomicAppendMax) return false;
+  append_write(*file_, base, size);
+  return true;
+}
+
 size_t PosixBackend::read_host(char* dst, size_t size, int64_t off, const Settings& s) {
   // Cached data goes straight from the page cache with streaming stores.
   size_t copied = 0;

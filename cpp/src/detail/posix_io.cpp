@@ -138,7 +138,7 @@ size_t write_range(const File& f, const char* src, size_t size, int64_t off, Dir
   if (use_direct && f.direct_fd() >= 0) {
     const AlignedSplit part = align_split(off, size, kDirectAlign);
     if (part.middle >= kDirectMin) {
-      pwrite_full(f.fd(), src, part.head, off, f.path());
+      pwrite_full(f.write_fd(), src, part.head, off, f.path());
       const char* mid = src + part.head;
       const int64_t mid_off = off + static_cast<int64_t>(part.head);
       size_t moved = 0;
@@ -157,11 +157,32 @@ size_t write_range(const File& f, const char* src, size_t size, int64_t off, Dir
         }
       }
       const size_t done = part.head + moved;
-      pwrite_full(f.fd(), src + done, size - done, off + static_cast<int64_t>(done), f.path());
+      pwrite_full(f.write_fd(), src + done, size - done, off + static_cast<int64_t>(done), f.path());
       return size;
     }
   }
-  pwrite_full(f.fd(), src, size, off, f.path());
+  pwrite_full(f.write_fd(), src, size, off, f.path());
+  return size;
+}
+
+size_t append_write(const File& f, const char* src, size_t size) {
+  const File::AppendLock lock(f);
+  size_t done = 0;
+  while (done < size) {
+    ssize_t r;
+    if (int err = fault::check(fault::Op::pwrite)) {
+      errno = err;
+      r = -1;
+    } else {
+      r = ::write(f.fd(), src + done, size - done);
+    }
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      throw_os_error(errno, "write (append)", f.path());
+    }
+    if (r == 0) throw_os_error(EIO, "write (append) wrote nothing to", f.path());
+    done += static_cast<size_t>(r);
+  }
   return size;
 }
 

@@ -40,6 +40,12 @@ class Backend {
   virtual size_t write(const MemoryTarget& mem, const char* base, ChunkQueue& work, const Settings& s,
                        Request* req) = 0;
 
+  // Append mode: writes all `size` bytes at the end of the file with one
+  // O_APPEND write, which no other writer can split or overlap, where the
+  // backend can (small requests from host memory) and returns true; false
+  // where it cannot, and the caller reserves the range and writes into it.
+  virtual bool append_whole(const MemoryTarget& mem, const char* base, size_t size) = 0;
+
   // Whether submit_async can queue transfers on a CUDA stream here at all.
   virtual bool supports_async() const noexcept = 0;
   // Queues one transfer of device memory at `base` on `stream`; false where

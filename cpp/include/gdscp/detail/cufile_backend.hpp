@@ -24,6 +24,9 @@ class CuFileBackend final : public Backend {
   size_t write(const MemoryTarget& mem, const char* base, ChunkQueue& work, const Settings& s,
                Request* req) override;
 
+  // Device memory never goes whole through an O_APPEND descriptor.
+  bool append_whole(const MemoryTarget&, const char*, size_t) override { return false; }
+
   // cuFileReadAsync/cuFileWriteAsync, where this libcufile has them.
   bool supports_async() const noexcept override { return driver_.cuFileReadAsync && driver_.cuFileWriteAsync; }
   // False where cuFile refuses stream I/O here.

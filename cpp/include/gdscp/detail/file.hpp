@@ -1,6 +1,7 @@
-// The descriptor pair behind a CuFile: a buffered descriptor opened as Python's
-// open() would, plus an O_DIRECT descriptor where the filesystem allows one.
-// No I/O policy lives here.
+// The descriptors behind a CuFile: a buffered descriptor opened as Python's
+// open() would, plus an O_DIRECT descriptor where the filesystem allows one
+// (and, in append mode, a buffered one without O_APPEND for positioned
+// writes), and the reservation of appended ranges. No I/O policy lives here.
 #pragma once
 
 #include <cstddef>
@@ -15,7 +16,7 @@ struct OpenMode {
   int flags = 0;          // open(2) flags for the buffered descriptor
   bool readable = false;
   bool writable = false;
-  bool append = false;    // "a": every write lands at the current end of the file
+  bool append = false;    // "a": every write lands at the current end of the file (flags hold O_APPEND)
 };
 
 // Parses Python open() modes: exactly one of r/w/a/x, optionally '+', optionally 'b'.
@@ -31,14 +32,36 @@ class File {
   const std::string& path() const noexcept { return path_; }
   int fd() const noexcept { return fd_; }
   int direct_fd() const noexcept { return direct_fd_; }  // -1 where O_DIRECT is refused
+  // For pwrite: fd() but in append mode, where fd() has O_APPEND, with which
+  // Linux's pwrite ignores the offset and appends.
+  int write_fd() const noexcept { return write_fd_; }
   const OpenMode& mode() const noexcept { return mode_; }
   int open_flags() const;  // fcntl(F_GETFL) of the buffered descriptor
 
   int64_t size() const;    // current size from fstat
 
-  // For append mode: reserves [start, start + n) at the end of the file and
-  // returns start, so that parallel tasks of one append never interleave with
-  // another append through this handle.
+  // Held while an append takes its place at the end of the file: this
+  // File's mutex (threads sharing the handle) and an exclusive flock() on the
+  // file (other handles, other processes). Every gdscp append takes it.
+  class AppendLock {
+   public:
+    explicit AppendLock(const File& f);
+    ~AppendLock();
+    AppendLock(const AppendLock&) = delete;
+    AppendLock& operator=(const AppendLock&) = delete;
+
+   private:
+    std::lock_guard<std::mutex> mutex_;
+    int locked_fd_ = -1;
+  };
+
+  // Append mode: reserves [start, start + n) at the true end of the file and
+  // returns start. Under the AppendLock the file is extended over the range
+  // (fallocate, or ftruncate where the filesystem has no fallocate), so any
+  // later append, from this handle, another or another process, lands after
+  // it, and the tasks of this one can then write into it in parallel (through
+  // write_fd() and direct_fd()). A write that fails later leaves the rest of
+  // its range as zeros.
   int64_t reserve_append(size_t n);
 
   void require_readable() const;
@@ -49,8 +72,8 @@ class File {
   OpenMode mode_;
   int fd_ = -1;
   int direct_fd_ = -1;
-  std::mutex append_mutex_;
-  int64_t append_end_ = -1;
+  int write_fd_ = -1;  // fd_, or its O_APPEND-free twin in append mode
+  mutable std::mutex append_mutex_;
 };
 
 }  // namespace gdscp::detail

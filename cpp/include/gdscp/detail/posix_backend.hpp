@@ -20,6 +20,9 @@ class PosixBackend final : public Backend {
   size_t write(const MemoryTarget& mem, const char* base, ChunkQueue& work, const Settings& s,
                Request* req) override;
 
+  // Host memory below kAtomicAppendMax (posix_io.hpp).
+  bool append_whole(const MemoryTarget& mem, const char* base, size_t size) override;
+
   // No stream-ordered I/O: the engine orders such transfers itself.
   bool supports_async() const noexcept override { return false; }
   bool submit_async(bool write, const MemoryTarget& mem, void* base, AsyncOp& op, CUstream stream) override;

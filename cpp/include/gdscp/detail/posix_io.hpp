@@ -28,6 +28,14 @@ size_t read_range(const File& f, char* dst, size_t size, int64_t off, DirectIO d
 // and more), the rest buffered; `bounce_size` as for read_range.
 size_t write_range(const File& f, const char* src, size_t size, int64_t off, DirectIO direct, size_t bounce_size);
 
+// Appends from host memory below this size go as one O_APPEND write
+// (append_write): atomic even against writers that do not take gdscp's lock.
+constexpr size_t kAtomicAppendMax = 1u << 20;
+
+// Appends `size` bytes of `src` to `f` (opened in append mode) with write()
+// on its O_APPEND descriptor, under its AppendLock: every byte or a throw.
+size_t append_write(const File& f, const char* src, size_t size);
+
 // The piece a write moves through one bounce or staging buffer: whole chunks
 // up to 64 MiB rather than bounce-buffer-sized pieces, since the disk, not host
 // memory, limits writes, and it prefers large requests.

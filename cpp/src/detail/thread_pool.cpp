@@ -80,14 +80,15 @@ std::string ThreadPool::spawn_locked(unsigned upto) {
       return "cannot start thread " + worker_name(w->index) + ": " + std::strerror(e.code().value()) + " (errno " +
              std::to_string(e.code().value()) + ")";
     }
+    // Named here, so that a worker carries its name once the pool has it: top
+    // -H, debuggers and sanitizer reports tell the workers apart.
+    pthread_setname_np(w->thread.native_handle(), worker_name(w->index).c_str());
     workers_.push_back(std::move(w));
   }
   return {};
 }
 
 void ThreadPool::worker_loop(Worker* self) {
-  // Named so that top -H, debuggers and sanitizer reports tell the workers apart.
-  pthread_setname_np(pthread_self(), worker_name(self->index).c_str());
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
     cv_.wait(lock, [&] { return stopping_ || (self->index < active_ && !queue_.empty()); });

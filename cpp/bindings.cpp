@@ -165,5 +165,6 @@ NB_MODULE(_core, m) {
     return to_dict(info);
   }, "library_hint"_a);
 
+  gdscp::bindings::define_device_buffer(m);
   gdscp::bindings::define_testing(m);
 }

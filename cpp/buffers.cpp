@@ -1,8 +1,15 @@
 #include "buffers.hpp"
 
+#include <nanobind/stl/string.h>
+
 #include <cstdint>
+#include <string>
+
+#include "gdscp/device_buffer.hpp"
+#include "release_gil.hpp"
 
 namespace nb = nanobind;
+using namespace nb::literals;
 
 namespace gdscp::bindings {
 namespace {
@@ -20,6 +27,56 @@ struct DLManagedTensorVersioned {
   DLPackVersion version; void* manager_ctx; void (*deleter)(DLManagedTensorVersioned*);
   uint64_t flags; DLTensor dl_tensor;
 };
+constexpr int32_t kDLCUDA = 2;
+constexpr uint8_t kDLUInt = 1;
+
+// A DeviceBuffer handed out as a DLPack tensor: the tensor, its shape, and
+// the view that keeps the memory until the consumer (or the capsule) deletes it.
+struct DeviceExport {
+  DLManagedTensor managed;
+  int64_t shape[1];
+  DeviceBuffer keep;
+};
+
+void delete_export(DLManagedTensor* t) { delete static_cast<DeviceExport*>(t->manager_ctx); }
+
+// A consumer renames the capsule "used_dltensor" and deletes the tensor
+// itself; an unconsumed one is deleted with the capsule.
+void delete_unused_capsule(PyObject* capsule) {
+  if (PyCapsule_IsValid(capsule, "dltensor"))
+    delete_export(static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule, "dltensor")));
+}
+
+nb::object to_dlpack(const DeviceBuffer& b) {
+  auto* e = new DeviceExport{{}, {static_cast<int64_t>(b.size())}, b};
+  e->managed.dl_tensor = DLTensor{reinterpret_cast<void*>(b.ptr()), DLDevice{kDLCUDA, b.ordinal()}, 1,
+                                  DLDataType{kDLUInt, 8, 1}, e->shape, nullptr, 0};
+  e->managed.manager_ctx = e;
+  e->managed.deleter = delete_export;
+  PyObject* capsule = PyCapsule_New(&e->managed, "dltensor", delete_unused_capsule);
+  if (!capsule) {
+    delete e;
+    throw nb::python_error();
+  }
+  return nb::steal(capsule);
+}
+
+nb::dict cuda_array_interface(const DeviceBuffer& b) {
+  nb::dict d;
+  d["shape"] = nb::make_tuple(b.size());
+  d["typestr"] = "|u1";
+  d["data"] = nb::make_tuple(b.ptr(), false);
+  d["strides"] = nb::none();
+  d["version"] = 3;
+  return d;
+}
+
+DeviceBuffer slice(const DeviceBuffer& b, const nb::slice& s) {
+  const auto [start, stop, step, length] = s.compute(b.size());
+  (void)stop;
+  if (step != 1) throw nb::value_error("a DeviceBuffer is sliced contiguously (step 1)");
+  return b.slice(static_cast<size_t>(start), static_cast<size_t>(start) + length);
+}
 
 }  // namespace
 
@@ -55,6 +112,48 @@ BufferView::~BufferView() { PyBuffer_Release(&view_); }
 nb::tuple host_buffer(nb::handle obj, bool writable) {
   const BufferView view(obj, writable);
   return nb::make_tuple(reinterpret_cast<uintptr_t>(view.data()), view.size());
+}
+
+void define_device_buffer(nb::module_& m) {
+  using release = nb::call_guard<ReleaseGil>;
+  nb::class_<DeviceBuffer>(m, "DeviceBuffer",
+                           "Device memory gdscp allocates itself (cuMemAlloc), as a 1-D array of bytes; freed "
+                           "with the last view of it. Fills and copies are synchronous.")
+      .def(nb::init<size_t, int>(), "nbytes"_a, "device"_a, release())
+      .def_prop_ro("ptr", &DeviceBuffer::ptr)
+      .def_prop_ro("nbytes", &DeviceBuffer::size)
+      .def_prop_ro("device", &DeviceBuffer::ordinal)
+      .def_prop_ro("__cuda_array_interface__", &cuda_array_interface)
+      .def("__len__", &DeviceBuffer::size)
+      .def("__getitem__", &slice, "index"_a)
+      .def("__dlpack__", [](const DeviceBuffer& b, nb::kwargs) { return to_dlpack(b); })
+      .def("__dlpack_device__", [](const DeviceBuffer& b) { return nb::make_tuple(kDLCUDA, b.ordinal()); })
+      .def("__repr__", [](const DeviceBuffer& b) {
+        return "<gdscp DeviceBuffer of " + std::to_string(b.size()) + " bytes on GPU " +
+               std::to_string(b.ordinal()) + ">";
+      })
+      .def("fill", &DeviceBuffer::fill, "value"_a, release())
+      .def("copy_from_host", [](DeviceBuffer& b, nb::handle src, size_t offset) {
+        const BufferView view(src, /*writable=*/false);
+        const ReleaseGil unlocked;
+        b.copy_from_host(offset, view.data(), view.size());
+      }, "src"_a, "offset"_a = 0, "The bytes of host buffer `src` to the view's bytes from `offset`.")
+      .def("copy_to_host", [](const DeviceBuffer& b, nb::handle dst, size_t offset) {
+        const BufferView view(dst, /*writable=*/true);
+        const ReleaseGil unlocked;
+        b.copy_to_host(offset, view.data(), view.size());
+      }, "dst"_a, "offset"_a = 0, "The view's bytes from `offset` into all of host buffer `dst`.");
+
+  m.def("device_memory_info", [](int device) {
+    DeviceMemoryInfo info;
+    {
+      const ReleaseGil unlocked;
+      info = device_memory_info(device);
+    }
+    return nb::make_tuple(info.free, info.total);
+  }, "device"_a, "(free, total) bytes of GPU `device`.");
+  m.def("device_synchronize", &device_synchronize, "device"_a, release(),
+        "Waits for all work queued on GPU `device`'s primary context.");
 }
 
 }  // namespace gdscp::bindings

@@ -1,6 +1,7 @@
 // Python memory as the bindings read it: DLPack capsules and the buffer
 // protocol. gdscp._buffers decides what a Python object is; this reads the
-// addresses and sizes out of the C structures.
+// addresses and sizes out of the C structures. And gdscp's own device memory
+// as Python sees it (define_device_buffer).
 #pragma once
 
 #include <nanobind/nanobind.h>
@@ -31,5 +32,10 @@ class BufferView {
  private:
   Py_buffer view_;
 };
+
+// _core.DeviceBuffer (gdscp/device_buffer.hpp): a 1-D array of bytes with
+// __cuda_array_interface__ and DLPack, views by slicing, synchronous fills and
+// copies from and to host buffers; and device_memory_info, device_synchronize.
+void define_device_buffer(nanobind::module_& m);
 
 }  // namespace gdscp::bindings

@@ -1,11 +1,18 @@
-"""Buffers for the command line and benchmarks: GPU memory (CuPy) or host memory.
+"""Buffers for the command line and benchmarks: GPU memory or host memory.
 
-``allocate(n, device)`` gives a C-contiguous ``uint8`` array of ``n`` bytes on
-GPU ``device`` (a CuPy array) or, with ``device=None``, in page-aligned host
-memory (a numpy array). ``fill`` writes a test pattern, ``to_host`` copies back
+``allocate(n, device)`` gives ``n`` bytes on GPU ``device`` or, with
+``device=None``, a C-contiguous ``uint8`` numpy array in page-aligned host
+memory. ``fill`` writes a test pattern, ``to_host`` and ``download`` copy back
 and ``first_difference`` compares. ``stream_copy`` copies host memory the way
-gdscp's mapped reads do. CuPy is imported only when a GPU is asked for, so all
-of this works on a machine without CUDA.
+gdscp's mapped reads do.
+
+GPU memory needs nothing beyond gdscp: without CuPy it is a
+``gdscp._core.DeviceBuffer``, allocated through the NVIDIA driver that gdscp
+loads anyway (a 1-D array of bytes with ``__cuda_array_interface__`` and
+DLPack, sliced into views, its patterns made on the host in blocks and copied
+up). Where CuPy imports and works it is a CuPy array, whose kernels make and
+compare patterns on the GPU. All of this works on a machine without CUDA, on
+host memory.
 
 Patterns depend only on the byte's position in the file (``offset``) and on
 the seed, and come out the same on the GPU and on the host: a file written in
@@ -31,6 +38,7 @@ __all__ = [
     "DeviceError",
     "GpuStatus",
     "gpu_available",
+    "usable_cupy",
     "device_count",
     "check_device",
     "device_memory",
@@ -40,6 +48,7 @@ __all__ = [
     "fill",
     "pattern",
     "to_host",
+    "download",
     "copy_from_host",
     "first_difference",
     "equal",
@@ -76,37 +85,45 @@ class GpuStatus:
         return self.available
 
 
-def _cupy():
-    import cupy  # noqa: PLC0415 - optional dependency, imported on first GPU use
+@functools.lru_cache(maxsize=1)
+def usable_cupy():
+    """CuPy where it imports and sees the GPUs, else None: it is optional."""
+    try:
+        import cupy  # noqa: PLC0415 - optional dependency, imported on first GPU use
 
+        cupy.cuda.runtime.getDeviceCount()
+    except Exception:  # not installed, or built for another CUDA than this driver
+        return None
     return cupy
+
+
+def _cupy():
+    cupy = usable_cupy()
+    if cupy is None:
+        raise RuntimeError("CuPy is not usable here")
+    return cupy
+
+
+def _is_cupy(buf: Any) -> bool:
+    return type(buf).__module__.split(".")[0] == "cupy"
 
 
 @functools.lru_cache(maxsize=1)
 def gpu_available() -> GpuStatus:
-    """Can this process allocate GPU memory? Needs an NVIDIA driver, a GPU and CuPy."""
+    """Can this process allocate GPU memory? Needs an NVIDIA driver and a GPU."""
     from . import _core  # noqa: PLC0415
 
     info = _core.cuda_info()
     if not info["available"]:
         return GpuStatus(False, info["error"] or "the NVIDIA driver could not be loaded", 0)
-    if not info["gpus"]:
-        return GpuStatus(False, "the NVIDIA driver reports no GPU", 0)
-    try:
-        cupy = _cupy()
-    except ImportError as exc:
-        return GpuStatus(False, f"CuPy is not installed (pip install 'gdscp[cuda]'): {exc}", 0)
-    try:
-        count = int(cupy.cuda.runtime.getDeviceCount())
-    except Exception as exc:  # CUDARuntimeError: driver too old for this CuPy, and the like
-        return GpuStatus(False, f"CUDA runtime error: {exc}", 0)
+    count = len(info["gpus"])
     if count == 0:
-        return GpuStatus(False, "CUDA reports no GPU", 0)
+        return GpuStatus(False, "the NVIDIA driver reports no GPU", 0)
     return GpuStatus(True, f"{count} GPU{'s' if count != 1 else ''}", count)
 
 
 def device_count() -> int:
-    """GPUs usable through CuPy (0 without a driver, a GPU or CuPy)."""
+    """GPUs usable here (0 without a driver or a GPU)."""
     return gpu_available().count
 
 
@@ -122,10 +139,10 @@ def check_device(device: int) -> None:
 
 def device_memory(device: int) -> tuple[int, int]:
     """(free, total) bytes of GPU ``device``."""
+    from . import _core  # noqa: PLC0415
+
     check_device(device)
-    cupy = _cupy()
-    with cupy.cuda.Device(device):
-        free, total = cupy.cuda.runtime.memGetInfo()
+    free, total = _core.device_memory_info(device)
     return int(free), int(total)
 
 
@@ -150,7 +167,11 @@ def allocate(nbytes: int, device: Optional[int] = None) -> Any:
         start = (-raw.ctypes.data) % PAGE_SIZE
         return raw[start : start + nbytes]
     check_device(device)
-    cupy = _cupy()
+    cupy = usable_cupy()
+    if cupy is None:
+        from . import _core  # noqa: PLC0415
+
+        return _core.DeviceBuffer(nbytes, device)
     with cupy.cuda.Device(device):
         return cupy.empty(nbytes, dtype=cupy.uint8)
 
@@ -186,6 +207,24 @@ def _check_pattern(kind: str) -> None:
         raise ValueError(f"unknown pattern {kind!r} (choose from {', '.join(PATTERNS)})")
 
 
+def _gpu(buf: Any) -> Any:
+    """``buf`` in a form this module works on, if it is GPU memory: a CuPy
+    array or a gdscp DeviceBuffer (other GPU arrays through CuPy); None for
+    host memory."""
+    if _is_cupy(buf):
+        return buf
+    if not is_device(buf):
+        return None
+    from . import _core  # noqa: PLC0415
+
+    if isinstance(buf, _core.DeviceBuffer):
+        return buf
+    cupy = usable_cupy()
+    if cupy is None:
+        raise TypeError(f"GPU memory of type {type(buf).__name__} needs CuPy here (memory.allocate() needs none)")
+    return cupy.asarray(buf)
+
+
 def fill(buf: Any, kind: str = "zeros", seed: int = 0, offset: int = 0) -> None:
     """Write pattern ``kind`` into ``buf`` as the bytes that belong at file
     position ``offset``. Returns once the bytes are in place (GPU work is
@@ -193,15 +232,25 @@ def fill(buf: Any, kind: str = "zeros", seed: int = 0, offset: int = 0) -> None:
     _check_pattern(kind)
     if offset < 0:
         raise ValueError(f"offset must not be negative (got {offset})")
-    if is_device(buf):
+    gpu = _gpu(buf)
+    if gpu is None:
+        _fill(np, buf, kind, seed, offset, _HOST_STEP)
+    elif _is_cupy(gpu):
         cupy = _cupy()
         # Kernels must run on the array's own device; wait for them so that the
         # engine, which copies on its own streams, sees the bytes.
-        with buf.device:
-            _fill(cupy, buf, kind, seed, offset, _DEVICE_STEP)
+        with gpu.device:
+            _fill(cupy, gpu, kind, seed, offset, _DEVICE_STEP)
             cupy.cuda.get_current_stream().synchronize()
+    elif kind == "zeros":
+        gpu.fill(0)
     else:
-        _fill(np, buf, kind, seed, offset, _HOST_STEP)
+        # Made on the host a block at a time, then copied up.
+        block = np.empty(min(_HOST_STEP, len(gpu)), dtype=np.uint8)
+        for done in range(0, len(gpu), _HOST_STEP):
+            n = min(_HOST_STEP, len(gpu) - done)
+            _fill(np, block[:n], kind, seed, offset + done, _HOST_STEP)
+            gpu.copy_from_host(block[:n], done)
 
 
 def _fill(xp, buf: Any, kind: str, seed: int, offset: int, step: int) -> None:
@@ -231,45 +280,95 @@ def pattern(nbytes: int, kind: str = "zeros", seed: int = 0, offset: int = 0) ->
 def copy_from_host(dst: Any, src: Any) -> None:
     """Copy the host bytes ``src`` to the start of ``dst`` (host or GPU memory)."""
     data = np.frombuffer(memoryview(src).cast("B"), dtype=np.uint8)
-    if is_device(dst):
-        flat = dst.reshape(-1).view(_cupy().uint8)
-        with dst.device:
-            flat[: data.size].set(data)
-            _cupy().cuda.get_current_stream().synchronize()
-    else:
+    gpu = _gpu(dst)
+    if gpu is None:
         dst.reshape(-1).view(np.uint8)[: data.size] = data
+    elif _is_cupy(gpu):
+        cupy = _cupy()
+        with gpu.device:
+            gpu.reshape(-1).view(cupy.uint8)[: data.size].set(data)
+            cupy.cuda.get_current_stream().synchronize()
+    else:
+        gpu.copy_from_host(data, 0)
 
 
 def to_host(buf: Any) -> np.ndarray:
     """``buf``'s bytes as a host ``uint8`` array (a copy for GPU arrays, a view otherwise)."""
-    if is_device(buf):
-        return _cupy().asnumpy(buf).reshape(-1).view(np.uint8)
-    if isinstance(buf, np.ndarray):
-        return buf.reshape(-1).view(np.uint8)
-    return np.frombuffer(buf, dtype=np.uint8)
+    gpu = _gpu(buf)
+    if gpu is None:
+        if isinstance(buf, np.ndarray):
+            return buf.reshape(-1).view(np.uint8)
+        return np.frombuffer(buf, dtype=np.uint8)
+    if _is_cupy(gpu):
+        return _cupy().asnumpy(gpu).reshape(-1).view(np.uint8)
+    out = np.empty(len(gpu), dtype=np.uint8)
+    gpu.copy_to_host(out, 0)
+    return out
+
+
+def download(src: Any, out: np.ndarray) -> None:
+    """Copy the first ``out.nbytes`` bytes of ``src`` (GPU or host memory) into
+    the host array ``out``, without allocating."""
+    out = out.reshape(-1).view(np.uint8)
+    gpu = _gpu(src)
+    if gpu is None:
+        out[:] = to_host(src)[: out.size]
+    elif _is_cupy(gpu):
+        with gpu.device:
+            gpu.reshape(-1).view(_cupy().uint8)[: out.size].get(out=out)
+    else:
+        gpu.copy_to_host(out, 0)
 
 
 def first_difference(a: Any, b: Any) -> Optional[int]:
     """Offset of the first byte where ``a`` and ``b`` differ (the shorter length
     if one is a prefix of the other); None if they are equal. Each may be host
     or GPU memory."""
-    if is_device(a) and is_device(b) and a.device == b.device:
+    x, y = _Blocks(a), _Blocks(b)
+    if x.cupy is not None and y.cupy is not None and x.cupy.device == y.cupy.device:
         cupy = _cupy()
-        x, y = a.reshape(-1).view(cupy.uint8), b.reshape(-1).view(cupy.uint8)
-        n = min(x.size, y.size)
+        u, v = x.cupy.reshape(-1).view(cupy.uint8), y.cupy.reshape(-1).view(cupy.uint8)
+        n = min(u.size, v.size)
         if n:
-            diff = (x[:n] != y[:n]).view(cupy.uint8)
-            if bool(diff.any()):
-                return int(diff.argmax())
-        return None if x.size == y.size else n
-    x, y = to_host(a), to_host(b)
+            with x.cupy.device:
+                diff = (u[:n] != v[:n]).view(cupy.uint8)
+                if bool(diff.any()):
+                    return int(diff.argmax())
+        return None if u.size == v.size else n
     n = min(x.size, y.size)
     for start in range(0, n, _HOST_STEP):
         end = min(start + _HOST_STEP, n)
-        cx, cy = x[start:end], y[start:end]
+        cx, cy = x.get(start, end), y.get(start, end)
         if not np.array_equal(cx, cy):
             return start + int(np.argmax(cx != cy))
     return None if x.size == y.size else n
+
+
+class _Blocks:
+    """A buffer compared a block at a time: host memory in place, a
+    DeviceBuffer copied down block by block, a CuPy array (``cupy``) copied
+    down whole unless it is compared on its GPU."""
+
+    def __init__(self, buf: Any):
+        gpu = _gpu(buf)
+        self.cupy = gpu if gpu is not None and _is_cupy(gpu) else None
+        self._device = gpu if gpu is not None and self.cupy is None else None
+        self._host: Optional[np.ndarray] = None
+        if self._device is not None:
+            self.size = len(self._device)
+            self._scratch = np.empty(min(_HOST_STEP, self.size), dtype=np.uint8)
+        else:
+            self._source = buf
+            self.size = to_host(buf).size if self.cupy is None else int(self.cupy.nbytes)
+
+    def get(self, start: int, end: int) -> np.ndarray:
+        if self._device is not None:
+            out = self._scratch[: end - start]
+            self._device.copy_to_host(out, start)
+            return out
+        if self._host is None:
+            self._host = to_host(self._source)
+        return self._host[start:end]
 
 
 def equal(a: Any, b: Any) -> bool:

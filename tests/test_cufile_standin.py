@@ -29,7 +29,7 @@ import numpy as np
 import pytest
 
 import standin
-from conftest import POISON, random_bytes
+from conftest import POISON, DLPackOnly, random_bytes
 
 MiB = 1 << 20
 KiB = 1 << 10
@@ -198,6 +198,18 @@ def test_a_short_device_read_ends_the_count(go):
 @pytest.mark.parametrize("compat", ["on", "off"])
 def test_device_appends_from_many_handles_never_overlap(go, compat):
     go(scenario_device_appends, compat=compat)
+
+
+def test_device_buffer_without_cupy(go):
+    go(scenario_device_buffer, devices=2)
+
+
+def test_memory_module_without_cupy(go):
+    go(scenario_memory_without_cupy)
+
+
+def test_command_line_on_the_gpu_without_cupy(go):
+    go(scenario_cli_without_cupy)
 
 
 # ==========================================================================
@@ -1177,3 +1189,188 @@ def scenario_device_appends(folder, compat):
                 assert f.raw_write_async(src, stream, r.nbytes).check_bytes_done() == r.nbytes
                 expected[(9, seq)] = r.nbytes
         check_records(path, expected)
+
+
+# -- GPU memory without CuPy: gdscp's own DeviceBuffer --------------------------------
+def without_cupy() -> None:
+    """Makes ``import cupy`` fail in this process, as where CuPy is not installed."""
+    import sys
+
+    sys.modules["cupy"] = None  # type: ignore[assignment]
+
+
+def scenario_device_buffer(folder):
+    """_core.DeviceBuffer: memory from cuMemAlloc on the GPU asked for, views
+    by slicing that share it, synchronous fills and copies at offsets, clear
+    errors, __cuda_array_interface__ and DLPack that gdscp's own I/O accepts,
+    and cuMemFree once the last view is gone."""
+    import gdscp
+    from gdscp import _core
+
+    without_cupy()
+    m = mark()
+    buf = _core.DeviceBuffer(3 * MiB, 1)
+    (alloc,) = since(m, "cuMemAlloc", lib="cuda")
+    assert alloc.result == 0 and alloc.size == 3 * MiB and alloc.ctx == standin.cuda.primary_context(1)
+    assert buf.ptr == alloc.ptr and buf.nbytes == len(buf) == 3 * MiB and buf.device == 1
+    assert buf.__cuda_array_interface__ == {"shape": (3 * MiB,), "typestr": "|u1", "data": (buf.ptr, False),
+                                            "strides": None, "version": 3}
+    assert buf.__dlpack_device__() == (2, 1)
+    assert _core.dlpack_info(buf[5:105].__dlpack__()) == (buf.ptr + 5, 100, 2, 1, True)
+    # Views share the memory; fills and copies land where they say.
+    data = random_bytes(3 * MiB, seed=31)
+    buf.copy_from_host(data)
+    view = buf[MiB : 2 * MiB + 7]
+    assert (view.ptr, len(view), view.device) == (buf.ptr + MiB, MiB + 7, 1)
+    assert len(buf[10:5]) == 0 and len(buf[-3:]) == 3 and buf[-3:].ptr == buf.ptr + 3 * MiB - 3
+    view[100:200].fill(0x5A)
+    view.copy_from_host(b"hello", 3)
+    back = bytearray(3 * MiB)
+    buf.copy_to_host(back)
+    want = bytearray(data)
+    want[MiB + 100 : MiB + 200] = b"\x5a" * 100
+    want[MiB + 3 : MiB + 8] = b"hello"
+    assert bytes(back) == bytes(want)
+    part = bytearray(1000)
+    view.copy_to_host(part, 50)
+    assert bytes(part) == bytes(want[MiB + 50 : MiB + 1050])
+    # What does not fit, and slices that are not contiguous, are refused.
+    for call in (lambda: view.copy_from_host(bytes(MiB + 8)), lambda: view.copy_to_host(bytearray(10), MiB),
+                 lambda: buf[::2]):
+        with pytest.raises(ValueError):
+            call()
+    with pytest.raises(ValueError, match="GPU 2 does not exist"):
+        _core.DeviceBuffer(10, 2)
+    standin.cuda.fail("cuMemAlloc", CUDA_ERROR_OUT_OF_MEMORY)
+    with pytest.raises(gdscp.CudaError, match="cuMemAlloc .*CUDA_ERROR_OUT_OF_MEMORY"):
+        _core.DeviceBuffer(10, 0)
+    empty = _core.DeviceBuffer(0, 0)
+    assert empty.ptr == 0 and len(empty) == 0
+    empty.fill(1)
+    empty.copy_to_host(bytearray(0))
+    # gdscp's I/O takes it through both interfaces, on both backends.
+    path = new_file(folder, "d.bin", data)
+    for compat in ("on", "off"):
+        with settings(compat_mode=compat, gds_threshold=0, task_size=256 * KiB), gdscp.CuFile(path, "r+") as f:
+            out = _core.DeviceBuffer(len(data), 1)
+            out.fill(POISON)
+            assert f.read(out) == len(data)
+            assert bytes(to_bytes(out)) == data, compat
+            half = _core.DeviceBuffer(MiB, 1)
+            half.fill(0x11)
+            assert f.write(DLPackOnly(half), file_offset=MiB) == MiB
+            assert file_bytes(path)[MiB : 2 * MiB] == b"\x11" * MiB
+            assert f.write(out[MiB : 2 * MiB], file_offset=MiB) == MiB
+    assert file_bytes(path) == data
+    # Freed with the last view (and capsule) of it.
+    capsule = view.__dlpack__()
+    del buf, out, half
+    gc.collect()
+    assert standin.cuda.driver_allocations()[0] == 1  # the one the view and its capsule share
+    m = mark()
+    del view, capsule
+    gc.collect()
+    (free,) = since(m, "cuMemFree", lib="cuda")
+    assert free.ptr == alloc.ptr and free.ctx == standin.cuda.primary_context(1)
+    del empty
+    gc.collect()
+    assert standin.cuda.driver_allocations()[0] == 0
+
+
+def to_bytes(buf) -> bytearray:
+    out = bytearray(len(buf))
+    buf.copy_to_host(out)
+    return out
+
+
+def scenario_memory_without_cupy(folder):
+    """gdscp.memory with the stand-in GPU and no CuPy: a GPU is available,
+    allocate gives a DeviceBuffer, and fill, pattern, to_host, download,
+    copy_from_host and first_difference agree byte for byte with the same
+    operations on host memory, across the blocks they work in."""
+    without_cupy()
+    from gdscp import _core, memory
+
+    status = memory.gpu_available()
+    assert status and status.count == 1, status
+    assert memory.usable_cupy() is None
+    free, total = memory.device_memory(0)
+    assert total == 16 << 30 and free == total
+    size = 9 * MiB + 4097  # more than two of the 4 MiB blocks patterns are made in
+    buf = memory.allocate(size, 0)
+    assert isinstance(buf, _core.DeviceBuffer) and memory.is_device(buf) and len(buf) == size
+    assert memory.device_memory(0)[0] == total - size
+    with pytest.raises(memory.DeviceError):
+        memory.allocate(10, 1)
+    for kind, seed, offset in (("random", 7, 0), ("seq", 0, 12345), ("random", 3, 8 * MiB + 5), ("zeros", 0, 0)):
+        m = mark()
+        memory.fill(buf, kind, seed, offset)
+        want = memory.pattern(size, kind, seed, offset)
+        assert np.array_equal(memory.to_host(buf), want), (kind, seed, offset)
+        copies = since(m, "cuMemcpyHtoD", lib="cuda")
+        sets = since(m, "cuMemsetD8", lib="cuda")
+        assert (len(sets), len(copies)) == ((1, 0) if kind == "zeros" else (0, 3)), (kind, len(sets), len(copies))
+    memory.fill(buf[MiB:], "random", 5, MiB)
+    host = memory.pattern(size, "random", 5, 0)
+    host[:MiB] = 0
+    assert memory.first_difference(buf, host) is None and memory.equal(host, buf)
+    out = np.empty(2 * MiB, np.uint8)
+    memory.download(buf[3 * MiB :], out)
+    assert np.array_equal(out, host[3 * MiB : 5 * MiB])
+    # Differences found where they are, in any block, device against device too.
+    for where in (0, 4 * MiB - 1, 4 * MiB, 9 * MiB + 4096):
+        other = memory.allocate(size, 0)
+        memory.copy_from_host(other, host)
+        memory.copy_from_host(other[where:], bytes([host[where] ^ 0xFF]))
+        assert memory.first_difference(buf, other) == where
+        assert memory.first_difference(host, other) == where
+    assert memory.first_difference(buf[:100], host) == 100
+    del buf, other
+
+
+def scenario_cli_without_cupy(folder):
+    """gdscp write, read, copy and benchmark with the stand-in GPU and without
+    CuPy: each runs in GPU memory (gdscp's own, from cuMemAlloc, its bytes
+    staged through pinned buffers), and every byte checks out."""
+    import contextlib
+    import io
+    import json
+
+    without_cupy()
+    from gdscp import memory
+    from gdscp.cli.app import run
+
+    def gdscp(*args: str) -> dict:
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = run([*args, "--json"])
+        assert code == 0, f"gdscp {' '.join(args)}: exit {code}\n{err.getvalue()}"
+        assert "host memory instead" not in err.getvalue(), err.getvalue()
+        return json.loads(out.getvalue())
+
+    size = 9 * MiB + 12345
+    path = os.path.join(folder, "w.bin")
+    m = mark()
+    doc = gdscp("write", path, "--size", str(size), "--pattern", "random", "--seed", "7", "--chunk-size", "4M",
+                "--verify")
+    assert doc["memory"] == "gpu" and doc["device"] == 0, doc
+    assert file_bytes(path) == memory.pattern(size, "random", 7).tobytes()
+    assert since(m, "cuMemAlloc", lib="cuda") and since(m, "cuMemcpyDtoHAsync", lib="cuda")
+
+    m = mark()
+    doc = gdscp("read", path, "--chunk-size", "2M", "--verify")
+    assert doc["memory"] == "gpu" and doc["bytes"] == size and doc["verified"], doc
+    assert sum(c.size for c in since(m, "cuMemcpyHtoDAsync", lib="cuda")) == size
+
+    dst = os.path.join(folder, "copy.bin")
+    doc = gdscp("copy", path, dst, "--chunk-size", "1M", "--verify")
+    assert doc["memory"] == "gpu" and doc["ok"], doc
+    assert file_bytes(dst) == file_bytes(path)
+
+    doc = gdscp("benchmark", "--size", "4M", "--threads", "1,2", "--io-size", "64K", "--ops", "100", "--runs", "3",
+                "--dir", folder)
+    assert doc["ok"] and doc["config"]["memory"] == "gpu", doc["config"]
+    assert doc["baselines"]["numpy_cupy"] == {"available": False, "reason": "not measured: CuPy is not installed"}
+    assert doc["machine"]["gpu"]["available"] and doc["machine"]["gpu"]["cupy"] is None
+    assert [g["name"] for g in doc["machine"]["gpu"]["devices"]] == ["gdscp stand-in GPU"]
+    assert any(r["tool"] == "gdscp" for r in doc["results"])

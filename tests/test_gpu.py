@@ -734,3 +734,39 @@ def test_compat_mode_off(cp, tmp_file):
             assert fut.check_bytes_done() == MiB
             stream.synchronize()
             assert host_of(dst) == new[:MiB]
+
+
+def test_device_buffer_on_a_real_gpu(cp, tmp_path):
+    """gdscp's own device memory (what the command line uses without CuPy) on
+    a real GPU: cuMemAlloc'd, filled and copied synchronously, read and written
+    by gdscp on each backend, and seen by CuPy through the CUDA array interface
+    and DLPack, zero-copy."""
+    from gdscp import _core, memory
+
+    data = random_bytes(5 * MiB + 3, seed=41)
+    path = str(tmp_path / "d.bin")
+    with open(path, "wb") as f:
+        f.write(data)
+    buf = _core.DeviceBuffer(len(data), 0)
+    free, total = _core.device_memory_info(0)
+    assert 0 < free <= total
+    buf.fill(POISON)
+    assert bytes(cp.asnumpy(cp.asarray(buf))) == bytes([POISON]) * len(data)
+    for mode in (CompatMode.ON, CompatMode.AUTO):
+        with gdscp.defaults.set({"compat_mode": mode, "gds_threshold": 0}), gdscp.CuFile(path, "r+") as f:
+            buf.fill(POISON)
+            assert f.read(buf, task_size=MiB) == len(data)
+            assert memory.to_host(buf).tobytes() == data
+            view = cp.from_dlpack(buf[MiB : 2 * MiB])  # the same memory
+            view[:] = 7
+            cp.cuda.Device().synchronize()
+            assert f.write(buf[MiB : 2 * MiB], file_offset=MiB) == MiB
+            assert file_bytes(path, MiB, MiB) == b"\x07" * MiB
+            buf.copy_from_host(data)
+            assert f.write(buf) == len(data)
+            assert file_bytes(path) == data
+    memory.fill(buf, "random", 9, 100)
+    assert memory.first_difference(buf, memory.pattern(len(data), "random", 9, 100)) is None
+    out = np.empty(MiB, np.uint8)
+    memory.download(buf[4 * MiB :], out)
+    assert np.array_equal(out, memory.pattern(MiB, "random", 9, 100 + 4 * MiB))

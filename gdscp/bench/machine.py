@@ -58,11 +58,37 @@ def filesystem_of(directory: str) -> dict:
     return info
 
 
+def _gpus_from_driver(device: Optional[int]) -> dict:
+    """The GPUs as the NVIDIA driver that gdscp loads reports them (without CuPy)."""
+    info = _core.cuda_info()
+    if not info["available"] or not info["gpus"]:
+        return {"available": False, "reason": info["error"] or "the NVIDIA driver reports no GPU"}
+    return {
+        "available": True,
+        "count": len(info["gpus"]),
+        "devices": [
+            {"index": g["index"], "name": g["name"], "memory_bytes": g["total_memory"],
+             "pci_bus_id": g["pci_bus_id"].lower()}
+            for g in info["gpus"]
+        ],
+        "used": device,
+        "cuda_driver_api": info["driver_version"],
+        "cuda_runtime": None,
+        "cupy": None,
+    }
+
+
 def _gpus(device: Optional[int]) -> dict:
     try:
         import cupy
+    except ImportError:
+        info = _gpus_from_driver(device)
     except Exception as exc:
         return {"available": False, "reason": f"cupy is not importable ({type(exc).__name__}: {exc})"}
+    else:
+        info = None
+    if info is not None:
+        return _with_kernel_driver(info)
     runtime = cupy.cuda.runtime
     try:
         count = runtime.getDeviceCount()
@@ -90,6 +116,12 @@ def _gpus(device: Optional[int]) -> dict:
         }
     except Exception as exc:
         return {"available": False, "reason": f"no usable CUDA device ({type(exc).__name__}: {exc})"}
+    return _with_kernel_driver(info)
+
+
+def _with_kernel_driver(info: dict) -> dict:
+    if not info.get("available"):
+        return info
     try:
         with open("/proc/driver/nvidia/version") as f:
             first = f.readline()

@@ -12,6 +12,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
+from .. import memory
 from . import ceilings as ceil
 from . import report
 from .config import BenchConfig, Plan, resolve
@@ -30,6 +31,15 @@ SCHEMA = "gdscp-benchmark/1"
 Progress = Callable[[int, int, str], None]
 
 _WARMUP_RANDOM_OPS = 20
+
+
+def cupy_missing() -> str:
+    """Why the numpy + CuPy baseline cannot run here."""
+    try:
+        import cupy  # noqa: F401, PLC0415 - only to tell absent from unusable
+    except ImportError:
+        return "CuPy is not installed"
+    return "CuPy cannot use the GPU here"
 
 
 @dataclass(frozen=True)
@@ -116,10 +126,12 @@ class Benchmark:
         python = PythonTool(target, self.host)
         self.tools.append(python)
         self.baselines["python"] = {"available": True, "what": {m: python.describe(m) for m in plan.modes}}
-        if target.kind == "gpu":
+        if target.kind == "gpu" and memory.usable_cupy() is not None:
             naive = NumpyCupyTool(target)
             self.tools.append(naive)
             self.baselines["numpy_cupy"] = {"available": True, "what": {m: naive.describe(m) for m in plan.modes}}
+        elif target.kind == "gpu":
+            self.baselines["numpy_cupy"] = {"available": False, "reason": "not measured: " + cupy_missing()}
         else:
             self.baselines["numpy_cupy"] = {
                 "available": False,

@@ -1,4 +1,4 @@
-"""Where benchmark data lands: host memory (numpy) or one GPU (CuPy, imported lazily)."""
+"""Where benchmark data lands: host memory (numpy) or one GPU (gdscp.memory: CuPy where it works)."""
 
 from __future__ import annotations
 
@@ -36,55 +36,57 @@ class HostTarget:
 
 
 class GpuTarget:
-    """Memory of one GPU, through CuPy. Used as a context manager, it makes the
-    device current for the code inside."""
+    """Memory of one GPU, from ``memory.allocate``: a CuPy array where CuPy
+    works, else gdscp's own DeviceBuffer (nothing beyond gdscp needed). Used as
+    a context manager, it makes the device current for the code inside (for
+    CuPy; the engine finds each buffer's GPU itself)."""
 
     kind = "gpu"
 
     def __init__(self, device: int = 0):
-        import cupy
-
-        self.cupy = cupy
         self.device = int(device)
-        self._device = cupy.cuda.Device(self.device)
+        memory.check_device(self.device)
+        self.cupy = memory.usable_cupy()
+        self._device = self.cupy.cuda.Device(self.device) if self.cupy is not None else None
 
     def empty(self, nbytes: int) -> Any:
         buf = memory.allocate(nbytes, self.device)
-        with self._device:
-            buf.fill(0)
-            self._device.synchronize()
+        memory.fill(buf, "zeros")  # the pages mapped now, not inside the first timed run
+        self.sync()
         return buf
 
     def sync(self) -> None:
         # Every copy the libraries made, on whichever stream, must be complete
         # before a host clock is read.
-        self._device.synchronize()
+        if self._device is not None:
+            self._device.synchronize()
+        else:
+            from .. import _core  # noqa: PLC0415
+
+            _core.device_synchronize(self.device)
 
     def to_numpy(self, buf: Any, start: int, stop: int) -> np.ndarray:
-        with self._device:
-            return self.cupy.asnumpy(buf[start:stop])
+        return memory.to_host(buf[start:stop])
 
     def upload(self, dst: Any, host: np.ndarray, nbytes: int) -> None:
         """Copy ``nbytes`` of ``host`` into the device buffer ``dst``."""
-        with self._device:
-            dst[:nbytes].set(host[:nbytes])
+        memory.copy_from_host(dst[:nbytes], host[:nbytes])
 
     def download(self, src: Any, host: np.ndarray, nbytes: int) -> None:
         """Copy ``nbytes`` of the device buffer ``src`` into ``host``."""
-        with self._device:
-            src[:nbytes].get(out=host[:nbytes])
+        memory.download(src[:nbytes], host[:nbytes])
 
     def free_memory(self) -> int:
-        with self._device:
-            free, _total = self.cupy.cuda.runtime.memGetInfo()
-        return int(free)
+        return memory.device_memory(self.device)[0]
 
     def __enter__(self) -> "GpuTarget":
-        self._device.__enter__()
+        if self._device is not None:
+            self._device.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._device.__exit__(*exc)
+        if self._device is not None:
+            self._device.__exit__(*exc)
 
 
 def make_target(kind: str, device: int = 0):

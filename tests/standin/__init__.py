@@ -184,7 +184,8 @@ def check_clean() -> None:
     """What every scenario must leave behind: no call the real libraries
     would have refused, no stream work left unrun, every cuFile handle
     deregistered, every staging buffer back in the pool (and freed by
-    trim_pools), and the stand-ins really in use."""
+    trim_pools), every allocation of device memory freed, and the stand-ins
+    really in use."""
     from gdscp import _core
 
     gc.collect()
@@ -196,6 +197,8 @@ def check_clean() -> None:
     _core.trim_pools()
     live, nbytes = cuda.live(PINNED)
     assert live == 0, f"{live} pinned buffer(s) ({nbytes} bytes) not returned to the pool"
+    live, nbytes = cuda.driver_allocations()
+    assert live == 0, f"{live} allocation(s) of device memory ({nbytes} bytes) from cuMemAlloc never freed"
     assert cuda.misuse()[0] == 0, cuda.misuse()[1]
     info = _core.cuda_info()
     if info["available"]:
@@ -316,6 +319,7 @@ class Cuda(_Lib):
         self._fn("host_alloc", ctypes.c_void_p, [ctypes.c_size_t])
         self._fn("host_free", ctypes.c_int, [ctypes.c_void_p])
         self._fn("live", ctypes.c_long, [ctypes.c_int, ctypes.POINTER(ctypes.c_size_t)])
+        self._fn("driver_allocations", ctypes.c_long, [ctypes.POINTER(ctypes.c_size_t)])
         self._fn("stream", ctypes.c_void_p, [ctypes.c_int, ctypes.c_uint])
         self._fn("fill_async", ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t])
         self._fn("pending", ctypes.c_long, [])
@@ -353,6 +357,11 @@ class Cuda(_Lib):
     def live(self, kind: int) -> tuple[int, int]:
         nbytes = ctypes.c_size_t()
         return self.lib.gdscp_cuda_live(kind, ctypes.byref(nbytes)), nbytes.value
+
+    def driver_allocations(self) -> tuple[int, int]:
+        """Device memory the engine allocated with cuMemAlloc and has not freed: (count, bytes)."""
+        nbytes = ctypes.c_size_t()
+        return self.lib.gdscp_cuda_driver_allocations(ctypes.byref(nbytes)), nbytes.value
 
     def primary_context(self, device: int = 0) -> int:
         return self.lib.gdscp_cuda_primary_context(device) or 0

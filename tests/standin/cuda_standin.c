@@ -1,11 +1,12 @@
 /* A stand-in for libcuda.so.1, for tests on machines without a GPU.
  *
  * It serves, through cuGetProcAddress_v2, the driver calls gdscp's engine
- * resolves (cpp/include/gdscp/cuda_driver.hpp), with the prototypes cuda.h
- * declares for them. "Device memory" is host memory that the tests allocate
- * through gdscp_cuda_alloc: cuPointerGetAttributes reports it as
- * CU_MEMORYTYPE_DEVICE of a device and its primary context, so the engine
- * treats it as GPU memory and the tests can still read it with numpy.
+ * resolves (cpp/include/gdscp/shim/cuda_driver.hpp), with the prototypes
+ * cuda.h declares for them. "Device memory" is host memory that the tests
+ * allocate through gdscp_cuda_alloc, or the engine through cuMemAlloc:
+ * cuPointerGetAttributes reports it as CU_MEMORYTYPE_DEVICE of a device and
+ * its primary context, so the engine treats it as GPU memory and the tests can
+ * still read it with numpy.
  *
  * What the real driver checks, it checks too: cuInit first, a current
  * context for calls that need one, streams of the current context, copies
@@ -50,6 +51,7 @@ static int valid_ctx(CUcontext c) {
 enum { KIND_NONE = 0, KIND_DEVICE = 1, KIND_PINNED = 2 };
 /* gdscp_cuda_alloc flags */
 #define ALLOC_NO_CONTEXT 0x1 /* CU_POINTER_ATTRIBUTE_CONTEXT is NULL, as for VMM and pool memory */
+#define ALLOC_BY_TEST 0x100  /* made by gdscp_cuda_alloc, not cuMemAlloc: cuMemFree must not free it */
 
 typedef struct {
   uintptr_t base;
@@ -280,7 +282,14 @@ static CUresult finish(standin_call* c, CUresult r) {
   X(cuCtxGetCurrent)                    \
   X(cuCtxSetCurrent)                    \
   X(cuCtxGetDevice)                     \
+  X(cuCtxSynchronize)                   \
   X(cuPointerGetAttributes)             \
+  X(cuMemGetInfo)                       \
+  X(cuMemAlloc)                         \
+  X(cuMemFree)                          \
+  X(cuMemsetD8)                         \
+  X(cuMemcpyHtoD)                       \
+  X(cuMemcpyDtoH)                       \
   X(cuMemHostAlloc)                     \
   X(cuMemFreeHost)                      \
   X(cuMemcpyHtoDAsync)                  \
@@ -627,6 +636,134 @@ static CUresult sc_cuEventSynchronize(CUevent event) {
   return finish(&call, CUDA_SUCCESS);
 }
 
+/* -- device memory the engine allocates itself ----------------------------------- */
+#define STANDIN_DEVICE_MEMORY ((size_t)16 << 30) /* what cuDeviceTotalMem reports */
+
+/* Runs everything queued on `device`'s legacy stream and on its blocking
+ * streams: what a synchronous copy on the legacy stream waits for. Under g_exec. */
+static void drain_for_legacy(int device) {
+  for (struct CUstream_st* o = g_streams; o; o = o->next_all)
+    if (o->device == device && !(o->flags & CU_STREAM_NON_BLOCKING)) drain(o);
+  drain(legacy_stream(device));
+}
+
+static CUresult sc_cuCtxSynchronize(void) {
+  BEGIN(cuCtxSynchronize);
+  NEED_CONTEXT();
+  pthread_mutex_lock(&g_exec);
+  for (struct CUstream_st* o = g_streams; o; o = o->next_all)
+    if (o->device == t_current->device) drain(o);
+  drain(legacy_stream(t_current->device));
+  pthread_mutex_unlock(&g_exec);
+  return finish(&call, CUDA_SUCCESS);
+}
+
+static CUresult sc_cuMemGetInfo(size_t* free_bytes, size_t* total) {
+  BEGIN(cuMemGetInfo);
+  NEED_CONTEXT();
+  if (!free_bytes || !total) return finish(&call, CUDA_ERROR_INVALID_VALUE);
+  size_t used = 0;
+  pthread_mutex_lock(&g_alloc_mutex);
+  for (size_t i = 0; i < g_alloc_len; ++i)
+    if (g_allocs[i].kind == KIND_DEVICE && g_allocs[i].device == t_current->device) used += g_allocs[i].size;
+  pthread_mutex_unlock(&g_alloc_mutex);
+  *total = STANDIN_DEVICE_MEMORY;
+  *free_bytes = used < STANDIN_DEVICE_MEMORY ? STANDIN_DEVICE_MEMORY - used : 0;
+  return finish(&call, CUDA_SUCCESS);
+}
+
+static CUresult sc_cuMemAlloc(CUdeviceptr* out, size_t size) {
+  BEGIN(cuMemAlloc);
+  NEED_CONTEXT();
+  call.size = size;
+  if (!out || size == 0) return finish(&call, CUDA_ERROR_INVALID_VALUE);
+  void* p = add_allocation(size, KIND_DEVICE, t_current->device, 0);
+  if (!p) return finish(&call, CUDA_ERROR_OUT_OF_MEMORY);
+  *out = (CUdeviceptr)(uintptr_t)p;
+  call.ptr = *out;
+  return finish(&call, CUDA_SUCCESS);
+}
+
+static CUresult sc_cuMemFree(CUdeviceptr ptr) {
+  BEGIN(cuMemFree);
+  NEED_CONTEXT();
+  call.ptr = ptr;
+  allocation a;
+  pthread_mutex_lock(&g_exec);
+  if (find_allocation((uintptr_t)ptr, &a) != KIND_DEVICE || a.base != (uintptr_t)ptr || (a.flags & ALLOC_BY_TEST)) {
+    pthread_mutex_unlock(&g_exec);
+    standin_misuse("cuMemFree(0x%llx): not device memory from cuMemAlloc", (unsigned long long)ptr);
+    return finish(&call, CUDA_ERROR_INVALID_VALUE);
+  }
+  /* The driver finishes the device's work before it frees. */
+  for (struct CUstream_st* o = g_streams; o; o = o->next_all)
+    if (o->device == a.device) drain(o);
+  drain(legacy_stream(a.device));
+  remove_allocation(a.base, KIND_DEVICE);
+  pthread_mutex_unlock(&g_exec);
+  return finish(&call, CUDA_SUCCESS);
+}
+
+/* The device range [ptr, ptr + n) for a call: logged, and a misuse unless it
+ * is device memory of the current context's device. */
+static CUresult device_range(standin_call* call, CUdeviceptr ptr, size_t n) {
+  call->ptr = ptr;
+  call->size = n;
+  allocation a;
+  const int kind = range_kind((uintptr_t)ptr, n, &a);
+  if (kind != KIND_DEVICE) {
+    standin_misuse("%s: [0x%llx, +%zu) is %s", call->entry, (unsigned long long)ptr, n,
+                   kind < 0 ? "past the end of its device allocation" : "not device memory");
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (a.device != t_current->device) {
+    standin_misuse("%s: device memory of device %d under a context of device %d", call->entry, a.device,
+                   t_current->device);
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  return CUDA_SUCCESS;
+}
+
+/* Asynchronous for device memory, as the real one: queued on the legacy stream. */
+static CUresult sc_cuMemsetD8(CUdeviceptr dst, unsigned char value, size_t n) {
+  BEGIN(cuMemsetD8);
+  NEED_CONTEXT();
+  call.flags |= STANDIN_DEFERRED;
+  const CUresult r = device_range(&call, dst, n);
+  if (r != CUDA_SUCCESS) return finish(&call, r);
+  pthread_mutex_lock(&g_exec);
+  copy_args* c = malloc(sizeof *c);
+  *c = (copy_args){(char*)(uintptr_t)dst, NULL, n, (uintptr_t)dst, value};
+  enqueue(legacy_stream(t_current->device), run_copy, c, 0, 0);
+  pthread_mutex_unlock(&g_exec);
+  return finish(&call, CUDA_SUCCESS);
+}
+
+/* Synchronous copies on the legacy stream: after the work queued before them. */
+static CUresult sync_copy(standin_call* call, CUdeviceptr dev, void* host, size_t n, int to_device) {
+  call->host = (uint64_t)(uintptr_t)host;
+  const CUresult r = device_range(call, dev, n);
+  if (r != CUDA_SUCCESS) return finish(call, r);
+  pthread_mutex_lock(&g_exec);
+  drain_for_legacy(t_current->device);
+  if (to_device) memcpy((void*)(uintptr_t)dev, host, n);
+  else memcpy(host, (const void*)(uintptr_t)dev, n);
+  pthread_mutex_unlock(&g_exec);
+  return finish(call, CUDA_SUCCESS);
+}
+
+static CUresult sc_cuMemcpyHtoD(CUdeviceptr dst, const void* src, size_t n) {
+  BEGIN(cuMemcpyHtoD);
+  NEED_CONTEXT();
+  return sync_copy(&call, dst, (void*)src, n, 1);
+}
+
+static CUresult sc_cuMemcpyDtoH(void* dst, CUdeviceptr src, size_t n) {
+  BEGIN(cuMemcpyDtoH);
+  NEED_CONTEXT();
+  return sync_copy(&call, src, dst, n, 0);
+}
+
 /* -- the one exported driver entry point ---------------------------------------- */
 typedef struct {
   const char* name;
@@ -680,7 +817,7 @@ STANDIN_EXPORT int gdscp_cuda_set_device_count(int n) {
  * calls treat as device memory. `flags`: ALLOC_NO_CONTEXT. */
 STANDIN_EXPORT void* gdscp_cuda_alloc(size_t size, int device, int flags) {
   if (device < 0 || device >= g_device_count) return NULL;
-  return add_allocation(size, KIND_DEVICE, device, flags);
+  return add_allocation(size, KIND_DEVICE, device, flags | ALLOC_BY_TEST);
 }
 
 STANDIN_EXPORT int gdscp_cuda_free(void* p) {
@@ -705,6 +842,21 @@ STANDIN_EXPORT long gdscp_cuda_live(int kind, size_t* bytes) {
   pthread_mutex_lock(&g_alloc_mutex);
   for (size_t i = 0; i < g_alloc_len; ++i)
     if (g_allocs[i].kind == kind) {
+      ++n;
+      total += g_allocs[i].size;
+    }
+  pthread_mutex_unlock(&g_alloc_mutex);
+  if (bytes) *bytes = total;
+  return n;
+}
+
+/* Device memory from cuMemAlloc not yet freed with cuMemFree, and its bytes. */
+STANDIN_EXPORT long gdscp_cuda_driver_allocations(size_t* bytes) {
+  long n = 0;
+  size_t total = 0;
+  pthread_mutex_lock(&g_alloc_mutex);
+  for (size_t i = 0; i < g_alloc_len; ++i)
+    if (g_allocs[i].kind == KIND_DEVICE && !(g_allocs[i].flags & ALLOC_BY_TEST)) {
       ++n;
       total += g_allocs[i].size;
     }

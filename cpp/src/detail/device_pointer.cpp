@@ -16,12 +16,16 @@ CUcontext primary_context(int ordinal) {
   static std::mutex mutex;
   static std::vector<CUcontext> contexts;
   std::lock_guard<std::mutex> lock(mutex);
+  if (ordinal >= 0 && static_cast<size_t>(ordinal) < contexts.size() && contexts[ordinal]) return contexts[ordinal];
+  int count = 0;
+  drv.check(drv.cuDeviceGetCount(&count), "cuDeviceGetCount");
+  if (ordinal < 0 || ordinal >= count)
+    throw_invalid("GPU " + std::to_string(ordinal) + " does not exist (CUDA sees " + std::to_string(count) +
+                  (count == 1 ? " GPU)" : " GPUs)"));
   if (contexts.size() <= static_cast<size_t>(ordinal)) contexts.resize(ordinal + 1, nullptr);
-  if (!contexts[ordinal]) {
-    CUdevice dev{};
-    drv.check(drv.cuDeviceGet(&dev, ordinal), "cuDeviceGet");
-    drv.check(drv.cuDevicePrimaryCtxRetain(&contexts[ordinal], dev), "cuDevicePrimaryCtxRetain");
-  }
+  CUdevice dev{};
+  drv.check(drv.cuDeviceGet(&dev, ordinal), "cuDeviceGet");
+  drv.check(drv.cuDevicePrimaryCtxRetain(&contexts[ordinal], dev), "cuDevicePrimaryCtxRetain");
   return contexts[ordinal];
 }
 

@@ -22,7 +22,14 @@ namespace gdscp {
   X(cuCtxGetCurrent)            \
   X(cuCtxSetCurrent)            \
   X(cuCtxGetDevice)             \
+  X(cuCtxSynchronize)           \
   X(cuPointerGetAttributes)     \
+  X(cuMemGetInfo)               \
+  X(cuMemAlloc)                 \
+  X(cuMemFree)                  \
+  X(cuMemsetD8)                 \
+  X(cuMemcpyHtoD)               \
+  X(cuMemcpyDtoH)               \
   X(cuMemHostAlloc)             \
   X(cuMemFreeHost)              \
   X(cuMemcpyHtoDAsync)          \

@@ -20,11 +20,13 @@ namespace gdscp::bindings {
 ReleaseGil::ReleaseGil() noexcept : state_(PyEval_SaveThread()) {}
 
 ReleaseGil::~ReleaseGil() {
-  // The forced unwind starts inside PyEval_RestoreThread; caught here it never
-  // reaches a noexcept frame. The thread holds no GIL at that point.
+  // The forced unwind starts inside PyEval_RestoreThread (C, which throws
+  // nothing else); caught here it never reaches a noexcept frame. The thread
+  // holds no GIL at that point. (catch (...) rather than the documented
+  // catch (abi::__forced_unwind&): there is no object to bind a reference to.)
   try {
     PyEval_RestoreThread(state_);
-  } catch (abi::__forced_unwind&) {
+  } catch (...) {
     park_forever();
   }
 }

@@ -2,8 +2,9 @@
 // that survives interpreter exit.
 #pragma once
 
-#include <cxxabi.h>
 #include <nanobind/nanobind.h>
+
+#include <exception>
 
 namespace gdscp::bindings {
 
@@ -36,8 +37,10 @@ template <class F>
 void exit_safe(F&& call) {
   try {
     call();
-  } catch (abi::__forced_unwind&) {
-    park_forever();
+  } catch (const std::exception&) {
+    throw;  // every C++ error, nanobind's python_error included
+  } catch (...) {
+    park_forever();  // the forced unwind, which has no object of any type
   }
 }
 

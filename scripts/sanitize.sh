@@ -11,7 +11,8 @@
 #
 # The Python interpreter is not instrumented, so the sanitizer runtime (GCC's,
 # matching the compiler that builds the engine) is preloaded. ThreadSanitizer
-# therefore sees only the engine and its bindings, and needs no suppressions.
+# therefore sees only the engine and its bindings; its one suppression
+# (scripts/tsan-suppressions.txt) is of glibc's own bookkeeping.
 # Any sanitizer report (in the log files, which subprocesses of the tests
 # write too, or in the output), a failing test or a crash makes the script
 # exit non-zero.
@@ -78,7 +79,7 @@ for mode in "${modes[@]}"; do
               "UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:abort_on_error=1:log_path=$logs/ubsan")
     launch=()
   else
-    env_run+=("TSAN_OPTIONS=log_path=$logs/tsan:second_deadlock_stack=1:history_size=4")
+    env_run+=("TSAN_OPTIONS=log_path=$logs/tsan:second_deadlock_stack=1:history_size=4:suppressions=$here/tsan-suppressions.txt")
     # Older TSan runtimes cannot map their shadow memory under the large address
     # randomisation of recent kernels; running without randomisation avoids it.
     launch=()

@@ -124,6 +124,7 @@ int64_t File::reserve_append(size_t n) {
   do {
     r = ::fallocate(write_fd_, 0, start, static_cast<off_t>(n));
   } while (r != 0 && errno == EINTR);
+  if (r != 0 && (errno == ENODEV || errno == ESPIPE)) return start;  // not a regular file: no end to reserve
   if (r != 0 && (errno == EOPNOTSUPP || errno == ENOSYS)) {
     do {
       r = ::ftruncate(write_fd_, end);

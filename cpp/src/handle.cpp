@@ -97,6 +97,7 @@ std::shared_ptr<const OpenFile> Handle::open_for(bool write) const {
 int Handle::fileno() const { return state()->file->fd(); }
 int Handle::open_flags() const { return state()->file->open_flags(); }
 std::string Handle::path() const { return path_; }
+bool Handle::direct_io_supported() const { return state()->file->direct_fd() >= 0; }
 
 std::unique_ptr<Future> Handle::submit(bool write, uintptr_t buf, bool device, size_t size, int64_t offset,
                                        const Settings& s) {

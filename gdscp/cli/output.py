@@ -25,6 +25,7 @@ from rich.console import Console, RenderableType
 
 from .. import CudaError, CuFileError, memory
 from .atomic import remove_pending
+from .exits import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, EXIT_USAGE
 
 __all__ = [
     "EXIT_OK",
@@ -39,11 +40,6 @@ __all__ = [
     "Output",
 ]
 
-EXIT_OK = 0
-EXIT_FAILURE = 1
-EXIT_USAGE = 2
-EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
-EXIT_TERMINATED = 143  # 128 + SIGTERM
 
 
 class UsageError(Exception):

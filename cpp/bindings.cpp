@@ -147,6 +147,7 @@ NB_MODULE(_core, m) {
       .def("file_size", &gdscp::MappedFile::file_size)
       .def("map_size", &gdscp::MappedFile::map_size)
       .def("map_offset", &gdscp::MappedFile::map_offset)
+      .def("check", &gdscp::MappedFile::check, "size"_a, "offset"_a)
       .def("read", &gdscp::MappedFile::read, "buf"_a, "device"_a, "size"_a, "offset"_a, "settings"_a, release())
       .def("pread", &gdscp::MappedFile::pread, "buf"_a, "device"_a, "size"_a, "offset"_a, "settings"_a, release());
 

@@ -86,6 +86,11 @@ class Mmap:
         offset = _args.offset(offset, "offset")
         if size is None:
             size = max(self.file_size() - offset, 0)  # to the end of the file; past it, the engine says so
+        else:
+            size = _args.size(size)
+        # Outside the region is an IndexError before a too small buffer is a
+        # ValueError, as in KvikIO.
+        self._handle.check(size, offset)
         size = _request_size(size, b.nbytes, "buffer")
         return b, size, offset
 

@@ -37,6 +37,10 @@ class MappedFile {
   size_t map_size() const;   // 0 once closed
   int64_t map_offset() const;
 
+  // Throws what read() would for [offset, offset + size): closed, past the end
+  // of the file, outside the mapped region.
+  void check(size_t size, int64_t offset) const { checked(size, offset); }
+
   // Copies [offset, offset + size) of the file, which must lie in the mapped
   // region, to `buf` (device or host memory): on the calling thread, or in
   // parallel on the process's pool.

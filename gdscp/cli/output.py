@@ -129,6 +129,9 @@ class Output:
         self.quiet = quiet
         self.debug = debug
         self.stdout = Console(highlight=False, soft_wrap=False)
+        if not self.stdout.is_terminal and "COLUMNS" not in os.environ:
+            # Piped or captured: wide enough that tables keep one line per row.
+            self.stdout = Console(highlight=False, soft_wrap=False, width=160)
         self.stderr = Console(stderr=True, highlight=False)
         self._result_written = False
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 import typer
+from rich import filesize
 
 from .._sizes import EXAMPLES, parse_size
 
@@ -34,19 +35,15 @@ def size_option(text: str) -> int:
         raise typer.BadParameter(str(exc)) from None
 
 
-_BINARY_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+_BINARY_UNITS = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"]
 
 
 def format_bytes(n: int) -> str:
     """``1536`` -> ``"1.50 KiB"``; exact counts below 1 KiB (``"512 B"``)."""
     if n < 1024:
         return f"{n} B"
-    value = float(n)
-    unit = 0
-    while value >= 1024 and unit < len(_BINARY_UNITS) - 1:
-        value /= 1024
-        unit += 1
-    return f"{value:.2f} {_BINARY_UNITS[unit]}"
+    unit, suffix = filesize.pick_unit_and_suffix(n, _BINARY_UNITS, 1024)
+    return f"{n / unit:.2f} {suffix}"
 
 
 def gb_per_s(nbytes: int, seconds: float) -> float:

@@ -7,16 +7,13 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <functional>
-#include <vector>
 
 #include "gdscp/detail/buffer_pool.hpp"
 #include "gdscp/detail/device_pointer.hpp"
+#include "gdscp/detail/dispatch.hpp"
 #include "gdscp/detail/file.hpp"
 #include "gdscp/detail/mapped_read.hpp"
-#include "gdscp/detail/plan.hpp"
 #include "gdscp/detail/request.hpp"
-#include "gdscp/detail/thread_pool.hpp"
 #include "gdscp/detail/work_queue.hpp"
 #include "gdscp/error.hpp"
 #include "gdscp/shim/cuda_driver.hpp"
@@ -232,30 +229,13 @@ std::unique_ptr<Future> MappedFile::pread(uintptr_t buf, bool device, size_t siz
                                           const Settings& s) {
   std::shared_ptr<const Mapping> m = checked(size, offset);
   const MemoryTarget mem = target_for(buf, device);
-  detail::ThreadPool& pool = detail::ThreadPool::process_default();
-  const unsigned pool_size = pool.size();
-  const size_t chunk_size = detail::effective_task_size(size, s.task_size, pool_size, s.min_task_size);
-  std::vector<Chunk> chunks = detail::split(offset, size, chunk_size);
-  const size_t workers = std::max<size_t>(1, std::min<size_t>(pool_size, chunks.size()));
-  // Small requests run here: a hand-off to a worker would cost more than it saves.
-  const bool inline_run = size < s.gds_threshold || workers == 1;
-  auto req = std::make_shared<detail::Request>(inline_run ? 1 : workers, m);
-  auto work = std::make_shared<ChunkQueue>(std::move(chunks), chunk_size, req->cancel_flag(), inline_run ? 1 : workers);
+  detail::Dispatch d = detail::plan_dispatch(offset, size, s);
+  auto req = std::make_shared<detail::Request>(d.tasks, m);
+  auto work = std::make_shared<ChunkQueue>(std::move(d.chunks), d.chunk_size, req->cancel_flag(), d.tasks);
   char* base = reinterpret_cast<char*>(buf);
   const size_t bounce = s.bounce_buffer_size;
-  auto run = [m, mem, base, bounce, req, work] {
-    try {
-      req->task_done(copy_chunks(*m, mem, base, *work, bounce, req.get()));
-    } catch (...) {
-      req->task_failed(std::current_exception());
-    }
-  };
-  if (inline_run) {
-    run();
-  } else {
-    std::vector<std::function<void()>> tasks(workers, run);
-    pool.submit_many(std::move(tasks));
-  }
+  // The request keeps the mapping alive until the last task ends.
+  detail::run_tasks(req, d, [m, mem, base, bounce, req, work] { return copy_chunks(*m, mem, base, *work, bounce, req.get()); });
   return std::make_unique<Future>(std::move(req));
 }
 

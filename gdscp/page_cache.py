@@ -13,13 +13,14 @@ subclass that is also a ``RuntimeError`` (KvikIO raises ``RuntimeError``).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import shutil
 import stat
 import subprocess
 import warnings
-from typing import Any
+from typing import Any, Iterator
 
 from . import _args, _core
 from ._errors import from_os_error
@@ -27,10 +28,25 @@ from ._errors import from_os_error
 __all__ = ["clear_page_cache", "drop_file_page_cache", "drop_system_page_cache", "get_page_cache_info"]
 
 
-def _name(file: Any, fd: int) -> str:
+@contextlib.contextmanager
+def _opened(file: Any) -> Iterator[tuple[int, str]]:
+    """(descriptor, name for messages) of a file argument; a descriptor opened
+    here is closed afterwards. OS failures become gdscp's OS errors."""
+    try:
+        fd, opened = _args.file_descriptor(file)
+    except OSError as exc:
+        raise from_os_error(exc) from None
     if isinstance(file, (str, bytes, os.PathLike)):
-        return _args.path(file)
-    return str(getattr(file, "name", f"file descriptor {fd}"))
+        name = _args.path(file)
+    else:
+        name = str(getattr(file, "name", f"file descriptor {fd}"))
+    try:
+        yield fd, name
+    except OSError as exc:
+        raise from_os_error(exc) from None
+    finally:
+        if opened:
+            os.close(fd)
 
 
 def get_page_cache_info(file: Any, offset: int = 0, length: int = 0) -> tuple[int, int]:
@@ -44,15 +60,8 @@ def get_page_cache_info(file: Any, offset: int = 0, length: int = 0) -> tuple[in
     """
     offset = _args.offset(offset, "offset")
     length = _args.size(length, "length")
-    try:
-        fd, opened = _args.file_descriptor(file)
-    except OSError as exc:
-        raise from_os_error(exc) from None
-    try:
-        return _core.page_cache_info(fd, offset, length, _name(file, fd))
-    finally:
-        if opened:
-            os.close(fd)
+    with _opened(file) as (fd, name):
+        return _core.page_cache_info(fd, offset, length, name)
 
 
 def drop_file_page_cache(file: Any, offset: int = 0, length: int = 0, sync_first: bool = True) -> None:
@@ -66,11 +75,7 @@ def drop_file_page_cache(file: Any, offset: int = 0, length: int = 0, sync_first
     """
     offset = _args.offset(offset, "offset")
     length = _args.size(length, "length")
-    try:
-        fd, opened = _args.file_descriptor(file)
-    except OSError as exc:
-        raise from_os_error(exc) from None
-    try:
+    with _opened(file) as (fd, _name):
         mode = os.fstat(fd).st_mode
         if not (stat.S_ISREG(mode) or stat.S_ISBLK(mode) or stat.S_ISDIR(mode)):
             return
@@ -82,11 +87,6 @@ def drop_file_page_cache(file: Any, offset: int = 0, length: int = 0, sync_first
                 if exc.errno not in (errno.EINVAL, errno.EROFS):
                     raise
         os.posix_fadvise(fd, offset, length, os.POSIX_FADV_DONTNEED)
-    except OSError as exc:
-        raise from_os_error(exc) from None
-    finally:
-        if opened:
-            os.close(fd)
 
 
 def drop_system_page_cache(reclaim_dentries_and_inodes: bool = True, sync_first: bool = True) -> bool:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import errno
+import inspect
 import io
 import os
 import pathlib
@@ -47,6 +48,41 @@ def test_kvikios_names_are_there():
         assert getattr(gdscp, name) is not None
     public = {n for n in dir(gdscp) if not n.startswith("_")}
     assert set(gdscp.__all__) - {"__version__"} <= public
+
+
+EMPTY = inspect.Parameter.empty
+# (name, default) of each parameter, as KvikIO 26.10 declares them.
+KVIKIO_SIGNATURES = {
+    gdscp.get_page_cache_info: [("file", EMPTY), ("offset", 0), ("length", 0)],
+    gdscp.drop_file_page_cache: [("file", EMPTY), ("offset", 0), ("length", 0), ("sync_first", True)],
+    gdscp.drop_system_page_cache: [("reclaim_dentries_and_inodes", True), ("sync_first", True)],
+    gdscp.clear_page_cache: [("reclaim_dentries_and_inodes", True), ("clear_dirty_pages", True)],
+    gdscp.bounce_buffer_free: [],
+    gdscp.memory_register: [("buf", EMPTY)],
+    gdscp.memory_deregister: [("buf", EMPTY)],
+    gdscp.stream_register: [("raw_stream", EMPTY), ("flags", EMPTY)],
+    gdscp.stream_deregister: [("raw_stream", EMPTY)],
+    gdscp.is_remote_file_available: [],
+    gdscp.defaults.get: [("config_name", EMPTY)],
+    gdscp.defaults.is_compat_mode_preferred: [],
+    gdscp.Mmap.__init__: [("self", EMPTY), ("file_path", EMPTY), ("flags", "r"), ("initial_map_size", None),
+                          ("initial_map_offset", 0), ("mode", 0o644), ("map_flags", None)],
+    gdscp.Mmap.read: [("self", EMPTY), ("buf", EMPTY), ("size", None), ("offset", 0)],
+    gdscp.Mmap.pread: [("self", EMPTY), ("buf", EMPTY), ("size", None), ("offset", 0), ("task_size", None)],
+    gdscp.Mmap.initial_map_size: [("self", EMPTY)],
+    gdscp.Mmap.initial_map_offset: [("self", EMPTY)],
+    gdscp.Mmap.file_size: [("self", EMPTY)],
+    gdscp.Mmap.close: [("self", EMPTY)],
+    gdscp.Mmap.closed: [("self", EMPTY)],
+    gdscp.CuFile.is_direct_io_supported: [("self", EMPTY)],
+}
+
+
+@pytest.mark.parametrize("func", list(KVIKIO_SIGNATURES), ids=lambda f: f.__qualname__)
+def test_kvikios_signatures(func):
+    params = inspect.signature(func).parameters.values()
+    assert [(p.name, p.default) for p in params] == KVIKIO_SIGNATURES[func]
+    assert all(p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD for p in params)
 
 
 def test_unknown_attribute_is_an_attribute_error():

@@ -1,5 +1,7 @@
 // nanobind glue only: argument conversion, GIL release, exception translation.
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/unique_ptr.h>
 
@@ -8,6 +10,8 @@
 #include "gdscp/error.hpp"
 #include "gdscp/future.hpp"
 #include "gdscp/handle.hpp"
+#include "gdscp/mapped_file.hpp"
+#include "gdscp/page_cache.hpp"
 #include "gdscp/runtime.hpp"
 #include "gdscp/settings.hpp"
 #include "gdscp/stream_copy.hpp"
@@ -124,6 +128,7 @@ NB_MODULE(_core, m) {
       .def("fileno", &gdscp::Handle::fileno)
       .def("open_flags", &gdscp::Handle::open_flags)
       .def("path", &gdscp::Handle::path)
+      .def("direct_io_supported", &gdscp::Handle::direct_io_supported)
       .def("backend", &gdscp::Handle::backend)
       .def("backend_reason", &gdscp::Handle::backend_reason)
       .def("pread", &gdscp::Handle::pread, "buf"_a, "device"_a, "size"_a, "file_offset"_a, "settings"_a, release())
@@ -137,6 +142,23 @@ NB_MODULE(_core, m) {
       .def("raw_write_async", &gdscp::Handle::raw_write_async, "base"_a, "size"_a, "file_offset"_a,
            "dev_offset"_a, "stream"_a, "settings"_a, release());
 
+  nb::class_<gdscp::MappedFile>(m, "MappedFile")
+      .def(nb::init<std::string, const std::string&, std::optional<size_t>, int64_t, int>(), "path"_a, "flags"_a,
+           "map_size"_a.none(), "map_offset"_a, "map_flags"_a, release())
+      .def("close", &gdscp::MappedFile::close, release())
+      .def("closed", &gdscp::MappedFile::closed)
+      .def("path", &gdscp::MappedFile::path)
+      .def("file_size", &gdscp::MappedFile::file_size)
+      .def("map_size", &gdscp::MappedFile::map_size)
+      .def("map_offset", &gdscp::MappedFile::map_offset)
+      .def("check", &gdscp::MappedFile::check, "size"_a, "offset"_a)
+      .def("read", &gdscp::MappedFile::read, "buf"_a, "device"_a, "size"_a, "offset"_a, "settings"_a, release())
+      .def("pread", &gdscp::MappedFile::pread, "buf"_a, "device"_a, "size"_a, "offset"_a, "settings"_a, release());
+
+  m.def("page_cache_info", [](int fd, int64_t offset, size_t length, const std::string& path) {
+    const gdscp::PageCacheInfo info = gdscp::page_cache_info(fd, offset, length, path);
+    return std::make_pair(info.cached_pages, info.total_pages);
+  }, "fd"_a, "offset"_a, "length"_a, "path"_a, release());
   m.def("default_num_threads", &gdscp::default_num_threads);
   m.def("set_num_threads", &gdscp::set_num_threads, "n"_a, release());
   m.def("num_threads", &gdscp::num_threads);

@@ -1,6 +1,6 @@
 """``python -m gdscp``: the gdscp command line."""
 
-from gdscp.cli.app import main
+from gdscp.cli.main import main
 
 if __name__ == "__main__":
     main()

@@ -1,19 +1,23 @@
-"""Python exceptions for engine errors.
+"""gdscp's exceptions.
 
 OS failures become exceptions that are both the matching ``OSError`` subclass
 (``FileNotFoundError``, ``PermissionError``, ...) and ``RuntimeError``, so that
 Pythonic code and code written for KvikIO (which raises ``RuntimeError``) both
-catch them.
+catch them. Where KvikIO raises ``ValueError`` for what Python calls a
+``TypeError`` (a call of the wrong form or with an argument of the wrong
+kind), gdscp raises ``ArgumentError``, which is both. This module imports
+nothing heavy: the command line catches ``EnvironmentVariableError`` before
+anything else of gdscp is loaded.
 """
 
 from __future__ import annotations
 
 import os
 
-__all__ = ["CudaError", "CuFileError", "from_engine"]
+__all__ = ["ArgumentError", "CudaError", "CuFileError", "EnvironmentVariableError", "from_engine", "from_os_error"]
 
 # Mirrors gdscp::ErrorKind in cpp/include/gdscp/error.hpp.
-_OS, _CUDA, _CUFILE, _INVALID, _STATE = range(5)
+_OS, _CUDA, _CUFILE, _INVALID, _STATE, _RANGE = range(6)
 
 
 class CudaError(RuntimeError):
@@ -32,6 +36,24 @@ class CuFileError(RuntimeError):
         self.code = code
 
 
+class ArgumentError(TypeError, ValueError):
+    """An argument of the wrong kind or a call of the wrong form: a
+    ``TypeError`` to Python, and the ``ValueError`` KvikIO raises for it."""
+
+    __module__ = "gdscp"
+
+
+class EnvironmentVariableError(ValueError):
+    """A ``GDSCP_*`` environment variable holds a value its setting does not
+    accept; ``variable`` names it."""
+
+    __module__ = "gdscp"
+
+    def __init__(self, message: str, variable: str):
+        super().__init__(message)
+        self.variable = variable
+
+
 def _engine_str(self) -> str:
     return self.args[2] if len(self.args) > 2 else OSError.__str__(self)
 
@@ -48,6 +70,17 @@ def _os_class(errno: int) -> type:
     return cls
 
 
+def from_os_error(exc: OSError) -> OSError:
+    """``exc`` (raised by Python's ``os`` module) as gdscp raises OS failures:
+    the same ``OSError`` subclass, fields and message, and ``RuntimeError`` too."""
+    if exc.errno is None or isinstance(exc, RuntimeError):
+        return exc
+    dual = _os_class(exc.errno)(exc.errno, exc.strerror, exc.filename)
+    dual.args = (exc.errno, exc.strerror, str(exc))
+    dual.offset = None
+    return dual
+
+
 def from_engine(kind: int, code: int, message: str, path: str, offset: int) -> BaseException:
     """Build the exception for a ``gdscp::Error`` (called by the bindings)."""
     if kind == _OS:
@@ -62,4 +95,6 @@ def from_engine(kind: int, code: int, message: str, path: str, offset: int) -> B
         return CuFileError(message, code)
     if kind == _INVALID:
         return ValueError(message)
+    if kind == _RANGE:
+        return IndexError(message)
     return RuntimeError(message)

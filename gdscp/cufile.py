@@ -1,14 +1,11 @@
 """``CuFile``: a file opened for parallel reads and writes between storage and
 GPU or host memory, call-compatible with ``kvikio.CuFile``."""
 
-from __future__ import annotations
-
-import operator
-import os
 import pathlib
 from typing import Any, Optional, Union
 
-from . import _buffers, _core, _libs, _streams, defaults
+from . import _args, _buffers, _core, _libs, _streams, defaults
+from ._errors import ArgumentError
 
 __all__ = ["CuFile", "IOFuture", "IOFutureStream"]
 
@@ -64,20 +61,10 @@ class IOFutureStream:
         return self._handle.check_bytes_done()
 
 
-def _nonnegative(value: Any, name: str) -> int:
-    try:
-        number = operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name} must be an integer, not {type(value).__name__}") from None
-    if number < 0:
-        raise ValueError(f"{name} must not be negative (got {number})")
-    return number
-
-
 def _request_size(size: Optional[int], available: int, what: str) -> int:
     if size is None:
         return available
-    size = _nonnegative(size, "size")
+    size = _args.size(size)
     if size > available:
         raise ValueError(f"size {size} is larger than the {what} ({available} bytes)")
     return size
@@ -88,11 +75,11 @@ def _settings(task_size: Optional[int]) -> Any:
     replaced when the call passes one."""
     if task_size is None:
         return defaults._settings
-    task_size = _nonnegative(task_size, "task_size")
+    task_size = _args.size(task_size, "task_size")
     if task_size == 0:
         raise ValueError("task_size must be positive")
     settings = _core.Settings(defaults._settings)
-    settings.task_size = task_size
+    settings.task_size = defaults._engine_value("task_size", task_size)
     return settings
 
 
@@ -107,8 +94,8 @@ class CuFile:
 
     def __init__(self, file: Union[pathlib.Path, str], flags: str = "r"):
         if not isinstance(flags, str):
-            raise TypeError(f"flags must be a string such as 'r' or 'w+', not {type(flags).__name__}")
-        path = os.fsdecode(os.fspath(file))
+            raise ArgumentError(f"flags must be a string such as 'r' or 'w+', not {type(flags).__name__}")
+        path = _args.path(file)
         library = "" if defaults.is_compat_mode_preferred() else _libs.cufile_wheel_library()
         self._handle = _core.Handle(path, flags, defaults._settings, library)
 
@@ -143,6 +130,11 @@ class CuFile:
         """Why that backend was chosen."""
         return self._handle.backend_reason()
 
+    def is_direct_io_supported(self) -> bool:
+        """Whether transfers of this file may use O_DIRECT: the filesystem
+        accepted it when the file was opened, and ``direct_io`` is not "off"."""
+        return self._handle.direct_io_supported() and defaults.get("direct_io") != "off"
+
     def __enter__(self) -> "CuFile":
         return self
 
@@ -166,7 +158,7 @@ class CuFile:
         The future's ``get()`` gives the bytes read: fewer only at end of file."""
         b = _buffers.resolve(buf, writable=True)
         size = _request_size(size, b.nbytes, "buffer")
-        offset = _nonnegative(file_offset, "file_offset")
+        offset = _args.offset(file_offset)
         future = self._handle.pread(b.ptr, b.device, size, offset, _settings(task_size))
         return IOFuture(future, (b.keep, self))
 
@@ -181,7 +173,7 @@ class CuFile:
         the file at ``file_offset``, in parallel."""
         b = _buffers.resolve(buf, writable=False)
         size = _request_size(size, b.nbytes, "buffer")
-        offset = _nonnegative(file_offset, "file_offset")
+        offset = _args.offset(file_offset)
         future = self._handle.pwrite(b.ptr, b.device, size, offset, _settings(task_size))
         return IOFuture(future, (b.keep, self))
 
@@ -210,7 +202,7 @@ class CuFile:
         b = _buffers.resolve(buf, writable=writable)
         if not b.device:
             raise ValueError(f"{call} needs device memory; got host memory ({type(buf).__name__})")
-        dev_offset = _nonnegative(dev_offset, "dev_offset")
+        dev_offset = _args.offset(dev_offset, "dev_offset")
         if dev_offset > b.nbytes:
             raise ValueError(f"dev_offset {dev_offset} is past the end of the buffer ({b.nbytes} bytes)")
         size = _request_size(size, b.nbytes - dev_offset, "buffer after dev_offset")
@@ -226,7 +218,7 @@ class CuFile:
         """Read into device memory at ``dev_offset`` with one transfer on this
         thread (one ``cuFileRead``, or one staged read). The bytes read."""
         b, size, dev_offset = self._device(buf, True, size, dev_offset, "raw_read")
-        offset = _nonnegative(file_offset, "file_offset")
+        offset = _args.offset(file_offset)
         return self._handle.raw_read(b.ptr, size, offset, dev_offset, defaults._settings)
 
     def raw_write(
@@ -238,7 +230,7 @@ class CuFile:
     ) -> int:
         """Write device memory from ``dev_offset`` with one transfer on this thread."""
         b, size, dev_offset = self._device(buf, False, size, dev_offset, "raw_write")
-        offset = _nonnegative(file_offset, "file_offset")
+        offset = _args.offset(file_offset)
         return self._handle.raw_write(b.ptr, size, offset, dev_offset, defaults._settings)
 
     def raw_read_async(
@@ -253,7 +245,7 @@ class CuFile:
         cuFile's stream API works; otherwise the stream is synchronised and the
         bytes are in place when this returns)."""
         b, size, dev_offset = self._device(buf, True, size, dev_offset, "raw_read_async")
-        offset = _nonnegative(file_offset, "file_offset")
+        offset = _args.offset(file_offset)
         handle = self._handle.raw_read_async(
             b.ptr, size, offset, dev_offset, _streams.stream_handle(stream), defaults._settings
         )
@@ -269,8 +261,13 @@ class CuFile:
     ) -> IOFutureStream:
         """Write device memory ordered on ``stream`` (see ``raw_read_async``)."""
         b, size, dev_offset = self._device(buf, False, size, dev_offset, "raw_write_async")
-        offset = _nonnegative(file_offset, "file_offset")
+        offset = _args.offset(file_offset)
         handle = self._handle.raw_write_async(
             b.ptr, size, offset, dev_offset, _streams.stream_handle(stream), defaults._settings
         )
         return IOFutureStream(handle, (b.keep, self, stream))
+
+
+# Written as a string above (the class did not exist yet); the class itself,
+# so that help() and inspect show the type rather than a quoted name.
+CuFile.__enter__.__annotations__["return"] = CuFile

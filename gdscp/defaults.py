@@ -1,66 +1,128 @@
 """Process-wide settings, with KvikIO's interface.
 
 ``get(name)``, ``set(name, value)`` and ``set({...})``; ``set`` also works as
-a context manager that restores the previous values. Each setting starts from
-its ``GDSCP_*`` environment variable when that is set, else from the engine's
-built-in default (``_core.Settings()`` and ``_core.default_num_threads()``).
-This is the only module that reads those variables.
+a context manager that restores the previous values (blocks nest), and
+KvikIO's older per-setting accessors (``task_size()``, ``task_size_reset(n)``,
+``set_task_size(n)``, ...) remain. Each setting starts from its ``GDSCP_*``
+environment variable when that is set, else from the engine's built-in
+default (``_core.Settings()`` and ``_core.default_num_threads()``). This is
+the only module that reads those variables; size variables take the command
+line's spellings (``GDSCP_TASK_SIZE=4M``).
 
-Settings: ``compat_mode`` (ON: never cuFile; OFF: cuFile or an error; AUTO:
-cuFile where GPUDirect Storage really works), ``num_threads`` (the worker
-pool), ``task_size`` (largest chunk of a request one worker takes),
-``gds_threshold`` (requests below it run on the calling thread),
-``bounce_buffer_size`` (pinned staging buffer size), and gdscp's own
-``direct_io`` ("auto": O_DIRECT for writes of 4 MiB and more, reads through
-the page cache; "on": O_DIRECT for the aligned middle of every read and write
-of 1 MiB and more; "off": never), ``min_task_size`` (medium requests are split
-down to this size so every worker gets a share), ``pipeline_depth`` (staging
-buffers in flight per worker) and ``mapped_reads`` (True: reads into host
-memory of data already in the page cache copy it through a read-only mapping
-with streaming stores instead of pread; False: always pread).
+KvikIO's settings: ``compat_mode`` (ON: never cuFile; OFF: cuFile or an
+error; AUTO: cuFile where GPUDirect Storage really works), ``num_threads``
+(the worker pool), ``task_size`` (largest chunk of a request one worker
+takes), ``gds_threshold`` (requests below it run on the calling thread),
+``bounce_buffer_size`` (pinned staging buffer size), and
+``auto_direct_io_read`` / ``auto_direct_io_write``, two views of
+``direct_io``. gdscp's own: ``direct_io`` ("auto": O_DIRECT for writes of
+4 MiB and more, reads through the page cache; "on": O_DIRECT for the aligned
+middle of every read and write of 1 MiB and more; "off": never),
+``min_task_size`` (medium requests are split down to this size so every
+worker gets a share), ``pipeline_depth`` (staging buffers in flight per
+worker) and ``mapped_reads`` (True: reads into host memory of data already in
+the page cache copy it through a read-only mapping with streaming stores
+instead of pread; False: always pread).
+
+Values are checked as KvikIO checks them, with the same exception types: a
+count or size of 0 where it must be positive is a ``ValueError``, a negative
+or too large one an ``OverflowError``, a value of the wrong type (a string,
+None) a ``TypeError``; a float is truncated to an integer, as KvikIO does.
+gdscp also takes "ON", "off", "auto"... for ``compat_mode``. KvikIO's remote
+file settings (``http_*``, ``remote_io_*``) raise ``NotImplementedError``
+(a ``RuntimeError``): gdscp has no remote files.
 """
-from __future__ import annotations
 
-import enum
-import os
-from typing import Any, Callable
+import enum as _enum
+import numbers as _numbers
+import operator as _operator
+import os as _os
+import typing as _typing
 
-from . import _core
+from . import _core, _sizes
+from ._errors import ArgumentError as _ArgumentError
+from ._errors import EnvironmentVariableError as _EnvironmentVariableError
 
 __all__ = [
     "CompatMode",
-    "current",
-    "get",
-    "set",
-    "compat_mode",
-    "num_threads",
-    "task_size",
-    "gds_threshold",
     "bounce_buffer_size",
+    "bounce_buffer_size_reset",
+    "compat_mode",
+    "compat_mode_reset",
+    "current",
+    "gds_threshold",
+    "gds_threshold_reset",
+    "get",
+    "get_num_threads",
     "is_compat_mode_preferred",
+    "num_threads",
+    "num_threads_reset",
+    "set",
+    "set_bounce_buffer_size",
+    "set_compat_mode",
+    "set_gds_threshold",
+    "set_num_threads",
+    "set_task_size",
+    "task_size",
+    "task_size_reset",
 ]
 
 
-class CompatMode(enum.IntEnum):
-    """When cuFile is used for device memory (the numbering matches the engine)."""
+class CompatMode(_enum.IntEnum):
+    """When cuFile is used for device memory (the numbering matches the engine's and KvikIO's)."""
 
     OFF = 0
     ON = 1
     AUTO = 2
 
 
-_TRUE = {"1", "true", "yes", "on", "y"}
-_FALSE = {"0", "false", "no", "off", "n"}
+# -- checking values ---------------------------------------------------------
+_UINT32_MAX = 2**32 - 1
+_UINT64_MAX = 2**64 - 1
+_TRUE = frozenset({"1", "true", "yes", "on", "y"})
+_FALSE = frozenset({"0", "false", "no", "off", "n"})
 
 
-def _parse_compat_mode(name: str, value: Any) -> CompatMode:
+def _whole(name: str, value: _typing.Any) -> int:
+    """A number as KvikIO's binding converts it: integers (bools too) as they
+    are, other real numbers truncated; anything else is a TypeError."""
+    try:
+        return _operator.index(value)
+    except TypeError:
+        pass
+    if isinstance(value, _numbers.Real):
+        try:
+            return int(value)
+        except ValueError:
+            raise ValueError(f"{name} must be a whole number, not {value!r}") from None
+        except OverflowError:
+            raise OverflowError(f"{name} {value!r} is out of range") from None
+    raise TypeError(f"{name} must be an integer, not {type(value).__name__}")
+
+
+def _integer(minimum: int, maximum: int, type_max: int) -> _typing.Callable[[str, _typing.Any], int]:
+    """Integers from ``minimum`` to ``maximum``; negative ones, and ones past
+    ``type_max`` (what KvikIO's C++ type holds), are OverflowErrors."""
+
+    def check(name: str, value: _typing.Any) -> int:
+        number = _whole(name, value)
+        if number < 0:
+            raise OverflowError(f"{name} {number} is negative")
+        if number > type_max:
+            raise OverflowError(f"{name} {number} is out of range (at most {type_max})")
+        if number < minimum:
+            raise ValueError(f"{name} must be at least {minimum} (got {number})")
+        if number > maximum:
+            raise ValueError(f"{name} must be at most {maximum} (got {number})")
+        return number
+
+    return check
+
+
+def _compat_mode(name: str, value: _typing.Any) -> CompatMode:
     if isinstance(value, CompatMode):
         return value
-    if isinstance(value, bool):
-        return CompatMode.ON if value else CompatMode.OFF
-    if isinstance(value, int) and value in (0, 1, 2):
-        return CompatMode(value)
-    if isinstance(value, str):
+    if isinstance(value, str):  # gdscp's extension: KvikIO's setter takes numbers only
         text = value.strip().lower()
         if text == "auto":
             return CompatMode.AUTO
@@ -68,77 +130,106 @@ def _parse_compat_mode(name: str, value: Any) -> CompatMode:
             return CompatMode.ON
         if text in _FALSE:
             return CompatMode.OFF
-    raise ValueError(f"invalid value for {name}: {value!r} (expected ON, OFF or AUTO)")
+        raise ValueError(f"{name} must be ON, OFF or AUTO, not {value!r}")
+    number = _integer(0, 2, 255)(name, value)
+    return CompatMode(number)
 
 
-def _int_parser(minimum: int) -> Callable[[str, Any], int]:
-    def parse(name: str, value: Any) -> int:
-        if isinstance(value, bool):
-            raise ValueError(f"invalid value for {name}: {value!r} (expected an integer)")
-        if isinstance(value, str):
-            try:
-                value = int(value.strip(), 0)
-            except ValueError:
-                raise ValueError(f"invalid value for {name}: {value!r} (expected an integer)") from None
-        try:
-            number = int(value)
-        except (TypeError, ValueError):
-            raise ValueError(f"invalid value for {name}: {value!r} (expected an integer)") from None
-        if number != value or number < minimum:
-            raise ValueError(f"invalid value for {name}: {value!r} (must be an integer >= {minimum})")
-        return number
-
-    return parse
-
-
-def _parse_bool(name: str, value: Any) -> bool:
+def _flag(name: str, value: _typing.Any) -> bool:
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text in _TRUE | _FALSE:
+            return text in _TRUE
+        raise ValueError(f"{name} must be true or false, not {value!r}")
     if isinstance(value, bool):
         return value
-    if isinstance(value, int) and value in (0, 1):
-        return bool(value)
-    if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
-        return value.strip().lower() in _TRUE
-    raise ValueError(f"invalid value for {name}: {value!r} (expected true or false)")
+    number = _whole(name, value)
+    if number not in (0, 1):
+        raise ValueError(f"{name} must be true or false, not {value!r}")
+    return bool(number)
 
 
-def _parse_depth(name: str, value: Any) -> int:
-    depth = _int_parser(2)(name, value)
-    if depth > 8:
-        raise ValueError(f"invalid value for {name}: {value!r} (must be between 2 and 8)")
-    return depth
-
-
-def _parse_direct_io(name: str, value: Any) -> str:
+def _direct_io(name: str, value: _typing.Any) -> str:
     if isinstance(value, str) and value.strip().lower() == "auto":
         return "auto"
     try:
-        return "on" if _parse_bool(name, value) else "off"
+        return "on" if _flag(name, value) else "off"
     except ValueError:
-        raise ValueError(f"invalid value for {name}: {value!r} (expected on, off or auto)") from None
+        raise ValueError(f"{name} must be on, off or auto, not {value!r}") from None
 
 
-# name -> (parser, built-in default). The defaults are the engine's: its
-# Settings' initial values and its pool's default size.
-_BUILT_IN = _core.Settings()
-_SPEC: dict[str, tuple[Callable[[str, Any], Any], Any]] = {
-    "compat_mode": (_parse_compat_mode, CompatMode(_BUILT_IN.compat_mode.value)),
-    "num_threads": (_int_parser(1), _core.default_num_threads()),
-    "task_size": (_int_parser(1), _BUILT_IN.task_size),
-    "gds_threshold": (_int_parser(0), _BUILT_IN.gds_threshold),
-    "bounce_buffer_size": (_int_parser(4096), _BUILT_IN.bounce_buffer_size),
-    "min_task_size": (_int_parser(4096), _BUILT_IN.min_task_size),
-    "direct_io": (_parse_direct_io, _BUILT_IN.direct_io.name),
-    "pipeline_depth": (_parse_depth, _BUILT_IN.pipeline_depth),
-    "mapped_reads": (_parse_bool, _BUILT_IN.mapped_reads),
+def _truth(name: str, value: _typing.Any) -> bool:
+    """KvikIO's boolean settings take any object and keep its truth value."""
+    return bool(value)
+
+
+# -- the settings ------------------------------------------------------------
+class _Setting(_typing.NamedTuple):
+    check: _typing.Callable[[str, _typing.Any], _typing.Any]
+    from_text: _typing.Callable[[str], _typing.Any]  # a GDSCP_* variable's text -> a value to check
+    accepted: str  # what the variable takes, for its error message
+
+
+def _size_text(text: str) -> int:
+    return _sizes.parse_size(text)
+
+
+def _int_text(text: str) -> int:
+    try:
+        return int(text.strip())
+    except ValueError:
+        raise ValueError(f"{text!r} is not an integer") from None
+
+
+_SIZE_EXAMPLES = f"such as {_sizes.EXAMPLES}"
+_SPEC: dict[str, _Setting] = {
+    "compat_mode": _Setting(_compat_mode, str, "ON, OFF or AUTO"),
+    "num_threads": _Setting(_integer(1, _UINT32_MAX, _UINT32_MAX), _int_text, "a positive integer"),
+    "task_size": _Setting(_integer(1, _UINT64_MAX, _UINT64_MAX), _size_text, f"a positive size {_SIZE_EXAMPLES}"),
+    "gds_threshold": _Setting(_integer(0, _UINT64_MAX, _UINT64_MAX), _size_text, f"a size {_SIZE_EXAMPLES}"),
+    "bounce_buffer_size": _Setting(
+        _integer(1, _UINT64_MAX, _UINT64_MAX), _size_text, f"a positive size {_SIZE_EXAMPLES}"
+    ),
+    "min_task_size": _Setting(_integer(1, _UINT64_MAX, _UINT64_MAX), _size_text, f"a positive size {_SIZE_EXAMPLES}"),
+    "direct_io": _Setting(_direct_io, str, "on, off or auto"),
+    "pipeline_depth": _Setting(_integer(2, 8, _UINT32_MAX), _int_text, "an integer from 2 to 8"),
+    "mapped_reads": _Setting(_flag, str, "true or false"),
 }
+
+# KvikIO's two direct I/O switches, as views of direct_io: (read, write) ->
+# direct_io. Reads through O_DIRECT with buffered writes has no direct_io value.
+_DIRECT_IO_VIEWS = ("auto_direct_io_read", "auto_direct_io_write")
+_DIRECT_IO_OF = {(False, False): "off", (False, True): "auto", (True, True): "on"}
+_DIRECT_IO_SWITCHES = {mode: switches for switches, mode in _DIRECT_IO_OF.items()}
+
+_REMOTE = frozenset(
+    {
+        "http_max_attempts",
+        "http_status_codes",
+        "http_timeout",
+        "remote_io_backend",
+        "remote_io_max_concurrent_requests",
+        "remote_io_num_reactors",
+        "remote_io_reactor_dispatch",
+    }
+)
 
 # The engine's view, passed to every open and every request; never read by the
 # engine otherwise.
 _settings = _core.Settings()
-_values: dict[str, Any] = {}
+_values: dict[str, _typing.Any] = {}
+
+# Staging buffers and tasks smaller than a page cost a system call or a copy
+# per few bytes and move nothing faster, so the engine gets at least a page;
+# get() still returns what was set, and every size moves the same bytes.
+_ENGINE_MINIMUM = {"task_size": 4096, "bounce_buffer_size": 4096}
 
 
-def _apply(name: str, value: Any) -> None:
+def _engine_value(name: str, value: int) -> int:
+    return max(value, _ENGINE_MINIMUM.get(name, 0))
+
+
+def _apply(name: str, value: _typing.Any) -> None:
     if name == "num_threads":
         try:
             _core.set_num_threads(value)
@@ -153,42 +244,88 @@ def _apply(name: str, value: Any) -> None:
     elif name == "compat_mode":
         _settings.compat_mode = _core.CompatMode(int(value))
     else:
-        setattr(_settings, name, value)
+        setattr(_settings, name, _engine_value(name, value))
 
 
-def _parse(name: str, value: Any) -> Any:
-    try:
-        parser = _SPEC[name][0]
-    except KeyError:
-        raise KeyError(f"unknown setting {name!r}; known settings: {', '.join(sorted(_SPEC))}") from None
-    return parser(name, value)
+def _known(name: _typing.Any) -> str:
+    """``name`` if it is a setting gdscp has; KeyError or NotImplementedError otherwise."""
+    if name in _SPEC or name in _DIRECT_IO_VIEWS:
+        return name
+    if name in _REMOTE:
+        raise NotImplementedError(
+            f"{name!r} is a setting of KvikIO's remote files (RemoteFile), which gdscp does not support"
+        )
+    raise KeyError(f"unknown setting {name!r}; gdscp's settings: {', '.join(sorted([*_SPEC, *_DIRECT_IO_VIEWS]))}")
+
+
+def _checked(items: dict[_typing.Any, _typing.Any]) -> dict[str, _typing.Any]:
+    """The values to apply for a set() call, every one checked; the direct I/O
+    views become the direct_io value they make together."""
+    checked = {_known(name): value for name, value in items.items()}
+    out = {name: _SPEC[name].check(name, value) for name, value in checked.items() if name in _SPEC}
+    views = {name: _truth(name, checked[name]) for name in _DIRECT_IO_VIEWS if name in checked}
+    if views:
+        if "direct_io" in out:
+            raise ValueError("set direct_io or auto_direct_io_read/auto_direct_io_write, not both")
+        read, write = _DIRECT_IO_SWITCHES[_values["direct_io"]]
+        pair = (views.get("auto_direct_io_read", read), views.get("auto_direct_io_write", write))
+        if pair not in _DIRECT_IO_OF:
+            raise ValueError(
+                "gdscp cannot read through O_DIRECT while writing through the page cache "
+                "(auto_direct_io_read=True with auto_direct_io_write=False); "
+                "direct_io='on' uses O_DIRECT for both"
+            )
+        out["direct_io"] = _DIRECT_IO_OF[pair]
+    return out
+
+
+def _built_in(name: str) -> _typing.Any:
+    """The engine's default for setting ``name``."""
+    if name == "num_threads":
+        return _core.default_num_threads()
+    value = getattr(_core.Settings(), name)
+    if name == "compat_mode":
+        return CompatMode(value.value)
+    if name == "direct_io":
+        return value.name
+    return value
 
 
 def _load_environment() -> None:
-    for name, (parser, default) in _SPEC.items():
-        env = "GDSCP_" + name.upper()
-        raw = os.environ.get(env)
-        value = default if raw is None or raw.strip() == "" else parser(env, raw)
+    for name, spec in _SPEC.items():
+        variable = "GDSCP_" + name.upper()
+        raw = _os.environ.get(variable)
+        if raw is None or raw.strip() == "":
+            _apply(name, _built_in(name))
+            continue
+        try:
+            value = spec.check(variable, spec.from_text(raw))
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise _EnvironmentVariableError(
+                f"{variable}={raw!r} is not valid: {exc}; {variable} takes {spec.accepted}", variable
+            ) from None
         _apply(name, value)
 
 
-def current() -> dict[str, Any]:
+# -- the interface -------------------------------------------------------------
+def current() -> dict[str, _typing.Any]:
     """Every setting and its value, JSON-ready (compat_mode by name, e.g. "AUTO")."""
     return {name: value.name if isinstance(value, CompatMode) else value for name, value in _values.items()}
 
 
-def get(name: str) -> Any:
-    """The current value of setting ``name``."""
-    try:
-        return _values[name]
-    except KeyError:
-        raise KeyError(f"unknown setting {name!r}; known settings: {', '.join(sorted(_SPEC))}") from None
+def get(config_name: str) -> _typing.Any:
+    """The current value of setting ``config_name``: what was last set, even
+    where the engine rounds it (task and staging sizes below a page)."""
+    name = _known(config_name)
+    if name in _DIRECT_IO_VIEWS:
+        return _DIRECT_IO_SWITCHES[_values["direct_io"]][_DIRECT_IO_VIEWS.index(name)]
+    return _values[name]
 
 
 class _Restore:
     """Returned by set(): the change is already made; leaving a ``with`` block undoes it."""
 
-    def __init__(self, old: dict[str, Any]):
+    def __init__(self, old: dict[str, _typing.Any]):
         self._old = old
 
     def __enter__(self) -> None:
@@ -199,72 +336,99 @@ class _Restore:
             _apply(name, value)
 
 
-def set(*config: Any) -> _Restore:  # noqa: A001 - KvikIO's name
+def set(*config: _typing.Any) -> _Restore:  # noqa: A001 - KvikIO's name
     """Change settings: ``set(name, value)`` or ``set({name: value, ...})``.
 
-    All values are checked before any is applied. Usable as a context manager
-    that restores the previous values on exit.
+    Every value is checked before any is applied, so a failing call changes
+    nothing. The change takes effect at once; used as a context manager, the
+    previous values come back when the block ends. Another form of call is an
+    ``ArgumentError`` (a ``ValueError``, as in KvikIO, and a ``TypeError``).
     """
     if len(config) == 1 and isinstance(config[0], dict):
         items = dict(config[0])
     elif len(config) == 2 and isinstance(config[0], str):
         items = {config[0]: config[1]}
     else:
-        raise TypeError("use set(name, value) or set({name: value, ...})")
-    parsed = {name: _parse(name, value) for name, value in items.items()}
-    old = {name: _values[name] for name in parsed}
-    for name, value in parsed.items():
+        raise _ArgumentError("call set(name, value) or set({name: value, ...})")
+    checked = _checked(items)
+    old = {name: _values[name] for name in checked}
+    for name, value in checked.items():
         _apply(name, value)
     return _Restore(old)
 
 
-# KvikIO's older per-setting accessors, for code written against them.
+def is_compat_mode_preferred() -> bool:
+    """True when device I/O will not use cuFile (compat_mode ON, or AUTO without nvidia-fs)."""
+    mode = get("compat_mode")
+    if mode == CompatMode.AUTO:
+        return not _core.nvidia_fs_present()
+    return mode == CompatMode.ON
+
+
+# KvikIO's older accessors, for code written against them: name() reads,
+# name_reset(value) sets, set_name(value) sets for a ``with`` block.
 def compat_mode() -> CompatMode:
     return get("compat_mode")
+
+
+def compat_mode_reset(compatmode: _typing.Any) -> None:
+    set("compat_mode", compatmode)
+
+
+def set_compat_mode(compatmode: _typing.Any) -> _Restore:
+    return set("compat_mode", compatmode)
 
 
 def num_threads() -> int:
     return get("num_threads")
 
 
+def get_num_threads() -> int:
+    return get("num_threads")
+
+
+def num_threads_reset(nthreads: int) -> None:
+    set("num_threads", nthreads)
+
+
+def set_num_threads(nthreads: int) -> _Restore:
+    return set("num_threads", nthreads)
+
+
 def task_size() -> int:
     return get("task_size")
+
+
+def task_size_reset(nbytes: int) -> None:
+    set("task_size", nbytes)
+
+
+def set_task_size(nbytes: int) -> _Restore:
+    return set("task_size", nbytes)
 
 
 def gds_threshold() -> int:
     return get("gds_threshold")
 
 
+def gds_threshold_reset(nbytes: int) -> None:
+    set("gds_threshold", nbytes)
+
+
+def set_gds_threshold(nbytes: int) -> _Restore:
+    return set("gds_threshold", nbytes)
+
+
 def bounce_buffer_size() -> int:
     return get("bounce_buffer_size")
 
 
-def compat_mode_reset(value: Any) -> None:
-    set("compat_mode", value)
+def bounce_buffer_size_reset(nbytes: int) -> None:
+    set("bounce_buffer_size", nbytes)
 
 
-def num_threads_reset(value: int) -> None:
-    set("num_threads", value)
-
-
-def task_size_reset(value: int) -> None:
-    set("task_size", value)
-
-
-def gds_threshold_reset(value: int) -> None:
-    set("gds_threshold", value)
-
-
-def bounce_buffer_size_reset(value: int) -> None:
-    set("bounce_buffer_size", value)
-
-
-def is_compat_mode_preferred() -> bool:
-    """True when device I/O will not use cuFile (compat_mode ON, or AUTO without nvidia-fs)."""
-    mode = compat_mode()
-    if mode == CompatMode.AUTO:
-        return not _core.nvidia_fs_present()
-    return mode == CompatMode.ON
+def set_bounce_buffer_size(nbytes: int) -> _Restore:
+    return set("bounce_buffer_size", nbytes)
 
 
 _load_environment()

@@ -166,10 +166,10 @@ def _unescape_mount(field: str) -> str:
 
 def mount_of(path: str) -> dict[str, Optional[str]]:
     """The mount holding ``path``, from /proc/self/mountinfo: its mount point,
-    filesystem type and source. The deepest (and, among equals, the latest)
-    mount point that contains the resolved path wins."""
+    filesystem type, source and device number ("major:minor"). The deepest (and,
+    among equals, the latest) mount point that contains the resolved path wins."""
     real = os.path.realpath(path)
-    best: dict[str, Optional[str]] = {"mount_point": None, "filesystem": None, "source": None}
+    best: dict[str, Optional[str]] = {"mount_point": None, "filesystem": None, "source": None, "device": None}
     best_len = -1
     try:
         with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
@@ -192,6 +192,7 @@ def mount_of(path: str) -> dict[str, Optional[str]]:
                 "mount_point": point,
                 "filesystem": fields[sep + 1],
                 "source": _unescape_mount(fields[sep + 2]),
+                "device": fields[2],
             }
     return best
 

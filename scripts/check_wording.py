@@ -159,7 +159,9 @@ def tracked_files(root: str) -> list[str]:
     out = subprocess.run(
         ["git", "-C", root, "ls-files", "-z"], check=True, capture_output=True
     ).stdout
-    return [p for p in out.decode("utf-8", "surrogateescape").split("\0") if p]
+    # A tracked file deleted in the working tree (not yet committed) is not there to judge.
+    names = [p for p in out.decode("utf-8", "surrogateescape").split("\0") if p]
+    return [p for p in names if os.path.lexists(os.path.join(root, p))]
 
 
 def check_repo(root: str) -> list[Hit]:

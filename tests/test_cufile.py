@@ -613,9 +613,28 @@ def test_unknown_flags(tmp_file, flags):
 
 
 def test_flags_must_be_a_string(tmp_file):
+    """KvikIO raises ValueError for flags of another type; Python's open()
+    TypeError: gdscp's ArgumentError is both."""
     path, _ = tmp_file(10)
-    with pytest.raises(TypeError):
-        gdscp.CuFile(path, 0)
+    for error in (TypeError, ValueError):
+        with pytest.raises(error):
+            gdscp.CuFile(path, 0)
+
+
+@pytest.mark.parametrize("name", ["victim\0suffix", b"victim\0suffix"])
+@pytest.mark.parametrize("flags", ["w", "a", "r+", "x"])
+def test_nul_byte_in_path_truncates_nothing(tmp_path, monkeypatch, name, flags):
+    """The OS would read the path up to the NUL and open (for "w": truncate)
+    ``victim``: refused as open() refuses it."""
+    monkeypatch.chdir(tmp_path)
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"precious")
+    with pytest.raises(ValueError, match="embedded null byte"):
+        gdscp.CuFile(name, flags)
+    with pytest.raises(ValueError, match="embedded null byte"):
+        gdscp.Mmap(name)
+    assert victim.read_bytes() == b"precious"
+    assert sorted(os.listdir(tmp_path)) == ["victim"]
 
 
 @pytest.mark.parametrize(
@@ -668,19 +687,41 @@ def test_size_larger_than_buffer(tmp_file):
 
 
 @pytest.mark.parametrize(
-    "kwargs",
-    [{"size": -1}, {"file_offset": -1}, {"task_size": -1}, {"task_size": 0}, {"file_offset": -4096}],
+    "kwargs, error",
+    [
+        ({"size": -1}, OverflowError),
+        ({"file_offset": -1}, OverflowError),
+        ({"file_offset": -4096}, OverflowError),
+        ({"task_size": -1}, OverflowError),
+        ({"file_offset": 2**63}, OverflowError),
+        ({"file_offset": 2**64}, OverflowError),
+        ({"size": 2**64}, OverflowError),
+        ({"task_size": 2**64}, OverflowError),
+        ({"task_size": 0}, ValueError),
+    ],
 )
-def test_negative_arguments(tmp_file, kwargs):
+def test_bad_numbers_raise_kvikios_exception_types(tmp_file, kwargs, error):
+    """As KvikIO: negative (or too large) offsets and sizes are OverflowErrors;
+    each message names the argument and its value, never the binding's signature."""
     path, data = tmp_file(100)
     buf = np.zeros(10, np.uint8)
+    (name, value), = kwargs.items()
     with gdscp.CuFile(path, "r+") as f:
-        with pytest.raises(ValueError):
-            f.read(buf, **kwargs)
-        with pytest.raises(ValueError):
-            f.pwrite(buf, **kwargs)
+        for call in (f.read, f.pwrite):
+            with pytest.raises(error) as info:
+                call(buf, **kwargs)
+            assert name in str(info.value)
+            if error is OverflowError:
+                assert str(value) in str(info.value) and "incompatible" not in str(info.value)
     assert not buf.any()
     assert file_bytes(path) == data
+
+
+def test_offset_past_off_t_says_what_fits(tmp_file):
+    path, _ = tmp_file(100)
+    with gdscp.CuFile(path) as f, pytest.raises(OverflowError) as info:
+        f.read(bytearray(10), 10, 2**63)
+    assert str(info.value) == "file_offset 9223372036854775808 is out of range (at most 2**63-1)"
 
 
 def test_non_integer_arguments(tmp_file):

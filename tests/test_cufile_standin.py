@@ -187,6 +187,20 @@ def test_raw_async_on_posix(go):
     go(scenario_raw_async_fallback, compat="on")
 
 
+@pytest.mark.parametrize("compat", ["on", "off"])
+def test_small_sizes_through_device_memory(go, compat):
+    go(scenario_small_sizes, compat=compat)
+
+
+def test_mmap_into_device_memory(go):
+    go(scenario_mmap)
+
+
+@pytest.mark.parametrize("compat", [None, "on", "off"])
+def test_kvikio_program_on_device_memory(go, compat):
+    go(scenario_kvikio_program, compat=compat)
+
+
 def test_pointer_kinds_and_contexts(go):
     go(scenario_pointer_kinds, devices=2)
 
@@ -1374,3 +1388,106 @@ def scenario_cli_without_cupy(folder):
     assert doc["machine"]["gpu"]["available"] and doc["machine"]["gpu"]["cupy"] is None
     assert [g["name"] for g in doc["machine"]["gpu"]["devices"]] == ["gdscp stand-in GPU"]
     assert any(r["tool"] == "gdscp" for r in doc["results"])
+
+
+def scenario_small_sizes(folder, compat):
+    """Staging buffers and tasks of any positive size, KvikIO's values below a
+    page among them, move exactly the bytes asked for into and out of device
+    memory; the engine stages at least a page at a time all the same."""
+    import gdscp
+
+    data = random_bytes(MiB + 4097, seed=21)
+    path = new_file(folder, "small.bin", data)
+    for setting, value in (("bounce_buffer_size", 1), ("bounce_buffer_size", 3), ("bounce_buffer_size", 4095),
+                           ("task_size", 1), ("task_size", 100), ("task_size", 4095)):
+        case = f"{setting}={value} compat={compat}"
+        values = {setting: value, "compat_mode": compat, "num_threads": 4, "gds_threshold": 0}
+        with settings(**values), gdscp.CuFile(path, "r+") as f:
+            assert gdscp.defaults.get(setting) == value
+            buf = poisoned(len(data) + 3)
+            m = mark()
+            assert f.read(buf[1:], len(data) - 5, 5) == len(data) - 5, case
+            got = buf.bytes()
+            assert got[1 : len(data) - 4] == data[5:], case
+            assert got[:1] + got[len(data) - 4 :] == bytes([POISON]) * 8, case
+            moved = since(m, "cuMemcpyHtoDAsync", lib="cuda") if compat == "on" else since(m, "cuFileRead")
+            pieces = len(moved)
+            assert pieces and pieces <= len(data) // 4096 + 8, (case, pieces)  # a page or more each
+            future = f.pread(buf, 1000, 77, task_size=value if setting == "task_size" else None)
+            assert future.get() == 1000 and buf.bytes()[:1000] == data[77:1077], case
+            new = random_bytes(300_001, seed=value)
+            src = standin.cuda.alloc(300_001).set(new)
+            assert f.write(src, file_offset=12_345) == 300_001, case
+            assert file_bytes(path) == data[:12_345] + new + data[12_345 + 300_001 :], case
+            assert f.write(standin.cuda.alloc(300_001).set(data[12_345 : 12_345 + 300_001]),
+                           file_offset=12_345) == 300_001
+    assert file_bytes(path) == data
+
+
+def scenario_mmap(folder):
+    """Mmap reads into device memory: out of the mapping into pinned staging
+    buffers, then copied to the GPU; any range, any staging size, in parallel
+    or not; the region's bounds and a closed mapping raise as KvikIO's do."""
+    import gdscp
+
+    data = random_bytes(3 * MiB + 333, seed=22)
+    path = new_file(folder, "mapped.bin", data)
+    for bounce in (1, 4096, 64 * KiB, MiB):
+        for threads in (1, 4):
+            with settings(bounce_buffer_size=bounce, num_threads=threads, gds_threshold=0), gdscp.Mmap(path) as m:
+                case = f"bounce={bounce} threads={threads}"
+                buf = poisoned(len(data))
+                cm = mark()
+                assert m.read(buf) == len(data), case
+                assert buf.bytes() == data, case
+                copies = since(cm, "cuMemcpyHtoDAsync", lib="cuda")
+                assert copies and all(c.flags & standin.PINNED_HOST for c in copies), case
+                assert all(c.size <= max(bounce, 4096) for c in copies), case
+                assert sum(c.size for c in copies) == len(data), case
+                for offset, size in ((1, 4096), (4095, 2), (MiB - 3, MiB + 7), (len(data) - 1, 1)):
+                    part = poisoned(size + 2)
+                    assert m.pread(part[1 : size + 1], size, offset, task_size=64 * KiB).get() == size, case
+                    got = part.bytes()
+                    assert got[1 : size + 1] == data[offset : offset + size], (case, offset, size)
+                    assert got[:1] + got[size + 1 :] == bytes([POISON]) * 2, case
+    with gdscp.Mmap(path, "r", MiB, 5000) as m:
+        buf = poisoned(MiB)
+        assert m.read(buf, MiB, 5000) == MiB and buf.bytes() == data[5000 : 5000 + MiB]
+        with pytest.raises(IndexError):
+            m.read(buf, 10, 4999)
+        with pytest.raises(ValueError):
+            m.read(buf[:10], 11, 5000)
+    with pytest.raises(RuntimeError, match="closed"):
+        m.read(buf, 10, 5000)
+    # A CUDA failure on the way: an exception naming the call, the pipeline drained.
+    standin.cuda.fail("cuMemcpyHtoDAsync", CUDA_ERROR_ILLEGAL_ADDRESS, skip=1)
+    with settings(bounce_buffer_size=MiB), gdscp.Mmap(path) as m:
+        with pytest.raises(gdscp.CudaError, match="cuMemcpyHtoDAsync") as info:
+            m.read(poisoned(len(data)))
+        assert info.value.code == CUDA_ERROR_ILLEGAL_ADDRESS
+        buf = poisoned(len(data))
+        assert m.read(buf) == len(data) and buf.bytes() == data  # and the next read works
+
+
+def scenario_kvikio_program(folder, compat):
+    """tests/kvikio_program.py on the stand-ins' device memory."""
+    import gdscp as kvikio
+    import kvikio_program
+
+    class StandinMemory:
+        device = True
+
+        def empty(self, nbytes):
+            return poisoned(nbytes)
+
+        def from_bytes(self, data):
+            return standin.cuda.alloc(len(data)).set(data)
+
+        def to_bytes(self, array):
+            return array.bytes()
+
+        def stream(self):
+            return standin.cuda.stream()
+
+    mode = None if compat is None else kvikio.CompatMode.ON if compat == "on" else kvikio.CompatMode.OFF
+    kvikio_program.run(kvikio, StandinMemory(), folder, mode)

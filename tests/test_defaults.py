@@ -26,7 +26,6 @@ SETTINGS = [
     "pipeline_depth",
     "mapped_reads",
 ]
-SIZE_SETTINGS = ["num_threads", "task_size", "bounce_buffer_size", "min_task_size"]
 
 
 @pytest.fixture(autouse=True)
@@ -115,48 +114,133 @@ def test_context_manager_restores_after_exception():
     assert defaults.get("task_size") == before
 
 
-def test_integer_strings_are_accepted():
-    defaults.set("task_size", "65536")
-    assert defaults.get("task_size") == 65536
-    defaults.set("task_size", "0x2000")
-    assert defaults.get("task_size") == 0x2000
+# --------------------------------------------------------------------------
+# values: what KvikIO accepts works, and what it refuses raises its exception type
+# --------------------------------------------------------------------------
+POSITIVE = ["num_threads", "task_size", "bounce_buffer_size", "min_task_size"]
 
 
-@pytest.mark.parametrize("name", SIZE_SETTINGS)
-@pytest.mark.parametrize("value", [0, -1, -4096, "abc", "", 1.5, None, True])
-def test_invalid_sizes(name, value):
+@pytest.mark.parametrize("name", POSITIVE + ["gds_threshold"])
+@pytest.mark.parametrize(
+    "value, error",
+    [
+        (-1, OverflowError),
+        (-4096, OverflowError),
+        (2**64, OverflowError),
+        (float("inf"), OverflowError),
+        (float("nan"), ValueError),
+        ("4096", TypeError),
+        ("", TypeError),
+        (None, TypeError),
+        ([4096], TypeError),
+    ],
+)
+def test_bad_counts_and_sizes_raise_kvikios_exception_types(name, value, error):
     before = defaults.get(name)
-    with pytest.raises((ValueError, TypeError)) as info:
+    with pytest.raises(error) as info:
         defaults.set(name, value)
     assert name in str(info.value)
     assert defaults.get(name) == before
 
 
-def test_gds_threshold_accepts_zero_but_not_negative():
-    defaults.set("gds_threshold", 0)
-    assert defaults.get("gds_threshold") == 0
-    with pytest.raises(ValueError, match="gds_threshold"):
-        defaults.set("gds_threshold", -1)
-    with pytest.raises(ValueError, match="gds_threshold"):
-        defaults.set("gds_threshold", "lots")
+@pytest.mark.parametrize("name", POSITIVE)
+@pytest.mark.parametrize("value", [0, 0.5, False])
+def test_zero_is_a_value_error_where_a_setting_must_be_positive(name, value):
+    before = defaults.get(name)
+    with pytest.raises(ValueError, match=name):
+        defaults.set(name, value)
+    assert defaults.get(name) == before
 
 
-def test_bounce_buffer_size_has_a_floor():
-    with pytest.raises(ValueError, match="bounce_buffer_size"):
-        defaults.set("bounce_buffer_size", 100)
+@pytest.mark.parametrize(
+    "name, value, expect",
+    [
+        ("num_threads", 1.5, 1),  # KvikIO truncates floats
+        ("num_threads", True, 1),
+        ("num_threads", np.int64(3), 3),
+        ("task_size", 1, 1),
+        ("task_size", 4096.0, 4096),
+        ("task_size", 2**64 - 1, 2**64 - 1),
+        ("gds_threshold", 0, 0),
+        ("gds_threshold", 1.5, 1),
+        ("bounce_buffer_size", 1, 1),
+        ("bounce_buffer_size", 3, 3),
+        ("min_task_size", 1, 1),
+        ("compat_mode", 1.5, CompatMode.ON),
+        ("compat_mode", 2, CompatMode.AUTO),
+    ],
+)
+def test_values_kvikio_accepts(name, value, expect):
+    with defaults.set(name, value):
+        got = defaults.get(name)
+        assert got == expect and type(got) is type(expect)
 
 
-@pytest.mark.parametrize("value", ["maybe", "", 3, -1, 2.0, object()])
-def test_invalid_compat_mode(value):
-    before = defaults.get("compat_mode")
+def test_sizes_below_a_page_are_kept_and_the_engine_gets_a_page():
+    """get() returns what was set; the engine stages and splits in at least a
+    page, which moves the same bytes faster (test_small_sizes_move_exact_bytes)."""
+    with defaults.set({"task_size": 1, "bounce_buffer_size": 3, "min_task_size": 100}):
+        assert (defaults.get("task_size"), defaults.get("bounce_buffer_size")) == (1, 3)
+        assert defaults.get("min_task_size") == 100
+        assert (defaults._settings.task_size, defaults._settings.bounce_buffer_size) == (4096, 4096)
+    with defaults.set({"task_size": 4097, "bounce_buffer_size": 8191}):
+        assert (defaults._settings.task_size, defaults._settings.bounce_buffer_size) == (4097, 8191)
+
+
+@pytest.mark.parametrize("setting, value", [("bounce_buffer_size", 1), ("bounce_buffer_size", 3),
+                                            ("bounce_buffer_size", 4095), ("task_size", 1),
+                                            ("task_size", 100), ("task_size", 4095)])
+def test_small_sizes_move_exact_bytes(tmp_file, tmp_path, setting, value):
+    """Host memory, through the pool (gds_threshold 0) and O_DIRECT (direct_io on);
+    the device path: test_cufile_standin.py::test_small_sizes_through_device_memory."""
+    path, data = tmp_file(3 * MiB + 4097)
+    out = str(tmp_path / "out.bin")
+    with defaults.set({setting: value, "gds_threshold": 0, "num_threads": 4, "direct_io": "on"}):
+        buf = np.full(len(data), 0xA5, np.uint8)
+        with gdscp.CuFile(path) as f:
+            assert f.read(buf) == len(data)
+            part = np.full(5000, 0xA5, np.uint8)
+            assert f.pread(part, 4999, 12345, task_size=value if setting == "task_size" else None).get() == 4999
+        assert buf.tobytes() == data
+        assert part[:4999].tobytes() == data[12345 : 12345 + 4999] and part[4999] == 0xA5
+        with gdscp.CuFile(out, "w+") as f:
+            assert f.write(buf[1:]) == len(data) - 1
+            assert f.write(buf[:1], file_offset=len(data) - 1) == 1
+    with open(out, "rb") as f:
+        assert f.read() == data[1:] + data[:1]
+
+
+def test_bad_call_forms_are_value_and_type_errors():
+    """KvikIO raises ValueError for these; Python would raise TypeError: both catch it."""
+    for args in [("task_size",), (), ("task_size", 1, 2), (5, 1), ([("task_size", 1)],)]:
+        with pytest.raises(ValueError):
+            defaults.set(*args)
+        with pytest.raises(TypeError):
+            defaults.set(*args)
+
+
+def test_compat_mode_strings_are_gdscps_extension():
+    with defaults.set("compat_mode", "off"):
+        assert defaults.get("compat_mode") is CompatMode.OFF
     with pytest.raises(ValueError, match="compat_mode"):
+        defaults.set("compat_mode", "sometimes")
+
+
+@pytest.mark.parametrize(
+    "value, error",
+    [("maybe", ValueError), ("", ValueError), (3, ValueError), (-1, OverflowError), (None, TypeError),
+     (object(), TypeError)],
+)
+def test_invalid_compat_mode(value, error):
+    before = defaults.get("compat_mode")
+    with pytest.raises(error, match="compat_mode"):
         defaults.set("compat_mode", value)
     assert defaults.get("compat_mode") == before
 
 
-@pytest.mark.parametrize("value", ["perhaps", 2, -1, None])
-def test_invalid_direct_io(value):
-    with pytest.raises(ValueError, match="direct_io"):
+@pytest.mark.parametrize("value, error", [("perhaps", ValueError), (2, ValueError), (-1, ValueError), (None, TypeError)])
+def test_invalid_direct_io(value, error):
+    with pytest.raises(error, match="direct_io"):
         defaults.set("direct_io", value)
 
 
@@ -168,6 +252,7 @@ def test_invalid_direct_io(value):
         (CompatMode.AUTO, CompatMode.AUTO),
         (True, CompatMode.ON),
         (False, CompatMode.OFF),
+        (0, CompatMode.OFF),
         ("on", CompatMode.ON),
         ("off", CompatMode.OFF),
         ("auto", CompatMode.AUTO),
@@ -201,9 +286,10 @@ def test_direct_io_values(value, expect):
         assert defaults.get("direct_io") == expect
 
 
-@pytest.mark.parametrize("value", [1, 9, 0, "deep", None])
-def test_invalid_pipeline_depth(value):
-    with pytest.raises(ValueError, match="pipeline_depth"):
+@pytest.mark.parametrize("value, error", [(1, ValueError), (9, ValueError), (0, ValueError), (-2, OverflowError),
+                                          ("deep", TypeError), (None, TypeError)])
+def test_invalid_pipeline_depth(value, error):
+    with pytest.raises(error, match="pipeline_depth"):
         defaults.set("pipeline_depth", value)
 
 
@@ -220,6 +306,46 @@ def test_unknown_names_raise_key_error():
         defaults.set("no_such_setting", 1)
     with pytest.raises(KeyError, match="no_such_setting"):
         defaults.set({"task_size": 4096, "no_such_setting": 1})
+    with pytest.raises(KeyError):
+        defaults.get(5)
+    with pytest.raises(KeyError):
+        defaults.set({5: 1})
+
+
+@pytest.mark.parametrize(
+    "name", ["http_max_attempts", "http_status_codes", "http_timeout", "remote_io_backend", "remote_io_num_reactors"]
+)
+def test_remote_file_settings_are_not_supported(name):
+    """KvikIO's remote-file settings: a RuntimeError (as KvikIO raises without
+    remote support) that says so, and never a silent value."""
+    for call in (lambda: defaults.get(name), lambda: defaults.set(name, 1), lambda: defaults.set({name: 1})):
+        with pytest.raises(NotImplementedError, match="remote files") as info:
+            call()
+        assert isinstance(info.value, RuntimeError)
+        assert name in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "read, write, direct_io", [(False, True, "auto"), (True, True, "on"), (False, False, "off")]
+)
+def test_kvikio_direct_io_switches_are_views_of_direct_io(read, write, direct_io):
+    with defaults.set("direct_io", "off"):
+        with defaults.set({"auto_direct_io_read": read, "auto_direct_io_write": write}):
+            assert defaults.get("direct_io") == direct_io
+            assert (defaults.get("auto_direct_io_read"), defaults.get("auto_direct_io_write")) == (read, write)
+            assert defaults._settings.direct_io.name == direct_io
+        assert defaults.get("direct_io") == "off"
+    with defaults.set("direct_io", "auto"):  # KvikIO's defaults: reads buffered, writes direct
+        assert (defaults.get("auto_direct_io_read"), defaults.get("auto_direct_io_write")) == (False, True)
+        with defaults.set("auto_direct_io_read", 1):  # any truth value, as KvikIO takes
+            assert defaults.get("direct_io") == "on"
+
+
+def test_direct_reads_with_buffered_writes_is_refused():
+    with defaults.set("direct_io", "off"):
+        with pytest.raises(ValueError, match="auto_direct_io_read"):
+            defaults.set("auto_direct_io_read", True)
+        assert defaults.get("direct_io") == "off"
 
 
 def test_set_dict_is_all_or_nothing():
@@ -229,13 +355,6 @@ def test_set_dict_is_all_or_nothing():
     with pytest.raises(KeyError):
         defaults.set({"task_size": 4096, "bogus": 1})
     assert {name: defaults.get(name) for name in SETTINGS} == before
-
-
-def test_set_needs_name_and_value():
-    with pytest.raises(TypeError):
-        defaults.set("task_size")
-    with pytest.raises(TypeError):
-        defaults.set()
 
 
 # --------------------------------------------------------------------------
@@ -264,10 +383,36 @@ def test_legacy_accessors(name, value):
 def test_legacy_reset_validates():
     with pytest.raises(ValueError, match="num_threads"):
         defaults.num_threads_reset(0)
-    with pytest.raises(ValueError, match="task_size"):
+    with pytest.raises(OverflowError, match="task_size"):
         defaults.task_size_reset(-5)
     with pytest.raises(ValueError, match="compat_mode"):
         defaults.compat_mode_reset("sometimes")
+
+
+@pytest.mark.parametrize(
+    "name, value",
+    [("compat_mode", CompatMode.ON), ("num_threads", 3), ("task_size", 8192), ("gds_threshold", 7),
+     ("bounce_buffer_size", 1 << 16)],
+)
+def test_legacy_set_context_managers_nest(name, value):
+    """KvikIO's older ``with set_task_size(n):`` form, nested in ``set()`` blocks."""
+    before = defaults.get(name)
+    with getattr(defaults, "set_" + name)(value):
+        assert defaults.get(name) == value
+        with defaults.set(name, before):
+            assert defaults.get(name) == before
+        assert defaults.get(name) == value
+    assert defaults.get(name) == before
+    assert defaults.get_num_threads() == defaults.get("num_threads")
+
+
+def test_defaults_exports_only_its_own_names():
+    public = {name for name in dir(defaults) if not name.startswith("_")}
+    assert public == set(defaults.__all__)
+    assert len(defaults.__all__) == len(set(defaults.__all__))
+    for name in defaults.__all__:
+        obj = getattr(defaults, name)
+        assert getattr(obj, "__module__", "gdscp.defaults") == "gdscp.defaults", name
 
 
 def test_settings_take_effect_on_io(tmp_file):
@@ -339,22 +484,52 @@ def test_environment_compat_mode_auto_and_off():
 
 
 @pytest.mark.parametrize(
-    "variable, value",
+    "variable, value, accepted",
     [
-        ("GDSCP_NUM_THREADS", "0"),
-        ("GDSCP_TASK_SIZE", "big"),
-        ("GDSCP_GDS_THRESHOLD", "-1"),
-        ("GDSCP_COMPAT_MODE", "sometimes"),
-        ("GDSCP_BOUNCE_BUFFER_SIZE", "-4096"),
-        ("GDSCP_DIRECT_IO", "sideways"),
+        ("GDSCP_NUM_THREADS", "0", "positive integer"),
+        ("GDSCP_NUM_THREADS", "4M", "positive integer"),
+        ("GDSCP_TASK_SIZE", "big", "4K"),
+        ("GDSCP_GDS_THRESHOLD", "-1", "4K"),
+        ("GDSCP_COMPAT_MODE", "sometimes", "ON, OFF or AUTO"),
+        ("GDSCP_BOUNCE_BUFFER_SIZE", "-4096", "4K"),
+        ("GDSCP_BOUNCE_BUFFER_SIZE", "0", "positive size"),
+        ("GDSCP_DIRECT_IO", "sideways", "on, off or auto"),
+        ("GDSCP_PIPELINE_DEPTH", "9", "from 2 to 8"),
+        ("GDSCP_MAPPED_READS", "maybe", "true or false"),
     ],
 )
-def test_bad_environment_value_names_the_variable(variable, value):
-    result = _run_with_env({variable: value}, "import gdscp")
-    assert result.returncode != 0
-    assert "ValueError" in result.stderr
-    assert variable in result.stderr
-    assert value in result.stderr
+def test_bad_environment_value_names_the_variable(variable, value, accepted):
+    """A clear ValueError naming the variable, its value and what it takes,
+    when gdscp first needs its settings."""
+    code = (
+        "import sys, gdscp\n"
+        "try:\n"
+        "    gdscp.defaults\n"
+        "except ValueError as exc:\n"
+        "    print(type(exc).__name__, exc.variable, '|', exc)\n"
+        "    sys.exit(3)\n"
+    )
+    result = _run_with_env({variable: value}, code)
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert result.stdout.startswith(f"EnvironmentVariableError {variable} |")
+    message = result.stdout.split("|", 1)[1]
+    assert variable in message and repr(value) in message and accepted in message
+    assert "\n" not in message.strip()
+
+
+def test_size_variables_take_the_command_lines_suffixes():
+    code = "import gdscp, json; print(json.dumps(gdscp.defaults.current()))"
+    result = _run_with_env(
+        {"GDSCP_TASK_SIZE": "4M", "GDSCP_GDS_THRESHOLD": "64KiB", "GDSCP_BOUNCE_BUFFER_SIZE": "1.5MiB",
+         "GDSCP_MIN_TASK_SIZE": "1KB"},
+        code,
+    )
+    assert result.returncode == 0, result.stderr
+    import json
+
+    got = json.loads(result.stdout)
+    assert (got["task_size"], got["gds_threshold"]) == (4 << 20, 64 << 10)
+    assert (got["bounce_buffer_size"], got["min_task_size"]) == (3 << 19, 1000)
 
 
 # --------------------------------------------------------------------------

@@ -22,4 +22,8 @@ void throw_state(const std::string& message) {
   throw Error(ErrorKind::state, 0, message);
 }
 
+void throw_range(const std::string& message) {
+  throw Error(ErrorKind::range, 0, message);
+}
+
 }  // namespace gdscp

@@ -1,15 +1,14 @@
 #include "gdscp/handle.hpp"
 
 #include <algorithm>
-#include <functional>
 #include <vector>
 
 #include "gdscp/detail/backend.hpp"
 #include "gdscp/detail/device_pointer.hpp"
+#include "gdscp/detail/dispatch.hpp"
 #include "gdscp/detail/file.hpp"
 #include "gdscp/detail/plan.hpp"
 #include "gdscp/detail/request.hpp"
-#include "gdscp/detail/thread_pool.hpp"
 #include "gdscp/detail/work_queue.hpp"
 #include "gdscp/error.hpp"
 #include "gdscp/shim/cuda_driver.hpp"
@@ -99,6 +98,7 @@ std::shared_ptr<const OpenFile> Handle::open_for(bool write) const {
 int Handle::fileno() const { return state()->file->fd(); }
 int Handle::open_flags() const { return state()->file->open_flags(); }
 std::string Handle::path() const { return path_; }
+bool Handle::direct_io_supported() const { return state()->file->direct_fd() >= 0; }
 
 std::unique_ptr<Future> Handle::submit(bool write, uintptr_t buf, bool device, size_t size, int64_t offset,
                                        const Settings& s) {
@@ -112,34 +112,16 @@ std::unique_ptr<Future> Handle::submit(bool write, uintptr_t buf, bool device, s
     offset = st->file->reserve_append(size);
   }
 
-  detail::ThreadPool& pool = detail::ThreadPool::process_default();
-  const unsigned pool_size = pool.size();
-  const size_t chunk_size = detail::effective_task_size(size, s.task_size, pool_size, s.min_task_size);
-  std::vector<Chunk> chunks = detail::split(offset, size, chunk_size);
-  const size_t workers = std::min<size_t>(pool_size, chunks.size());
-  // Small requests run here: a hand-off to a worker would cost more than it saves.
-  const bool inline_run = size < s.gds_threshold || workers == 1;
-  auto req = std::make_shared<Request>(inline_run ? 1 : workers, st);
-  auto work = std::make_shared<ChunkQueue>(std::move(chunks), chunk_size, req->cancel_flag(), inline_run ? 1 : workers);
+  detail::Dispatch d = detail::plan_dispatch(offset, size, s);
+  auto req = std::make_shared<Request>(d.tasks, st);
+  auto work = std::make_shared<ChunkQueue>(std::move(d.chunks), d.chunk_size, req->cancel_flag(), d.tasks);
   req->count_contiguous(work);
 
-  // Every worker of the request runs this over the shared queue; the request
+  // Every task of the request runs this over the shared queue; the request
   // keeps the file (and `backend`) alive until the last one ends.
-  auto run = [backend, mem, s, write, base, req, work] {
-    try {
-      const size_t n = write ? backend->write(mem, base, *work, s, req.get())
-                             : backend->read(mem, base, *work, s, req.get());
-      req->task_done(n);
-    } catch (...) {
-      req->task_failed(std::current_exception());
-    }
-  };
-  if (inline_run) {
-    run();
-  } else {
-    std::vector<std::function<void()>> tasks(workers, run);
-    pool.submit_many(std::move(tasks));
-  }
+  detail::run_tasks(req, d, [backend, mem, s, write, base, req, work] {
+    return write ? backend->write(mem, base, *work, s, req.get()) : backend->read(mem, base, *work, s, req.get());
+  });
   return std::make_unique<Future>(std::move(req));
 }
 

@@ -9,10 +9,7 @@ namespace gdscp {
 void set_num_threads(unsigned n) { detail::ThreadPool::process_default().resize(n); }
 unsigned num_threads() { return detail::ThreadPool::process_default().size(); }
 
-void trim_pools() {
-  detail::BufferPool::pinned().trim();
-  detail::BufferPool::aligned().trim();
-}
+size_t trim_pools() { return detail::BufferPool::pinned().trim() + detail::BufferPool::aligned().trim(); }
 
 void stream_synchronize(uintptr_t stream) {
   const CudaDriver& drv = CudaDriver::require();

@@ -12,6 +12,8 @@ import numpy as np
 # swallowed by its extension modules, so import it now, before any work starts.
 import numpy.random  # noqa: F401, E402
 
+from ..page_cache import drop_file_page_cache, drop_system_page_cache
+
 __all__ = [
     "BenchFiles",
     "make_file",
@@ -68,20 +70,10 @@ def drop_cache(path: str, use_drop_caches: bool = True) -> str:
     only drops clean ones. As root, ``/proc/sys/vm/drop_caches`` is written
     as well (clean page cache, the whole machine's), where the kernel allows it.
     """
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
+    drop_file_page_cache(path)
     method = "posix_fadvise(POSIX_FADV_DONTNEED)"
-    if use_drop_caches and os.geteuid() == 0:
-        try:
-            with open("/proc/sys/vm/drop_caches", "w") as f:
-                f.write("1")
-            method += " + /proc/sys/vm/drop_caches"
-        except OSError:
-            pass  # containers often mount /proc/sys read-only
+    if use_drop_caches and os.geteuid() == 0 and drop_system_page_cache(reclaim_dentries_and_inodes=False):
+        method += " + /proc/sys/vm/drop_caches"
     return method
 
 

@@ -9,6 +9,7 @@ import re
 from typing import Optional
 
 from .. import _core
+from ..info import mount_of
 from .files import available_memory, free_disk, total_memory
 
 __all__ = ["describe_machine", "filesystem_of", "now_iso"]
@@ -31,27 +32,15 @@ def _cpu_model() -> str:
 
 def filesystem_of(directory: str) -> dict:
     """The mount holding ``directory``: mount point, type, source device, and
-    for a block device whether it is rotational (from /proc/self/mountinfo and sysfs)."""
+    for a block device whether it is rotational (from sysfs)."""
     path = os.path.realpath(directory)
-    best: Optional[list[str]] = None
-    try:
-        with open("/proc/self/mountinfo") as f:
-            for line in f:
-                fields = line.split()
-                mount_point = fields[4].replace("\\040", " ")
-                inside = path == mount_point or path.startswith(mount_point.rstrip("/") + "/")
-                if inside and (best is None or len(mount_point) >= len(best[4])):
-                    best = fields
-    except OSError:
-        best = None
     info: dict = {"dir": path, "free_bytes": free_disk(path)}
-    if best is None:
+    mount = mount_of(path)
+    if mount["mount_point"] is None:
         return info
-    tail = best[best.index("-") + 1 :]
-    info.update({"mount_point": best[4], "type": tail[0], "source": tail[1] if len(tail) > 1 else ""})
-    rotational = f"/sys/dev/block/{best[2]}/queue/rotational"
+    info.update({"mount_point": mount["mount_point"], "type": mount["filesystem"], "source": mount["source"] or ""})
     try:
-        with open(rotational) as f:
+        with open(f"/sys/dev/block/{mount['device']}/queue/rotational") as f:
             info["rotational"] = f.read().strip() == "1"
     except OSError:
         pass

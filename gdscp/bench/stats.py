@@ -6,6 +6,8 @@ import math
 import statistics
 from typing import Iterable, Sequence
 
+import numpy as np
+
 __all__ = ["spread", "percentile", "GB", "threads_text"]
 
 GB = 1e9  # figures are decimal GB/s, as disk and PCIe rates are quoted
@@ -23,17 +25,13 @@ def spread(values: Iterable[float], digits: int = 4) -> dict:
     }
 
 
-def percentile(sorted_values: Sequence[float], q: float) -> float:
-    """The ``q``-th percentile (0..100) of already sorted values, by linear interpolation."""
-    if not sorted_values:
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile (0..100) of ``values``, by linear interpolation (numpy's default)."""
+    if len(values) == 0:
         raise ValueError("percentile() needs at least one value")
     if not 0 <= q <= 100:
         raise ValueError(f"percentile must be within 0..100, got {q}")
-    position = (len(sorted_values) - 1) * q / 100.0
-    low = math.floor(position)
-    high = min(low + 1, len(sorted_values) - 1)
-    fraction = position - low
-    return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * fraction
+    return float(np.percentile(values, q))
 
 
 def _round(value: float, digits: int) -> float:

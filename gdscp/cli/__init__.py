@@ -1,1 +1,1 @@
-"""The ``gdscp`` command line (Typer and Rich). Entry point: ``gdscp.cli.app:main``."""
+"""The ``gdscp`` command line (Typer and Rich). Entry point: ``gdscp.cli.main:main``."""

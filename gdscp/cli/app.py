@@ -1,8 +1,8 @@
 """The ``gdscp`` command: one Typer app, one module per command, registered here.
 
-``main()`` is the console script; ``run(argv)`` does the same work and returns
-the exit code instead of exiting (for tests and ``python -m gdscp``). Usage
-errors found while parsing come out as one line on stderr, exit code 2.
+``run(argv)`` runs the command line and returns the exit code (the console
+script, ``gdscp.cli.main``, exits with it). Usage errors found while parsing
+come out as one line on stderr, exit code 2.
 """
 
 from __future__ import annotations
@@ -12,11 +12,12 @@ from typing import Annotated, Optional, Sequence
 
 import typer
 
-from .. import __version__
-from . import copy, info, read, write
-from .output import EXIT_INTERRUPTED, EXIT_USAGE
+import gdscp
 
-__all__ = ["app", "main", "run"]
+from . import copy, info, read, write
+from .exits import EXIT_INTERRUPTED, EXIT_USAGE, INTERRUPTED
+
+__all__ = ["app", "run"]
 
 app = typer.Typer(
     name="gdscp",
@@ -34,7 +35,7 @@ app = typer.Typer(
 
 def _show_version(value: bool) -> None:
     if value:
-        typer.echo(f"gdscp {__version__}")
+        typer.echo(f"gdscp {gdscp.__version__}")
         raise typer.Exit()
 
 
@@ -71,11 +72,11 @@ def run(argv: Optional[Sequence[str]] = None) -> int:
     try:
         code = app(args=args, prog_name="gdscp", standalone_mode=False)
     except KeyboardInterrupt:
-        sys.stderr.write("gdscp: interrupted\n")
+        sys.stderr.write(INTERRUPTED)
         return EXIT_INTERRUPTED
     except Exception as exc:
         if type(exc).__name__ == "Abort":  # Click's wrapper of a Ctrl-C outside a command body
-            sys.stderr.write("gdscp: interrupted\n")
+            sys.stderr.write(INTERRUPTED)
             return EXIT_INTERRUPTED
         if not _is_click_error(exc):
             raise
@@ -89,7 +90,3 @@ def run(argv: Optional[Sequence[str]] = None) -> int:
         return int(exc.exit_code)
     return code if isinstance(code, int) else 0
 
-
-def main() -> None:
-    """The ``gdscp`` console script."""
-    sys.exit(run())

@@ -202,11 +202,38 @@ def _render(doc: dict) -> Group:
     if random:
         parts += ["", _random_table(doc, random)]
     parts += ["", _ceilings_table(doc)]
-    if _compared(doc):
-        parts.append(
-            "x tool: how many times faster gdscp is (GB/s; for random reads, p50 latency); "
-            "KvikIO at the same thread count. of ceiling: GB/s over the ceiling that bounds the test."
+    parts.append(_legend(doc))
+    return Group(*parts)
+
+
+_RATIO_MEANING = {
+    "python": "plain Python: open(..., buffering=0).readinto() or .write() (+ os.fsync), one thread",
+    "numpy_cupy": "numpy.fromfile then cupy.asarray (writes: cupy.asnumpy then tofile)",
+    "kvikio": "KvikIO at the same thread count",
+}
+
+
+def _legend(doc: dict) -> str:
+    """What every column and word of the tables means, for the columns shown."""
+    lines = [
+        "GB/s: 10^9 bytes per second, median of the runs (min-max beside it). "
+        "hot: the file is in the page cache; cold: its cached pages are dropped before every run.",
+        "of ceiling: the figure over the machine's own limit for that test (the last table), "
+        "measured in this run without gdscp.",
+    ]
+    for name in _compared(doc):
+        lines.append(
+            f"x {_TOOL_NAMES[name]}: how many times faster gdscp is than {_RATIO_MEANING[name]} "
+            "(GB/s; for random reads, p50 latency)."
         )
+    if doc["config"]["memory"] == "host":
+        lines.append(
+            "This run used host memory: the figures are how fast gdscp moves files to and from "
+            "numpy arrays on this machine; with a GPU they would pass through GPU memory."
+        )
+    return "\n".join(lines)
+
+
     return Group(*parts)
 
 
@@ -358,7 +385,8 @@ def benchmark(
         )
         _check_plot(plot_file)
         where = options.choose_memory(out, host, device)
-        config.memory = "host" if where is None else "gpu"
+        # "auto" unless memory was named, so that the document says why it measured what it did.
+        config.memory = "host" if host else ("gpu" if device is not None else "auto")
         config.device = 0 if where is None else where
         try:
             with _Bar(out) as bar:

@@ -25,6 +25,7 @@ from rich.console import Console, RenderableType
 
 from .. import CudaError, CuFileError, memory
 from .atomic import remove_pending
+from .exits import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, EXIT_USAGE
 
 __all__ = [
     "EXIT_OK",
@@ -39,11 +40,6 @@ __all__ = [
     "Output",
 ]
 
-EXIT_OK = 0
-EXIT_FAILURE = 1
-EXIT_USAGE = 2
-EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
-EXIT_TERMINATED = 143  # 128 + SIGTERM
 
 
 class UsageError(Exception):
@@ -133,6 +129,9 @@ class Output:
         self.quiet = quiet
         self.debug = debug
         self.stdout = Console(highlight=False, soft_wrap=False)
+        if not self.stdout.is_terminal and "COLUMNS" not in os.environ:
+            # Piped or captured: wide enough that tables keep one line per row.
+            self.stdout = Console(highlight=False, soft_wrap=False, width=160)
         self.stderr = Console(stderr=True, highlight=False)
         self._result_written = False
 

@@ -1,19 +1,18 @@
-"""Sizes and rates for people: parse "64KiB" into bytes, print bytes and GB/s.
+"""Sizes and rates for people: size options parsed into bytes, bytes and GB/s
+printed.
 
-Only the command line parses sizes; everything below it takes integer bytes.
-Suffixes: K, k, Ki and KiB mean 1024 (as in dd and most storage tools); KB and
-kB mean 1000. The same holds for M, G, T and P. A bare number, or one ending
-in B, is bytes. Fractions are allowed when the result is a whole number of
-bytes ("1.5GiB", "0.5K").
+Sizes are parsed by ``gdscp._sizes`` (the same spellings as the ``GDSCP_*``
+size variables); everything below the command line takes integer bytes.
 """
 
 from __future__ import annotations
 
 import math
-import re
-from decimal import Decimal, InvalidOperation
 
 import typer
+from rich import filesize
+
+from .._sizes import EXAMPLES, parse_size
 
 __all__ = [
     "SIZE_HELP",
@@ -25,34 +24,7 @@ __all__ = [
     "gb_per_s",
 ]
 
-SIZE_HELP = "sizes: 4096, 4K, 64KiB, 1M, 10G, 1.5GiB (K/Ki/KiB = 1024, KB = 1000)"
-
-_POWERS = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4, "p": 5}
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([kKmMgGtTpP]?)(i?)([bB]?)\s*$")
-
-
-def parse_size(text: str | int) -> int:
-    """``text`` as a number of bytes; ``ValueError`` naming ``text`` if it is not a size."""
-    if isinstance(text, int) and not isinstance(text, bool):
-        if text < 0:
-            raise ValueError(f"{text} is not a size (sizes cannot be negative)")
-        return text
-    match = _SIZE.match(str(text))
-    if not match:
-        raise ValueError(f"{str(text)!r} is not a size (examples: 4096, 4K, 64KiB, 1M, 10G, 1.5GiB)")
-    number, prefix, binary, byte = match.groups()
-    power = _POWERS[prefix.lower()]
-    if binary and not prefix:
-        raise ValueError(f"{text!r} is not a size (a lone 'i' needs a prefix such as Ki)")
-    # "KB" (with a B and no i) is decimal; K, k, Ki, KiB are binary.
-    base = 1000 if (byte and not binary and power) else 1024
-    try:
-        value = Decimal(number) * (base**power)
-    except InvalidOperation:  # pragma: no cover - the pattern admits only decimals
-        raise ValueError(f"{text!r} is not a size") from None
-    if value != value.to_integral_value():
-        raise ValueError(f"{str(text)!r} is not a whole number of bytes ({value} bytes)")
-    return int(value)
+SIZE_HELP = f"sizes: {EXAMPLES} (K/Ki/KiB = 1024, KB = 1000)"
 
 
 def size_option(text: str) -> int:
@@ -63,19 +35,15 @@ def size_option(text: str) -> int:
         raise typer.BadParameter(str(exc)) from None
 
 
-_BINARY_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+_BINARY_UNITS = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"]
 
 
 def format_bytes(n: int) -> str:
     """``1536`` -> ``"1.50 KiB"``; exact counts below 1 KiB (``"512 B"``)."""
     if n < 1024:
         return f"{n} B"
-    value = float(n)
-    unit = 0
-    while value >= 1024 and unit < len(_BINARY_UNITS) - 1:
-        value /= 1024
-        unit += 1
-    return f"{value:.2f} {_BINARY_UNITS[unit]}"
+    unit, suffix = filesize.pick_unit_and_suffix(n, _BINARY_UNITS, 1024)
+    return f"{n / unit:.2f} {suffix}"
 
 
 def gb_per_s(nbytes: int, seconds: float) -> float:

@@ -13,6 +13,7 @@ import typer
 from rich.table import Table
 
 from .. import CuFile, memory
+from ..page_cache import drop_file_page_cache as drop_cache
 from . import options
 from .atomic import commit, discard, fsync_dir, make_temp
 from .output import Failure, Output, UsageError
@@ -29,15 +30,6 @@ class Pattern(str, enum.Enum):
     zeros = "zeros"
     random = "random"
     seq = "seq"
-
-
-def drop_cache(fd: int) -> None:
-    """Ask the kernel to forget the file's clean cached pages, so that a check
-    reads what storage holds rather than what memory still remembers."""
-    try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    except (OSError, AttributeError):
-        pass  # advice only
 
 
 def verify_pattern(path: str, size: int, kind: str, seed: int) -> None:

@@ -14,6 +14,7 @@ enum class ErrorKind {
   cufile,   // a cuFile call failed; code() is the CUfileOpError
   invalid,  // the caller passed something unusable (maps to ValueError)
   state,    // the object is not in a state for this call (closed file, missing library)
+  range,    // a position outside what the object covers (maps to IndexError)
 };
 
 class Error : public std::runtime_error {
@@ -40,5 +41,6 @@ class Error : public std::runtime_error {
                                  int64_t offset = -1);
 [[noreturn]] void throw_invalid(const std::string& message);
 [[noreturn]] void throw_state(const std::string& message);
+[[noreturn]] void throw_range(const std::string& message);
 
 }  // namespace gdscp

@@ -31,6 +31,8 @@ class Handle {
   int fileno() const;
   int open_flags() const;
   std::string path() const;
+  // Whether the filesystem gave the file an O_DIRECT descriptor.
+  bool direct_io_supported() const;
   // Which backend device memory goes through ("cufile" or "posix"), and why.
   const std::string& backend() const noexcept { return backend_; }
   const std::string& backend_reason() const noexcept { return reason_; }

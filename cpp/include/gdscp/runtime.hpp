@@ -2,6 +2,7 @@
 // size, the idle staging buffers, and a wait on a CUDA stream.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace gdscp {
@@ -12,8 +13,8 @@ namespace gdscp {
 void set_num_threads(unsigned n);
 unsigned num_threads();
 
-// Frees the idle pinned and aligned staging buffers.
-void trim_pools();
+// Frees the idle pinned and aligned staging buffers; the bytes freed.
+size_t trim_pools();
 
 // Waits for the work queued on a CUDA stream (a CUstream as an integer).
 void stream_synchronize(uintptr_t stream);

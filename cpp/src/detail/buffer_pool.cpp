@@ -95,15 +95,18 @@ void BufferPool::give_back(void* ptr, size_t size) noexcept {
   deallocate(ptr);
 }
 
-void BufferPool::trim() {
+size_t BufferPool::trim() {
   std::unordered_map<size_t, std::vector<void*>> idle;
+  size_t freed = 0;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     idle.swap(idle_);
-    for (auto& [size, list] : idle) allocated_ -= size * list.size();
+    for (auto& [size, list] : idle) freed += size * list.size();
+    allocated_ -= freed;
   }
   for (auto& [size, list] : idle)
     for (void* p : list) deallocate(p);
+  return freed;
 }
 
 size_t BufferPool::bytes_allocated() const {

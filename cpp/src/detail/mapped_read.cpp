@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstring>
 #include <mutex>
 #include <vector>
 
@@ -117,6 +118,11 @@ bool MappedRange::cached() const {
 
 #if defined(__x86_64__)
 
+bool copy_from_mapping(char* dst, const char* src, size_t n) {
+  if (!guard_installed()) return false;
+  return guarded_copy(dst, src, n);
+}
+
 bool MappedRange::copy_to(char* dst) const {
   if (!map_ || !guard_installed()) return false;
   return guarded_copy(dst, static_cast<const char*>(map_) + lead_, n_);
@@ -157,6 +163,11 @@ bool mapped_read(int fd, char* dst, size_t size, int64_t off, const std::string&
 }
 
 #else
+
+bool copy_from_mapping(char* dst, const char* src, size_t n) {
+  std::memcpy(dst, src, n);
+  return true;
+}
 
 bool MappedRange::copy_to(char*) const { return false; }
 

@@ -37,7 +37,7 @@ class BufferPool {
   // are allocated with CU_MEMHOSTALLOC_PORTABLE (any context may use them) and
   // need a current CUDA context on the calling thread.
   Lease acquire(size_t size);
-  void trim();  // frees every idle buffer
+  size_t trim();  // frees every idle buffer; the bytes freed
 
   size_t bytes_allocated() const;  // idle + leased
 

@@ -20,6 +20,12 @@ namespace gdscp::detail {
 // pread, which reports such cases properly. x86-64 only; elsewhere always false.
 bool mapped_read(int fd, char* dst, size_t size, int64_t off, const std::string& path, size_t& copied);
 
+// Copies `n` bytes out of a file mapping at `src` with streaming stores. On
+// x86-64 a SIGBUS (a page past the end of a file that shrank) is caught: false,
+// with `dst` holding part of the range. Elsewhere a plain memcpy, which such a
+// page kills as it would any reader of a mapping.
+bool copy_from_mapping(char* dst, const char* src, size_t n);
+
 // Bytes copied by mapped_read since the process started.
 uint64_t mapped_read_bytes() noexcept;
 

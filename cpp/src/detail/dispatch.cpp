@@ -1,0 +1,36 @@
+#include "gdscp/detail/dispatch.hpp"
+
+#include <algorithm>
+
+#include "gdscp/detail/thread_pool.hpp"
+
+namespace gdscp::detail {
+
+Dispatch plan_dispatch(int64_t offset, size_t size, const Settings& s) {
+  const unsigned pool_size = ThreadPool::process_default().size();
+  Dispatch d;
+  d.chunk_size = effective_task_size(size, s.task_size, pool_size, s.min_task_size);
+  d.chunks = split(offset, size, d.chunk_size);
+  const size_t workers = std::min<size_t>(pool_size, d.chunks.size());
+  d.here = size < s.gds_threshold || workers <= 1;
+  d.tasks = d.here ? 1 : workers;
+  return d;
+}
+
+void run_tasks(const std::shared_ptr<Request>& req, const Dispatch& d, const std::function<size_t()>& work) {
+  auto task = [req, work] {
+    try {
+      req->task_done(work());
+    } catch (...) {
+      req->task_failed(std::current_exception());
+    }
+  };
+  if (d.here) {
+    task();
+    return;
+  }
+  std::vector<std::function<void()>> tasks(d.tasks, task);
+  ThreadPool::process_default().submit_many(std::move(tasks));
+}
+
+}  // namespace gdscp::detail

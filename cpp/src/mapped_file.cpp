@@ -1,0 +1,242 @@
+#include "gdscp/mapped_file.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+
+#include "gdscp/detail/buffer_pool.hpp"
+#include "gdscp/detail/device_pointer.hpp"
+#include "gdscp/detail/dispatch.hpp"
+#include "gdscp/detail/file.hpp"
+#include "gdscp/detail/mapped_read.hpp"
+#include "gdscp/detail/request.hpp"
+#include "gdscp/detail/work_queue.hpp"
+#include "gdscp/error.hpp"
+#include "gdscp/shim/cuda_driver.hpp"
+
+namespace gdscp {
+namespace detail {
+
+// The open descriptor and the mapped region. Requests keep it alive, so
+// close() during a pread never unmaps pages a task is copying.
+struct Mapping {
+  std::string path;
+  int fd = -1;
+  void* base = nullptr;  // the mapping: from the page holding `offset`
+  size_t length = 0;     // mapped bytes
+  size_t lead = 0;       // bytes of the first page before `offset`
+  int64_t offset = 0;    // the region as asked for
+  size_t size = 0;
+
+  const char* at(int64_t file_offset) const {
+    return static_cast<const char*>(base) + lead + static_cast<size_t>(file_offset - offset);
+  }
+
+  ~Mapping() {
+    if (base) ::munmap(base, length);
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+}  // namespace detail
+
+namespace {
+
+using detail::Chunk;
+using detail::ChunkQueue;
+using detail::Mapping;
+using detail::MemoryTarget;
+
+int64_t size_of(int fd, const std::string& path) {
+  struct stat st{};
+  if (::fstat(fd, &st) != 0) throw_os_error(errno, "cannot stat", path);
+  return st.st_size;
+}
+
+void copy_piece(const Mapping& m, char* dst, const char* src, size_t n, int64_t file_offset) {
+  if (!detail::copy_from_mapping(dst, src, n))
+    throw_state("reading '" + m.path + "' through its mapping at offset " + std::to_string(file_offset) +
+                " failed: the file no longer holds those bytes (it shrank after it was mapped)");
+}
+
+// Waits for this thread's default stream on every exit path: a staging buffer
+// must not go back to the pool while a copy out of it is in flight.
+class Drain {
+ public:
+  explicit Drain(const CudaDriver& drv) : drv_(drv) {}
+  ~Drain() {
+    if (armed_) drv_.cuStreamSynchronize(CU_STREAM_PER_THREAD);
+  }
+  Drain(const Drain&) = delete;
+  Drain& operator=(const Drain&) = delete;
+  void wait() { drv_.check(drv_.cuStreamSynchronize(CU_STREAM_PER_THREAD), "cuStreamSynchronize"); }
+  void finish() {
+    armed_ = false;
+    wait();
+  }
+
+ private:
+  const CudaDriver& drv_;
+  bool armed_ = true;
+};
+
+// Copies the chunks this worker claims from `work`. Device memory: each piece
+// of up to `bounce` bytes out of the mapping into one of two pinned buffers,
+// then to the GPU on this thread's default stream (CU_STREAM_PER_THREAD, which
+// needs no stream of its own), so that the next piece's copy out of the
+// mapping overlaps the previous one's copy to the GPU.
+size_t copy_chunks(const Mapping& m, const MemoryTarget& mem, char* base, ChunkQueue& work, size_t bounce,
+                   detail::Request* req) {
+  size_t total = 0;
+  Chunk c;
+  if (!mem.device) {
+    while (work.next(c)) {
+      copy_piece(m, base + c.buf_offset, m.at(c.file_offset), c.size, c.file_offset);
+      total += c.size;
+      if (req) req->add_progress(c.size);
+    }
+    return total;
+  }
+  const CudaDriver& drv = CudaDriver::require();
+  ScopedContext scope(drv, mem.ctx);
+  detail::BufferPool::Lease bufs[2];
+  Drain drain(drv);
+  const auto dev = reinterpret_cast<CUdeviceptr>(base);
+  size_t piece_index = 0;
+  while (work.next(c)) {
+    for (size_t done = 0; done < c.size; ++piece_index) {
+      const size_t n = std::min(bounce, c.size - done);
+      const size_t slot = piece_index % 2;
+      if (piece_index >= 2 && slot == 0) drain.wait();  // both buffers' copies are queued: let them run
+      if (!bufs[slot].get()) bufs[slot] = detail::BufferPool::pinned().acquire(bounce);
+      char* staging = static_cast<char*>(bufs[slot].get());
+      const int64_t at = c.file_offset + static_cast<int64_t>(done);
+      copy_piece(m, staging, m.at(at), n, at);
+      drv.check(drv.cuMemcpyHtoDAsync(dev + c.buf_offset + done, staging, n, CU_STREAM_PER_THREAD),
+                "cuMemcpyHtoDAsync");
+      done += n;
+      total += n;
+      if (req) req->add_progress(n);
+    }
+  }
+  drain.finish();
+  return total;
+}
+
+MemoryTarget target_for(uintptr_t ptr, bool device) {
+  return device ? detail::resolve_device_pointer(ptr) : MemoryTarget{};
+}
+
+}  // namespace
+
+MappedFile::MappedFile(std::string path, std::string_view flags, std::optional<size_t> map_size, int64_t map_offset,
+                       int map_flags)
+    : path_(std::move(path)) {
+  const detail::OpenMode mode = detail::parse_open_mode(flags);
+  if (!mode.readable || (mode.flags & O_CREAT))
+    throw_invalid("a mapped file is opened for reading: flags must be 'r' or 'r+', not '" + std::string(flags) + "'");
+  if (map_size && *map_size == 0) throw_invalid("the mapped region of '" + path_ + "' must not be empty (size 0)");
+  auto m = std::make_shared<Mapping>();
+  m->path = path_;
+  do {
+    m->fd = ::open(path_.c_str(), mode.flags);
+  } while (m->fd < 0 && errno == EINTR);
+  if (m->fd < 0) throw_os_error(errno, "cannot open", path_);
+  const int64_t file_size = size_of(m->fd, path_);
+  if (map_offset > file_size || (map_offset == file_size && file_size > 0))
+    throw_range("initial_map_offset " + std::to_string(map_offset) + " is not inside '" + path_ + "' (" +
+                std::to_string(file_size) + " bytes)");
+  const size_t size = map_size ? *map_size : static_cast<size_t>(file_size - map_offset);
+  if (size > static_cast<size_t>(file_size - map_offset))
+    throw_range("the region of " + std::to_string(size) + " bytes at offset " + std::to_string(map_offset) +
+                " ends past the end of '" + path_ + "' (" + std::to_string(file_size) + " bytes)");
+  m->offset = map_offset;
+  m->size = size;
+  if (size > 0) {
+    const auto page = static_cast<int64_t>(::sysconf(_SC_PAGESIZE));
+    const int64_t start = map_offset / page * page;
+    m->lead = static_cast<size_t>(map_offset - start);
+    m->length = m->lead + size;
+    void* base = ::mmap(nullptr, m->length, PROT_READ, map_flags, m->fd, start);
+    if (base == MAP_FAILED) throw_os_error(errno, "cannot map", path_, map_offset);
+    m->base = base;
+  }
+  map_ = std::move(m);
+}
+
+void MappedFile::close() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  map_.reset();  // unmapped and closed once the last request holding it ends
+}
+
+bool MappedFile::closed() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return !map_;
+}
+
+std::shared_ptr<const Mapping> MappedFile::state() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!map_) throw_state("read from a closed mapped file '" + path_ + "'");
+  return map_;
+}
+
+size_t MappedFile::file_size() const {
+  std::shared_ptr<const Mapping> m;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    m = map_;
+  }
+  return m ? static_cast<size_t>(size_of(m->fd, path_)) : 0;
+}
+
+size_t MappedFile::map_size() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return map_ ? map_->size : 0;
+}
+
+int64_t MappedFile::map_offset() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return map_ ? map_->offset : 0;
+}
+
+std::shared_ptr<const Mapping> MappedFile::checked(size_t size, int64_t offset) const {
+  std::shared_ptr<const Mapping> m = state();
+  const int64_t file_size = size_of(m->fd, path_);
+  if (offset > file_size)
+    throw_range("offset " + std::to_string(offset) + " is past the end of '" + path_ + "' (" +
+                std::to_string(file_size) + " bytes)");
+  if (size > 0 && (offset < m->offset || static_cast<size_t>(offset - m->offset) > m->size ||
+                   size > m->size - static_cast<size_t>(offset - m->offset)))
+    throw_range("the read of " + std::to_string(size) + " bytes at offset " + std::to_string(offset) +
+                " is outside the mapped region of '" + path_ + "' (" + std::to_string(m->size) +
+                " bytes at offset " + std::to_string(m->offset) + ")");
+  return m;
+}
+
+size_t MappedFile::read(uintptr_t buf, bool device, size_t size, int64_t offset, const Settings& s) {
+  std::shared_ptr<const Mapping> m = checked(size, offset);
+  if (size == 0) return 0;
+  const MemoryTarget mem = target_for(buf, device);
+  ChunkQueue one({Chunk{0, offset, size}}, size);
+  return copy_chunks(*m, mem, reinterpret_cast<char*>(buf), one, s.bounce_buffer_size, nullptr);
+}
+
+std::unique_ptr<Future> MappedFile::pread(uintptr_t buf, bool device, size_t size, int64_t offset,
+                                          const Settings& s) {
+  std::shared_ptr<const Mapping> m = checked(size, offset);
+  const MemoryTarget mem = target_for(buf, device);
+  detail::Dispatch d = detail::plan_dispatch(offset, size, s);
+  auto req = std::make_shared<detail::Request>(d.tasks, m);
+  auto work = std::make_shared<ChunkQueue>(std::move(d.chunks), d.chunk_size, req->cancel_flag(), d.tasks);
+  char* base = reinterpret_cast<char*>(buf);
+  const size_t bounce = s.bounce_buffer_size;
+  // The request keeps the mapping alive until the last task ends.
+  detail::run_tasks(req, d, [m, mem, base, bounce, req, work] { return copy_chunks(*m, mem, base, *work, bounce, req.get()); });
+  return std::make_unique<Future>(std::move(req));
+}
+
+}  // namespace gdscp

@@ -1,0 +1,72 @@
+"""Checks of what callers pass to gdscp's functions, raising the exception
+types KvikIO raises for the same mistakes, with gdscp's own messages:
+a negative or too large offset or size is an ``OverflowError`` (KvikIO's
+binding converts them to ``size_t``), a value of the wrong type a
+``TypeError``, a path with a NUL byte a ``ValueError`` (as ``open()``).
+"""
+
+from __future__ import annotations
+
+import io
+import operator
+import os
+from typing import Any
+
+from ._errors import ArgumentError
+
+__all__ = ["MAX_OFFSET", "MAX_SIZE", "file_descriptor", "integer", "offset", "path", "size"]
+
+# File offsets are off_t in the engine; sizes size_t.
+MAX_OFFSET = 2**63 - 1
+MAX_SIZE = 2**64 - 1
+
+
+def integer(value: Any, name: str) -> int:
+    """``value`` as an int: Python and numpy integers, not floats or strings."""
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an integer, not {type(value).__name__}") from None
+
+
+def _bounded(value: Any, name: str, limit: int, limit_text: str) -> int:
+    number = integer(value, name)
+    if number < 0:
+        raise OverflowError(f"{name} {number} is negative")
+    if number > limit:
+        raise OverflowError(f"{name} {number} is out of range (at most {limit_text})")
+    return number
+
+
+def offset(value: Any, name: str = "file_offset") -> int:
+    """A file or buffer offset: 0 to 2**63-1."""
+    return _bounded(value, name, MAX_OFFSET, "2**63-1")
+
+
+def size(value: Any, name: str = "size") -> int:
+    """A byte count: 0 to 2**64-1."""
+    return _bounded(value, name, MAX_SIZE, "2**64-1")
+
+
+def path(file: Any) -> str:
+    """A path-like argument (str, bytes, ``os.PathLike``) as a str. A NUL byte
+    is refused as ``open()`` refuses it: the OS would read the path only up
+    to it and open (or truncate) another file."""
+    text = os.fsdecode(os.fspath(file))
+    if "\0" in text:
+        raise ValueError("embedded null byte")
+    return text
+
+
+def file_descriptor(file: Any) -> tuple[int, bool]:
+    """(descriptor, opened here) for a path-like, an int descriptor or a file
+    object; the caller closes a descriptor it opened."""
+    if isinstance(file, (str, bytes, os.PathLike)):
+        return os.open(path(file), os.O_RDONLY | os.O_CLOEXEC), True
+    if isinstance(file, int) and not isinstance(file, bool):
+        return file, False
+    if isinstance(file, io.IOBase) or callable(getattr(file, "fileno", None)):
+        return file.fileno(), False
+    raise ArgumentError(
+        f"file must be a path, a file descriptor or a file object, not {type(file).__name__}"
+    )

@@ -1,0 +1,141 @@
+"""The start of the ``gdscp`` command: a Ctrl-C while Python loads the command
+line, and bad ``GDSCP_*`` environment variables, end in one line and an exit
+code, never a traceback.
+
+Each case runs the console script's entry (``gdscp.cli.main:main``) in a
+child process. An import hook in the child marks the moment: it sends the
+SIGINT (or raises KeyboardInterrupt) while a chosen module is being imported,
+or starts a timer when the entry begins loading the command line.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+# The child: argv[1] is the case, argv[2] the module whose import triggers it,
+# argv[3] the timer's delay. Then it runs `gdscp info` through the entry.
+CHILD = r"""
+import os, signal, sys, threading
+case, module, delay = sys.argv[1], sys.argv[2], float(sys.argv[3])
+
+class Hook:
+    fired = False
+
+    def find_spec(self, name, path=None, target=None):
+        if name == module and not Hook.fired:
+            Hook.fired = True
+            if case == "signal":
+                os.kill(os.getpid(), signal.SIGINT)  # handled before the import goes on
+            elif case == "raise":
+                raise KeyboardInterrupt
+            elif case == "timer":
+                # A daemon: a command that finishes first exits without waiting for it.
+                timer = threading.Timer(delay, os.kill, (os.getpid(), signal.SIGINT))
+                timer.daemon = True
+                timer.start()
+        return None
+
+sys.meta_path.insert(0, Hook())
+sys.argv = ["gdscp", "info"]
+from gdscp.cli.main import main
+main()
+"""
+
+
+def _child(case: str, module: str, delay: float = 0.0, env: dict | None = None) -> subprocess.CompletedProcess:
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("GDSCP_")}
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-c", CHILD, case, module, str(delay)],
+        env=full_env, capture_output=True, text=True, timeout=120,
+    )
+
+
+def _interrupted_quietly(result: subprocess.CompletedProcess) -> None:
+    assert result.returncode == 130, (result.returncode, result.stderr)
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip() in ("", "gdscp: interrupted"), result.stderr
+
+
+# Modules `gdscp info` loads after its entry has started, in the order it loads them.
+@pytest.mark.parametrize("module", ["gdscp.cli.app", "typer", "rich.console", "gdscp.cufile", "gdscp._core",
+                                    "numpy", "gdscp.cli.benchmark"])
+def test_ctrl_c_while_the_command_line_loads(module):
+    result = _child("signal", module)
+    assert f"no module {module}" not in result.stderr
+    _interrupted_quietly(result)
+    assert result.stdout == ""
+
+
+@pytest.mark.parametrize("module", ["gdscp.cli.app", "typer", "numpy"])
+def test_keyboard_interrupt_raised_by_an_import(module):
+    _interrupted_quietly(_child("raise", module))
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.01, 0.03, 0.1, 0.2, 0.4])
+def test_ctrl_c_at_delays_after_the_entry_starts(delay):
+    """Wherever the SIGINT lands (in an import, or in the command once it
+    runs), the command ends quietly; late enough, `info` may finish first."""
+    result = _child("timer", "gdscp.cli.app", delay)
+    if delay == 0.0 or result.returncode != 0:
+        _interrupted_quietly(result)
+    else:
+        assert "Traceback" not in result.stderr
+
+
+def test_an_ignored_sigint_stays_ignored():
+    """Started with SIGINT ignored (a background job), the command is not ended by one."""
+    code = (
+        "import os, signal, sys\n"
+        "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+        "class Hook:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'typer':\n"
+        "            os.kill(os.getpid(), signal.SIGINT)\n"
+        "        return None\n"
+        "sys.meta_path.insert(0, Hook())\n"
+        "sys.argv = ['gdscp', '--version']\n"
+        "from gdscp.cli.main import main\n"
+        "main()\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("gdscp ")
+
+
+@pytest.mark.parametrize(
+    "variable, value, accepted",
+    [
+        ("GDSCP_TASK_SIZE", "big", "positive size such as"),
+        ("GDSCP_NUM_THREADS", "0", "positive integer"),
+        ("GDSCP_COMPAT_MODE", "sometimes", "ON, OFF or AUTO"),
+        ("GDSCP_DIRECT_IO", "sideways", "on, off or auto"),
+    ],
+)
+@pytest.mark.parametrize("args", [["info"], ["--help"]])
+def test_bad_environment_variable_is_one_line_exit_2(variable, value, accepted, args):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GDSCP_")}
+    env[variable] = value
+    result = subprocess.run([sys.executable, "-m", "gdscp", *args], env=env, capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(f"gdscp: error: {variable}={value!r}")
+    assert accepted in lines[0]
+    assert result.stdout == ""
+
+
+def test_size_variables_with_suffixes_reach_the_command():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GDSCP_")}
+    env.update(GDSCP_TASK_SIZE="4M", GDSCP_BOUNCE_BUFFER_SIZE="1MiB")
+    result = subprocess.run([sys.executable, "-m", "gdscp", "info", "--json"], env=env, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert '"task_size": 4194304' in result.stdout
+    assert '"bounce_buffer_size": 1048576' in result.stdout

@@ -1,0 +1,476 @@
+"""KvikIO's module-level interface in gdscp: Mmap, the page cache helpers,
+buffer and stream registration, bounce_buffer_free, RemoteFile; the names the
+package exports, what ``import gdscp`` loads, and what help() and type
+checkers see. Device memory: tests/test_cufile_standin.py."""
+
+from __future__ import annotations
+
+import ast
+import errno
+import inspect
+import io
+import os
+import pathlib
+import pydoc
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+
+import gdscp
+from conftest import random_bytes
+
+PAGE = os.sysconf("SC_PAGESIZE")
+MiB = 1 << 20
+
+
+def cached(path) -> tuple[int, int]:
+    return gdscp.get_page_cache_info(path)
+
+
+# --------------------------------------------------------------------------
+# the names
+# --------------------------------------------------------------------------
+# KvikIO 26.10's kvikio.__all__, less what gdscp leaves out on purpose
+# (docs/kvikio-compatibility.md): its statistics, nsys and version helpers.
+KVIKIO_NAMES = [
+    "CompatMode", "CuFile", "Mmap", "RemoteFile", "bounce_buffer_free", "clear_page_cache", "defaults",
+    "drop_file_page_cache", "drop_system_page_cache", "get_page_cache_info", "is_remote_file_available",
+    "memory_deregister", "memory_register", "stream_deregister", "stream_register", "IOFuture", "IOFutureStream",
+]
+
+
+def test_kvikios_names_are_there():
+    for name in KVIKIO_NAMES:
+        assert name in gdscp.__all__, name
+        assert getattr(gdscp, name) is not None
+    public = {n for n in dir(gdscp) if not n.startswith("_")}
+    assert set(gdscp.__all__) - {"__version__"} <= public
+
+
+EMPTY = inspect.Parameter.empty
+# (name, default) of each parameter, as KvikIO 26.10 declares them.
+KVIKIO_SIGNATURES = {
+    gdscp.get_page_cache_info: [("file", EMPTY), ("offset", 0), ("length", 0)],
+    gdscp.drop_file_page_cache: [("file", EMPTY), ("offset", 0), ("length", 0), ("sync_first", True)],
+    gdscp.drop_system_page_cache: [("reclaim_dentries_and_inodes", True), ("sync_first", True)],
+    gdscp.clear_page_cache: [("reclaim_dentries_and_inodes", True), ("clear_dirty_pages", True)],
+    gdscp.bounce_buffer_free: [],
+    gdscp.memory_register: [("buf", EMPTY)],
+    gdscp.memory_deregister: [("buf", EMPTY)],
+    gdscp.stream_register: [("raw_stream", EMPTY), ("flags", EMPTY)],
+    gdscp.stream_deregister: [("raw_stream", EMPTY)],
+    gdscp.is_remote_file_available: [],
+    gdscp.defaults.get: [("config_name", EMPTY)],
+    gdscp.defaults.is_compat_mode_preferred: [],
+    gdscp.Mmap.__init__: [("self", EMPTY), ("file_path", EMPTY), ("flags", "r"), ("initial_map_size", None),
+                          ("initial_map_offset", 0), ("mode", 0o644), ("map_flags", None)],
+    gdscp.Mmap.read: [("self", EMPTY), ("buf", EMPTY), ("size", None), ("offset", 0)],
+    gdscp.Mmap.pread: [("self", EMPTY), ("buf", EMPTY), ("size", None), ("offset", 0), ("task_size", None)],
+    gdscp.Mmap.initial_map_size: [("self", EMPTY)],
+    gdscp.Mmap.initial_map_offset: [("self", EMPTY)],
+    gdscp.Mmap.file_size: [("self", EMPTY)],
+    gdscp.Mmap.close: [("self", EMPTY)],
+    gdscp.Mmap.closed: [("self", EMPTY)],
+    gdscp.CuFile.is_direct_io_supported: [("self", EMPTY)],
+}
+
+
+@pytest.mark.parametrize("func", list(KVIKIO_SIGNATURES), ids=lambda f: f.__qualname__)
+def test_kvikios_signatures(func):
+    params = inspect.signature(func).parameters.values()
+    assert [(p.name, p.default) for p in params] == KVIKIO_SIGNATURES[func]
+    assert all(p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD for p in params)
+
+
+def test_unknown_attribute_is_an_attribute_error():
+    with pytest.raises(AttributeError, match="no_such_thing"):
+        gdscp.no_such_thing  # noqa: B018
+    assert not hasattr(gdscp, "http_timeout")
+
+
+def test_import_gdscp_loads_nothing_heavy():
+    """``import gdscp`` stays cheap (the command's start depends on it): no
+    engine, numpy, Typer or Rich until a name is used."""
+    code = (
+        "import sys, gdscp\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('numpy', 'typer', 'rich', 'importlib_metadata')"
+        " or m.startswith('gdscp.') or m == 'importlib.metadata')\n"
+        "print(heavy)\n"
+        "gdscp.CuFile\n"
+        "print('gdscp._core' in sys.modules, 'gdscp.defaults' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
+    assert out[0] == "[]"
+    assert out[1] == "True True"
+
+
+# --------------------------------------------------------------------------
+# help() and type checkers
+# --------------------------------------------------------------------------
+def test_help_shows_real_signatures():
+    text = pydoc.render_doc(gdscp.CuFile, renderer=pydoc.plaintext)
+    assert "pread(self, buf: Any, size: Optional[int] = None, file_offset: int = 0, " in text
+    assert "-> gdscp.cufile.IOFuture" in text
+    assert "__enter__(self) -> gdscp.cufile.CuFile" in text
+    assert "-> 'CuFile'" not in text and "'IOFuture'" not in text and "\"'" not in text
+    text = pydoc.render_doc(gdscp.Mmap, renderer=pydoc.plaintext)
+    assert "read(self, buf: Any, size: Optional[int] = None, offset: int = 0) -> int" in text
+
+
+def test_stubs_and_py_typed_are_installed_beside_the_engine():
+    folder = pathlib.Path(gdscp.__file__).parent
+    assert (folder / "py.typed").is_file()
+    stub = folder / "_core.pyi"
+    tree = ast.parse(stub.read_text())
+    names = {node.name for node in tree.body if isinstance(node, (ast.ClassDef, ast.FunctionDef))}
+    assert {"Handle", "Settings", "MappedFile", "Future", "page_cache_info", "trim_pools"} <= names
+    assert "testing" not in stub.read_text()  # the test hooks are not part of the interface
+    from gdscp import _core
+
+    engine = {name for name in dir(_core) if not name.startswith("_")} - {"testing"}
+    assert engine <= names | {"CompatMode", "DirectIO"}
+
+
+# --------------------------------------------------------------------------
+# Mmap, on host memory
+# --------------------------------------------------------------------------
+@pytest.fixture
+def mapped_file(tmp_path):
+    data = random_bytes(5 * PAGE + 123, seed=11)
+    path = tmp_path / "mapped.bin"
+    path.write_bytes(data)
+    return path, data
+
+
+@pytest.mark.parametrize("as_path", [str, pathlib.Path, os.fsencode])
+def test_mmap_reads_the_whole_file(mapped_file, as_path):
+    path, data = mapped_file
+    m = gdscp.Mmap(as_path(path))
+    assert (m.initial_map_size(), m.initial_map_offset(), m.file_size(), m.closed()) == (len(data), 0, len(data), False)
+    buf = np.zeros(len(data), np.uint8)
+    assert m.read(buf) == len(data)
+    assert buf.tobytes() == data
+    buf[:] = 0
+    assert m.pread(buf, task_size=PAGE).get() == len(data)
+    assert buf.tobytes() == data
+    m.close()
+
+
+@pytest.mark.parametrize("threads, task_size", [(1, None), (4, 1), (4, 1000), (3, PAGE + 1)])
+def test_mmap_reads_any_range(mapped_file, threads, task_size):
+    path, data = mapped_file
+    with gdscp.defaults.set({"num_threads": threads, "gds_threshold": 0}), gdscp.Mmap(path) as m:
+        for offset, size in [(0, 1), (1, PAGE), (PAGE - 1, 2), (3 * PAGE + 7, 2 * PAGE + 116), (len(data) - 1, 1)]:
+            buf = np.full(size + 1, 0xA5, np.uint8)
+            assert m.read(buf, size, offset) == size
+            assert buf[:size].tobytes() == data[offset:offset + size] and buf[size] == 0xA5
+            buf[:] = 0xA5
+            assert m.pread(buf, size, offset, task_size).get() == size
+            assert buf[:size].tobytes() == data[offset:offset + size] and buf[size] == 0xA5
+
+
+def test_mmap_size_none_reads_to_the_end_of_the_file(mapped_file):
+    path, data = mapped_file
+    with gdscp.Mmap(path) as m:
+        buf = np.zeros(len(data), np.uint8)
+        assert m.read(buf, None, 1000) == len(data) - 1000
+        assert buf[: len(data) - 1000].tobytes() == data[1000:]
+        assert m.read(buf, 0, len(data)) == 0  # at the end: nothing, no error
+        with pytest.raises(ValueError, match="larger than the buffer"):
+            m.read(np.zeros(10, np.uint8), None, 0)
+
+
+def test_mmap_region(mapped_file):
+    path, data = mapped_file
+    offset, size = PAGE + 1, 1000
+    with gdscp.Mmap(path, "r", size, offset) as m:
+        assert (m.initial_map_size(), m.initial_map_offset()) == (size, offset)
+        buf = np.zeros(size, np.uint8)
+        assert m.read(buf, size, offset) == size
+        assert buf.tobytes() == data[offset:offset + size]
+        assert m.read(buf, 10, offset + size - 10) == 10
+        for bad_size, bad_offset in [(1, offset - 1), (size, offset + 1), (1, offset + size), (None, offset)]:
+            with pytest.raises(IndexError) as info:
+                m.read(buf, bad_size, bad_offset)
+            assert str(offset) in str(info.value)
+        with pytest.raises(IndexError, match="past the end"):
+            m.read(buf, 0, len(data) + 1)
+    with gdscp.Mmap(path, "r+", None, len(data) - 5) as m:
+        assert m.initial_map_size() == 5
+
+
+@pytest.mark.parametrize(
+    "kwargs, error",
+    [
+        ({"initial_map_offset": 10**6}, IndexError),
+        ({"initial_map_size": 10**6}, IndexError),
+        ({"initial_map_size": 100, "initial_map_offset": 5 * PAGE + 100}, IndexError),
+        ({"initial_map_size": 0}, ValueError),
+        ({"initial_map_size": -1}, OverflowError),
+        ({"initial_map_offset": -1}, OverflowError),
+        ({"flags": "w"}, ValueError),
+        ({"flags": "a"}, ValueError),
+        ({"flags": "x"}, ValueError),
+        ({"flags": "q"}, ValueError),
+        ({"flags": 1}, TypeError),
+    ],
+)
+def test_mmap_bad_arguments(mapped_file, kwargs, error):
+    path, data = mapped_file
+    with pytest.raises(error):
+        gdscp.Mmap(path, **kwargs)
+    assert path.read_bytes() == data
+
+
+def test_mmap_missing_file_and_empty_file(tmp_path):
+    with pytest.raises(FileNotFoundError) as info:
+        gdscp.Mmap(tmp_path / "missing")
+    assert isinstance(info.value, RuntimeError) and info.value.errno == errno.ENOENT
+    assert not (tmp_path / "missing").exists()
+    empty = tmp_path / "empty"
+    empty.write_bytes(b"")
+    with gdscp.Mmap(empty) as m:
+        assert (m.initial_map_size(), m.file_size()) == (0, 0)
+        assert m.read(bytearray(4)) == 0
+
+
+def test_mmap_bad_read_arguments(mapped_file):
+    path, _ = mapped_file
+    with gdscp.Mmap(path) as m:
+        buf = np.zeros(100, np.uint8)
+        for kwargs, error in [({"size": -1}, OverflowError), ({"offset": -1}, OverflowError),
+                              ({"offset": 2**63}, OverflowError), ({"size": 101}, ValueError),
+                              ({"offset": 1.5}, TypeError)]:
+            with pytest.raises(error):
+                m.read(buf, **{"size": 10, **kwargs})
+        with pytest.raises(ValueError, match="task_size"):
+            m.pread(buf, 10, 0, task_size=0)
+        with pytest.raises(ValueError):
+            m.read(bytes(100))  # read-only memory
+        with pytest.raises(TypeError):
+            m.read(42)
+
+
+def test_mmap_after_close(mapped_file):
+    path, _ = mapped_file
+    m = gdscp.Mmap(path)
+    m.close()
+    assert m.closed()
+    assert (m.file_size(), m.initial_map_size(), m.initial_map_offset()) == (0, 0, 0)
+    for call in (lambda: m.read(bytearray(10), 10), lambda: m.pread(bytearray(10), 10)):
+        with pytest.raises(RuntimeError, match="closed"):
+            call()
+    m.close()  # again: nothing happens
+    assert "closed" in repr(m)
+
+
+def test_mmap_read_of_a_file_that_shrank_is_an_error(mapped_file):
+    """Pages past the new end of the file raise SIGBUS when touched: the engine
+    turns that into an exception instead of dying."""
+    if os.uname().machine != "x86_64":
+        pytest.skip("the SIGBUS guard is x86-64 only")
+    path, data = mapped_file
+    with gdscp.Mmap(path) as m:
+        os.truncate(path, PAGE)
+        buf = np.zeros(len(data), np.uint8)
+        assert m.read(buf, PAGE, 0) == PAGE  # what is still in the file reads fine
+        assert buf[:PAGE].tobytes() == data[:PAGE]
+        with pytest.raises(RuntimeError, match="shrank"):
+            m.read(buf, 3 * PAGE, 0)
+        with pytest.raises(RuntimeError, match="shrank"):
+            m.pread(buf, 3 * PAGE, 0).get()
+        with pytest.raises(IndexError, match="past the end"):  # checked before any copy
+            m.read(buf, PAGE, 2 * PAGE)
+
+
+def test_mmap_pread_keeps_the_mapping_alive_after_close(mapped_file):
+    path, data = mapped_file
+    buf = np.zeros(len(data), np.uint8)
+    m = gdscp.Mmap(path)
+    with gdscp.defaults.set({"num_threads": 4, "gds_threshold": 0}):
+        future = m.pread(buf, task_size=PAGE)
+        m.close()
+        assert future.get() == len(data)
+    assert buf.tobytes() == data
+
+
+# --------------------------------------------------------------------------
+# page cache helpers
+# --------------------------------------------------------------------------
+@pytest.fixture
+def cached_file(tmp_path):
+    """A file of 8 pages and a bit, written, synced and read back, so that
+    all of its pages are in the page cache."""
+    path = tmp_path / "cached.bin"
+    data = random_bytes(8 * PAGE + 10, seed=3)
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    with open(path, "rb") as f:
+        f.read()
+    return path
+
+
+def test_page_cache_info_and_drop(cached_file):
+    assert cached(cached_file) == (9, 9)
+    assert gdscp.get_page_cache_info(cached_file, PAGE + 1, 10) == (1, 1)
+    assert gdscp.get_page_cache_info(cached_file, PAGE - 1, 2) == (2, 2)
+    assert gdscp.get_page_cache_info(cached_file, 8 * PAGE, 10**9) == (1, 1)  # clamped to the file
+    assert gdscp.get_page_cache_info(cached_file, 9 * PAGE) == (0, 0)  # past the end
+    # Only pages wholly inside the range go; the kernel may cache a file in
+    # folios of several pages and keep those that stick out of it.
+    assert gdscp.drop_file_page_cache(cached_file, 2 * PAGE, 3 * PAGE) is None
+    assert gdscp.get_page_cache_info(cached_file, 0, 2 * PAGE) == (2, 2)
+    assert gdscp.get_page_cache_info(cached_file, 5 * PAGE) == (4, 4)
+    gdscp.drop_file_page_cache(cached_file)
+    assert cached(cached_file) == (0, 9)
+
+
+def test_dropping_dirty_pages_writes_them_first(tmp_path):
+    path = tmp_path / "dirty.bin"
+    data = random_bytes(4 * PAGE, seed=4)
+    with open(path, "wb") as f:
+        f.write(data)  # not synced: the pages are dirty
+    gdscp.drop_file_page_cache(path)  # sync_first=True
+    assert cached(path) == (0, 4)
+    assert path.read_bytes() == data
+
+
+@pytest.mark.parametrize("kind", ["str", "bytes", "pathlib", "fd", "file object", "io.FileIO"])
+def test_page_cache_helpers_take_paths_descriptors_and_file_objects(cached_file, kind):
+    opened = []
+
+    def arg():
+        if kind == "str":
+            return str(cached_file)
+        if kind == "bytes":
+            return os.fsencode(cached_file)
+        if kind == "pathlib":
+            return cached_file
+        if kind == "fd":
+            fd = os.open(cached_file, os.O_RDONLY)
+            opened.append(fd)
+            return fd
+        f = open(cached_file, "rb") if kind == "file object" else io.FileIO(cached_file)
+        opened.append(f)
+        return f
+
+    try:
+        assert gdscp.get_page_cache_info(arg()) == (9, 9)
+        gdscp.drop_file_page_cache(arg(), sync_first=False)
+        assert gdscp.get_page_cache_info(arg()) == (0, 9)
+    finally:
+        for item in opened:
+            os.close(item) if isinstance(item, int) else item.close()
+    for item in opened:  # the caller's descriptors stay open until the caller closes them
+        if isinstance(item, int):
+            with pytest.raises(OSError):
+                os.fstat(item)
+
+
+@pytest.mark.parametrize("call", [gdscp.get_page_cache_info, gdscp.drop_file_page_cache])
+def test_page_cache_helpers_bad_arguments(cached_file, tmp_path, call):
+    with pytest.raises(FileNotFoundError) as info:
+        call(tmp_path / "missing")
+    assert isinstance(info.value, RuntimeError) and "missing" in str(info.value)
+    with pytest.raises(OverflowError, match="offset"):
+        call(cached_file, -1)
+    with pytest.raises(OverflowError, match="length"):
+        call(cached_file, 0, -1)
+    for bad in (1.5, None, [cached_file]):  # KvikIO: ValueError; Python: TypeError
+        with pytest.raises(TypeError):
+            call(bad)
+        with pytest.raises(ValueError):
+            call(bad)
+    with pytest.raises(ValueError, match="embedded null byte"):
+        call(str(cached_file) + "\0x")
+    fd = os.open(cached_file, os.O_RDONLY)
+    os.close(fd)
+    with pytest.raises(OSError) as info:
+        call(fd)
+    assert info.value.errno == errno.EBADF and isinstance(info.value, RuntimeError)
+
+
+def test_drop_file_page_cache_leaves_pipes_alone():
+    read, write = os.pipe()
+    try:
+        os.write(write, b"still here")
+        gdscp.drop_file_page_cache(read)
+        assert os.read(read, 100) == b"still here"
+    finally:
+        os.close(read)
+        os.close(write)
+
+
+def test_drop_system_page_cache(cached_file, monkeypatch):
+    dropped = gdscp.drop_system_page_cache(reclaim_dentries_and_inodes=False)
+    assert dropped in (True, False)
+    if dropped:
+        assert cached(cached_file)[0] == 0
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert gdscp.clear_page_cache(False, False) in (True, False)
+    assert [w.category for w in seen] == [FutureWarning]
+    # Without root and without sudo: False, not an exception.
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert gdscp.drop_system_page_cache(sync_first=False) is False
+
+
+# --------------------------------------------------------------------------
+# buffers, streams, remote files
+# --------------------------------------------------------------------------
+def test_bounce_buffer_free_returns_the_bytes_freed(tmp_file):
+    """Unaligned host buffers go O_DIRECT through page-aligned bounce buffers
+    (direct_io "on"); freeing the idle ones reports their bytes, then none."""
+    path, data = tmp_file(4 * MiB + 4096)
+    gdscp.bounce_buffer_free()
+    raw = np.zeros(len(data) + 2, np.uint8)
+    shift = 1 if (raw.ctypes.data + 1) % PAGE else 2
+    buf = raw[shift : shift + len(data)]  # not page-aligned
+    one_chunk = {"direct_io": "on", "bounce_buffer_size": MiB, "num_threads": 1, "task_size": 64 * MiB}
+    with gdscp.defaults.set(one_chunk), gdscp.CuFile(path) as f:
+        if not f.is_direct_io_supported():
+            pytest.skip("this filesystem refuses O_DIRECT")
+        assert f.read(buf) == len(data)
+    assert buf.tobytes() == data
+    freed = gdscp.bounce_buffer_free()
+    assert freed >= MiB and freed % MiB == 0
+    assert gdscp.bounce_buffer_free() == 0
+
+
+def test_is_direct_io_supported_follows_direct_io(tmp_file):
+    path, _ = tmp_file(10)
+    with gdscp.CuFile(path) as f:
+        with gdscp.defaults.set("direct_io", "off"):
+            assert f.is_direct_io_supported() is False
+        with gdscp.defaults.set("direct_io", "on"):
+            assert f.is_direct_io_supported() is f._handle.direct_io_supported()
+
+
+def test_memory_and_stream_registration_check_their_arguments():
+    for buf in (np.zeros(10, np.uint8), bytearray(10), memoryview(bytearray(3))):
+        assert gdscp.memory_register(buf) is None
+        assert gdscp.memory_deregister(buf) is None
+    for bad in (5, None, "text"):
+        with pytest.raises(TypeError):
+            gdscp.memory_register(bad)
+    assert gdscp.stream_register(0, 0) is None
+    assert gdscp.stream_deregister(0) is None
+    with pytest.raises(TypeError, match="raw_stream"):
+        gdscp.stream_register(None, 0)
+    with pytest.raises(TypeError, match="flags"):
+        gdscp.stream_register(0, "now")
+
+
+def test_remote_files_are_not_supported():
+    assert gdscp.is_remote_file_available() is False
+    for call in (lambda: gdscp.RemoteFile(None), lambda: gdscp.RemoteFile.open_http("http://example.invalid/x"),
+                 lambda: gdscp.RemoteFile.open_s3("bucket", "key"), lambda: gdscp.RemoteFile.open("s3://b/k")):
+        with pytest.raises(NotImplementedError, match="remote files") as info:
+            call()
+        assert isinstance(info.value, RuntimeError)  # what KvikIO raises without remote support

@@ -4,6 +4,7 @@
 #include <nanobind/stl/unique_ptr.h>
 
 #include "buffers.hpp"
+#include "bulk_bindings.hpp"
 #include "gdscp/error.hpp"
 #include "gdscp/future.hpp"
 #include "gdscp/handle.hpp"
@@ -161,5 +162,6 @@ NB_MODULE(_core, m) {
     return to_dict(info);
   }, "library_hint"_a);
 
+  gdscp::bindings::define_bulk(m);
   gdscp::bindings::define_testing(m);
 }

@@ -57,6 +57,7 @@ void define_bulk(nb::module_& m) {
       .def_rw("fail_fast", &BulkOptions::fail_fast)
       .def_rw("verify", &BulkOptions::verify)
       .def_rw("clean", &BulkOptions::clean)
+      .def_rw("preserve", &BulkOptions::preserve)
       .def_rw("staging", &BulkOptions::staging)
       .def_rw("staging_size", &BulkOptions::staging_size)
       .def_rw("cufile_library", &BulkOptions::cufile_library);

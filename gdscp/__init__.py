@@ -11,6 +11,7 @@ from importlib.metadata import PackageNotFoundError, version as _version
 from . import defaults
 from ._errors import CudaError, CuFileError
 from .cufile import CuFile, IOFuture, IOFutureStream
+from .bulk import BulkJob, copy_files, read_files, write_files  # noqa: F401 - many files at once: gdscp/bulk.py
 from .defaults import CompatMode
 
 try:

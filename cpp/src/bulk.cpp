@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <condition_variable>
 #include <cstring>
 #include <map>
@@ -33,6 +34,26 @@ constexpr uint64_t kCommitBytes = 1ull << 30;
 // Few files in a batch: their own fsyncs, not a syncfs of the whole filesystem.
 constexpr size_t kSyncfsMin = 4;
 constexpr size_t kMinSlot = 64u << 10;
+
+// The process's umask without changing it (umask(2) can only be read by
+// setting it, which would race with files other threads create).
+unsigned read_umask() {
+  if (FILE* f = std::fopen("/proc/self/status", "re")) {
+    char line[256];
+    unsigned mask = 0;
+    bool found = false;
+    while (std::fgets(line, sizeof line, f))
+      if (std::sscanf(line, "Umask: %o", &mask) == 1) {
+        found = true;
+        break;
+      }
+    std::fclose(f);
+    if (found) return mask;
+  }
+  const mode_t mask = ::umask(022);
+  ::umask(mask);
+  return mask;
+}
 
 std::string describe(std::exception_ptr e, int& kind, int& code) {
   try {
@@ -95,7 +116,9 @@ struct BulkState {
   unsigned running = 0;
   bool finished = false;
 
-  TransferContext context() const { return {opt, s, cancelled, slot_size, workers}; }
+  unsigned umask = 022;
+
+  TransferContext context() const { return {opt, s, cancelled, slot_size, workers, umask}; }
 
   void set_status(size_t i, BulkStatus status) {
     std::lock_guard<std::mutex> lock(results_mutex);
@@ -428,6 +451,7 @@ struct BulkState {
 
 BulkJob::BulkJob(std::vector<BulkItem> items, const BulkOptions& options, const Settings& s) {
   auto st = std::make_shared<detail::BulkState>(std::move(items), options, s);
+  st->umask = detail::read_umask();
   size_t writers = 0;
   bool staging_needed = false;
   st->item_mem.resize(st->items.size());

@@ -32,8 +32,10 @@ struct BulkItem {
   int64_t size = -1;     // read: bytes wanted (-1: to the end of the file); write: bytes of `buf`
   int64_t offset = 0;    // read: where in the file to start
   bool exact = false;    // read: fewer than `size` bytes is a failure, not end of file
-  int mode = -1;         // write, copy: a new file's permission bits (-1: 0666 less the umask)
-  bool keep_mode = false;  // write, copy: an existing destination keeps its own mode
+  // write, copy: a new file's permission bits; -1: a copy takes its source's
+  // (less the umask), a write 0666 less the umask.
+  int mode = -1;
+  bool keep_mode = true;   // write, copy: an existing destination keeps its own mode
   bool set_times = false;  // write, copy: give the file these access and modification times
   int64_t atime_ns = 0;
   int64_t mtime_ns = 0;
@@ -55,6 +57,7 @@ struct BulkOptions {
   // with a plain read of the file.
   bool verify = false;
   bool clean = true;        // remove dead runs' temporary files from destination directories
+  bool preserve = false;    // copy: the source's exact mode and times, over keep_mode and mode
   // Staging for copies and reads without a buffer: device memory at `staging`
   // (`staging_size` bytes) when given, else host memory the engine allocates.
   uintptr_t staging = 0;

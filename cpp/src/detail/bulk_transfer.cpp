@@ -128,14 +128,26 @@ bool open_destination(const TransferContext& cx, Transfer& t, std::string& note)
   }
   t.dir = dir_of(t.dst);
   t.mode = item.mode;
+  struct stat src{};
+  const bool from_source = item.kind == BulkKind::copy && ::fstat(t.src_fd, &src) == 0;
+  if (from_source && cx.opt.preserve) {
+    t.mode = static_cast<int>(src.st_mode & 07777);
+    t.atime = src.st_atim;
+    t.mtime = src.st_mtim;
+    t.set_times = true;
+  } else if (from_source && t.mode < 0) {
+    t.mode = static_cast<int>(src.st_mode & 0777 & ~cx.umask);
+  }
+  if (item.set_times) {
+    t.atime = {static_cast<time_t>(item.atime_ns / 1000000000), static_cast<long>(item.atime_ns % 1000000000)};
+    t.mtime = {static_cast<time_t>(item.mtime_ns / 1000000000), static_cast<long>(item.mtime_ns % 1000000000)};
+    t.set_times = true;
+  }
   if (exists) {
     if (S_ISDIR(st.st_mode))
       fail_state("cannot overwrite directory '" + t.dst + "' with non-directory '" + item.src + "'", t.dst);
-    if (item.kind == BulkKind::copy && t.src_fd >= 0) {
-      struct stat src{};
-      if (::fstat(t.src_fd, &src) == 0 && src.st_dev == st.st_dev && src.st_ino == st.st_ino)
-        fail_state("'" + item.src + "' and '" + t.dst + "' are the same file", t.dst);
-    }
+    if (from_source && src.st_dev == st.st_dev && src.st_ino == st.st_ino)
+      fail_state("'" + item.src + "' and '" + t.dst + "' are the same file", t.dst);
     if (cx.opt.no_clobber) {
       note = "exists";
       return false;
@@ -154,13 +166,9 @@ bool open_destination(const TransferContext& cx, Transfer& t, std::string& note)
       t.own_dst_fd = true;
       return true;
     }
-    if (item.keep_mode) t.mode = static_cast<int>(st.st_mode & 07777);
+    if (item.keep_mode && !(from_source && cx.opt.preserve)) t.mode = static_cast<int>(st.st_mode & 07777);
   }
-  if (t.mode < 0) {
-    const mode_t mask = ::umask(0);
-    ::umask(mask);
-    t.mode = static_cast<int>(0666 & ~mask);
-  }
+  if (t.mode < 0) t.mode = static_cast<int>(0666 & ~cx.umask);
   if (cx.opt.atomic) {
     t.tmp = TempFile(t.dst);
     t.dst_fd = t.tmp.fd();
@@ -439,9 +447,8 @@ void finish_data(const TransferContext& cx, Transfer& t, bool group) {
   }
   if (cx.opt.atomic && ::fchmod(t.dst_fd, static_cast<mode_t>(t.mode)) != 0)
     throw_os_error(errno, "cannot set the mode of", t.dst);
-  if (item.set_times) {
-    const struct timespec times[2] = {{static_cast<time_t>(item.atime_ns / 1000000000), item.atime_ns % 1000000000},
-                                      {static_cast<time_t>(item.mtime_ns / 1000000000), item.mtime_ns % 1000000000}};
+  if (t.set_times) {
+    const struct timespec times[2] = {t.atime, t.mtime};
     if (::futimens(t.dst_fd, times) != 0) throw_os_error(errno, "cannot set the times of", t.dst);
   }
   if (cx.opt.verify || (sync && !group)) {

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <ctime>
 #include <exception>
 #include <memory>
 #include <mutex>
@@ -64,6 +65,9 @@ struct Transfer {
   bool in_place = false;      // a device or FIFO: written front to back, never replaced
   bool block_device = false;
   int mode = -1;
+  bool set_times = false;
+  struct timespec atime {};
+  struct timespec mtime {};
   bool synced = false;        // fsynced on its worker (not left for the batch's syncfs)
   dev_t dev = 0;              // the destination's filesystem
 
@@ -95,6 +99,7 @@ struct TransferContext {
   const std::atomic<bool>& cancelled;
   size_t chunk_cap;  // largest chunk through staging: the slot size
   unsigned workers;
+  unsigned umask;    // the process's, read once for the job
 };
 
 // Opens the item's endpoints and plans its chunks. Returns null with `note`

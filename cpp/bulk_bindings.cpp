@@ -37,7 +37,7 @@ std::vector<BulkItem> to_items(const std::vector<ItemTuple>& in) {
 
 nb::tuple result_tuple(const BulkResult& r) {
   return nb::make_tuple(static_cast<int>(r.status), r.bytes, r.seconds, r.error, r.error_kind, r.error_code,
-                        r.read_backend, r.write_backend, r.note);
+                        r.read_backend, r.write_backend, r.backend_reason, r.note);
 }
 
 }  // namespace

@@ -43,6 +43,7 @@ TEMPORARY_SUFFIX: str = _core.TEMPORARY_SUFFIX
 # The engine's BulkStatus, by value.
 _STATUS = ("pending", "running", "done", "failed", "skipped", "cancelled")
 _READ, _WRITE, _COPY = 0, 1, 2
+_OS_ERROR = 0  # gdscp::ErrorKind::os
 _DEFAULT_STAGING = _core.BulkOptions().staging_size
 _WAIT_SLICE = 0.1  # seconds per wait, so that Ctrl-C is seen
 
@@ -63,6 +64,7 @@ class FileResult(NamedTuple):
     errno: Optional[int]  # the OS error number of an OS failure
     read_backend: Optional[str]  # "posix" or "cufile"
     write_backend: Optional[str]
+    backend_reason: Optional[str]  # why device memory took that backend
     note: Optional[str]  # why a file was skipped: "exists", or "appeared" during the copy
 
 
@@ -121,20 +123,20 @@ class BulkJob:
         return BulkProgress(*self._job.progress())
 
     def _result(self, index: int, raw: tuple) -> FileResult:
-        status, nbytes, seconds, error, _kind, code, read_backend, write_backend, note = raw
+        status, nbytes, seconds, error, kind, code, read_backend, write_backend, reason, note = raw
         item = self._items[index]
-        kind = item[0]
         return FileResult(
             index,
-            item[1] if kind != _WRITE else None,
-            item[2] if kind != _READ else None,
+            item[1] if item[0] != _WRITE else None,
+            item[2] if item[0] != _READ else None,
             _STATUS[status],
             nbytes,
             seconds,
             error or None,
-            code if error and _kind == 0 else None,
+            code if error and kind == _OS_ERROR else None,
             read_backend or None,
             write_backend or None,
+            reason or None,
             note or None,
         )
 

@@ -23,6 +23,7 @@ import pytest
 from rich.console import Console
 
 from gdscp import _core, memory
+from gdscp.bulk import BulkJob
 from gdscp.cli import output, units
 from gdscp.cli.app import run
 from gdscp.cli.progress import TransferProgress
@@ -411,44 +412,22 @@ def test_read_without_gpu_says_so(capsys, tmp_path):
         assert "host memory" in out
 
 
-class _CorruptingFile:
-    """Stands in for CuFile in ``gdscp.cli.read``: every read flips the first byte it loads."""
-
-    def __init__(self, real):
-        self._real = real
-
-    def __getattr__(self, name):
-        return getattr(self._real, name)
-
-    def pread(self, buf, size, offset):
-        future = self._real.pread(buf, size, offset)
-
-        class Future:
-            def progress(self):
-                return future.progress()
-
-            def cancel(self):
-                future.cancel()
-
-            def get(self):
-                n = future.get()
-                buf[0] ^= 0xFF
-                return n
-
-        return Future()
-
-
-def test_read_verify_catches_wrong_bytes(capsys, tmp_path, monkeypatch):
-    from gdscp.cli import read as read_module
-
-    real = read_module.CuFile
-    monkeypatch.setattr(read_module, "CuFile", lambda path, flags: _CorruptingFile(real(path, flags)))
+def test_read_verify_catches_wrong_bytes(capsys, tmp_path):
     random_file(tmp_path / "v.bin", 100 * KiB)
-    code, _, err = cli(capsys, "read", tmp_path / "v.bin", "--verify", "--chunk-size", "32K", "--host")
+    _core.testing.arm_fault("land", 0, 1, 1)  # the first bytes checked are corrupted
+    try:
+        code, _, err = cli(capsys, "read", tmp_path / "v.bin", "--verify", "--chunk-size", "32K", "--threads", "1",
+                           "--host")
+    finally:
+        _core.testing.disarm_fault()
     assert code == 1
     (line,) = error_lines(err)
     assert "verify failed" in line and "v.bin" in line and "offset 0" in line
-    assert cli(capsys, "read", tmp_path / "v.bin", "--host")[0] == 0  # without --verify nobody looks
+    _core.testing.arm_fault("land", 0, 1, 1)
+    try:
+        assert cli(capsys, "read", tmp_path / "v.bin", "--host")[0] == 0  # without --verify nobody looks
+    finally:
+        _core.testing.disarm_fault()
 
 
 @pytest.mark.parametrize(
@@ -678,19 +657,16 @@ def test_write_failing_midway_keeps_the_old_file(capsys, tmp_path):
 
 @pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_copy_interrupted_by_a_signal(capsys, tmp_path, monkeypatch, signum, code):
-    random_file(tmp_path / "src.bin", MiB)
+    random_file(tmp_path / "src.bin", 8 * MiB)
     dst = tmp_path / "dst.bin"
     dst.write_bytes(b"precious")
-    real_wait = TransferProgress.wait
-    calls = []
+    real_wait = BulkJob.wait
 
-    def wait_then_signal(self, future):
-        calls.append(1)
-        if len(calls) == 3:  # a few chunks in: the signal lands while the copy runs
-            os.kill(os.getpid(), signum)
-        return real_wait(self, future)
+    def signal_then_wait(self, timeout=None):
+        os.kill(os.getpid(), signum)  # the signal lands while the copy runs
+        return real_wait(self, timeout)
 
-    monkeypatch.setattr(TransferProgress, "wait", wait_then_signal)
+    monkeypatch.setattr(BulkJob, "wait", signal_then_wait)
     before = signal.getsignal(signal.SIGTERM)
     got, _, err = cli(capsys, "copy", tmp_path / "src.bin", dst, "--chunk-size", "64K")
     assert got == code

@@ -152,6 +152,9 @@ struct BulkState {
     else if (t.item->kind != BulkKind::write) r.read_backend = "posix";
     if (t.dst_backend) r.write_backend = t.dst_backend->name();
     else if (t.item->kind != BulkKind::read) r.write_backend = "posix";
+    if (!t.src_sized) r.backend_reason = "read front to back with read(2): it has no size to split";
+    else if (t.src_file) r.backend_reason = t.src_backends.reason;
+    else if (t.dst_file) r.backend_reason = t.dst_backends.reason;
   }
 
   void succeed(Transfer& t, BulkStatus status, const std::string& note = {}) {

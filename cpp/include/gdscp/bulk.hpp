@@ -77,6 +77,7 @@ struct BulkResult {
   int error_code = 0;        // its errno, CUresult or cuFile code
   std::string read_backend;  // what the file was read and written through: "posix" or "cufile"
   std::string write_backend;
+  std::string backend_reason;  // why device memory took that backend (the source's, for a copy)
   std::string note;          // why a file was skipped
 };
 

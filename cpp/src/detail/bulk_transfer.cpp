@@ -11,6 +11,7 @@
 #include <cstring>
 #include <thread>
 
+#include "gdscp/detail/fault.hpp"
 #include "gdscp/detail/posix_io.hpp"
 #include "gdscp/detail/staging.hpp"
 #include "gdscp/detail/work_queue.hpp"
@@ -233,6 +234,7 @@ size_t read_some(int fd, char* p, size_t n, int64_t pos, const std::string& path
 // Compares `n` bytes that landed at `got` (memory `mem`) with a plain read of
 // the source at `off`.
 void verify_landed(Transfer& t, BulkWorker& w, const MemoryTarget& mem, const char* got, int64_t off, size_t n) {
+  if (!mem.device && n > 0 && fault::check(fault::Op::land)) const_cast<char*>(got)[0] ^= 0xFF;
   auto expect = BufferPool::aligned().acquire(kVerifyBlock);
   auto landed = BufferPool::aligned().acquire(kVerifyBlock);
   (void)w;
@@ -278,6 +280,7 @@ void verify_copy(Transfer& t) {
   for (int64_t pos = 0;;) {
     const size_t n = pread_full(src, x, kVerifyBlock, pos, t.item->src);
     const size_t m = pread_full(t.dst_fd, y, kVerifyBlock, pos, t.dst);
+    if (m > 0 && fault::check(fault::Op::land)) y[0] ^= 0xFF;
     const size_t k = std::min(n, m);
     if (std::memcmp(x, y, k) != 0 || n != m) {
       size_t i = 0;

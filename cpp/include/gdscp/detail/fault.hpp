@@ -5,7 +5,8 @@
 
 namespace gdscp::detail::fault {
 
-enum class Op { pread = 0, pwrite = 1 };
+// land: bytes a bulk job checks with verify, in host memory (flipped instead of failing).
+enum class Op { pread = 0, pwrite = 1, land = 2 };
 
 // After `skip` more successful calls of `op`, the next `count` calls fail with `err`.
 void arm(Op op, long skip, long count, int err) noexcept;

@@ -57,14 +57,14 @@ bool is_temporary_name(std::string_view name) {
   return name[name.size() - kTempSuffix.size() - kRandomChars - 1] == '.';
 }
 
-TempFile::TempFile(const std::string& dst) {
+TempFile::TempFile(const std::string& dst, unsigned mode) {
   const std::string dir = dir_of(dst);
   const std::string prefix = dir + "/." + base_of(dst) + ".";
   for (int attempt = 0; attempt < 100; ++attempt) {
     std::string path = prefix + random_chars() + std::string(kTempSuffix);
     int fd;
     do {
-      fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+      fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, static_cast<mode_t>(mode));
     } while (fd < 0 && errno == EINTR);
     if (fd < 0) {
       if (errno == EEXIST) continue;
@@ -88,6 +88,7 @@ TempFile::TempFile(const std::string& dst) {
       continue;
     }
     fd_ = fd;
+    dev_ = st.st_dev;
     path_ = std::move(path);
     named_ = true;
     return;
@@ -99,6 +100,7 @@ TempFile& TempFile::operator=(TempFile&& o) noexcept {
   if (this != &o) {
     discard();
     fd_ = o.fd_;
+    dev_ = o.dev_;
     path_ = std::move(o.path_);
     named_ = o.named_;
     o.fd_ = -1;

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <ctime>
+#include <sys/stat.h>
 #include <exception>
 #include <memory>
 #include <mutex>
@@ -52,6 +53,7 @@ struct Transfer {
   Backends src_backends;
   Backend* src_backend = nullptr;
   bool src_sized = true;  // false: read front to back with read(2) until end of file
+  struct stat src_stat {};
 
   // Destination (write, copy).
   std::string dst;   // where the file lands (a symbolic link's target)
@@ -65,6 +67,7 @@ struct Transfer {
   bool in_place = false;      // a device or FIFO: written front to back, never replaced
   bool block_device = false;
   int mode = -1;
+  bool chmod = true;          // the mode still has to be set (it was not the one the file was created with)
   bool set_times = false;
   struct timespec atime {};
   struct timespec mtime {};

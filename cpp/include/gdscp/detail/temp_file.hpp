@@ -5,6 +5,8 @@
 // never data: it is removed (clean_temporaries).
 #pragma once
 
+#include <sys/types.h>
+
 #include <string>
 #include <string_view>
 
@@ -18,8 +20,9 @@ bool is_temporary_name(std::string_view name);
 class TempFile {
  public:
   TempFile() = default;
-  // A new, empty, locked temporary file beside `dst` (mode 0600); throws.
-  explicit TempFile(const std::string& dst);
+  // A new, empty, locked temporary file beside `dst`, created with `mode`
+  // (less the umask); throws.
+  explicit TempFile(const std::string& dst, unsigned mode = 0600);
   ~TempFile() { discard(); }
   TempFile(TempFile&& o) noexcept { *this = std::move(o); }
   TempFile& operator=(TempFile&& o) noexcept;
@@ -28,6 +31,7 @@ class TempFile {
 
   int fd() const noexcept { return fd_; }
   const std::string& path() const noexcept { return path_; }
+  dev_t device() const noexcept { return dev_; }  // the filesystem it is on
   explicit operator bool() const noexcept { return fd_ >= 0; }
 
   // Renames it over `dst`; it is no longer temporary (the descriptor stays
@@ -46,6 +50,7 @@ class TempFile {
 
  private:
   int fd_ = -1;
+  dev_t dev_ = 0;
   std::string path_;
   bool named_ = false;  // `path_` still names the file
 };

@@ -6,18 +6,12 @@ Storage really works, and through gdscp's own pinned, overlapped POSIX path
 otherwise. Importing gdscp needs no GPU and no CUDA library.
 """
 
-from importlib.metadata import PackageNotFoundError, version as _version
-
 from . import defaults
 from ._errors import CudaError, CuFileError
 from .cufile import CuFile, IOFuture, IOFutureStream
-from .bulk import BulkJob, copy_files, read_files, write_files  # noqa: F401 - many files at once: gdscp/bulk.py
+from .bulk import BulkJob, copy_files, read_files, write_files  # many files at once
 from .defaults import CompatMode
 
-try:
-    __version__ = _version("gdscp")
-except PackageNotFoundError:  # running from a source tree
-    __version__ = "0.0.0"
 
 __all__ = [
     "CompatMode",
@@ -28,4 +22,24 @@ __all__ = [
     "IOFutureStream",
     "defaults",
     "__version__",
+    "BulkJob",
+    "copy_files",
+    "read_files",
+    "write_files",
 ]
+
+
+def __getattr__(name: str):
+    # __version__ comes from the package metadata, read on first use:
+    # importlib.metadata costs tens of milliseconds, every command's start.
+    if name == "__version__":
+        from importlib.metadata import PackageNotFoundError, version  # noqa: PLC0415
+
+        try:
+            value = version("gdscp")
+        except PackageNotFoundError:  # running from a source tree
+            value = "0.0.0"
+        globals()["__version__"] = value
+        return value
+    raise AttributeError(f"module 'gdscp' has no attribute {name!r}")
+

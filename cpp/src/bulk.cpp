@@ -28,10 +28,11 @@ namespace {
 // a journal commit).
 constexpr size_t kGroupSyncFiles = 16;
 // A commit batch is at most this many files or bytes: their temporary files
-// wait for it, and it bounds what a crash can make the next run clean up.
-constexpr size_t kCommitFiles = 4096;
+// wait for it, and while one worker commits a batch the others go on copying.
+constexpr size_t kCommitFiles = 1024;
 constexpr uint64_t kCommitBytes = 1ull << 30;
-// Few files in a batch: their own fsyncs, not a syncfs of the whole filesystem.
+// Few files (or directories) in a batch: their own fsyncs, not a syncfs of the
+// whole filesystem.
 constexpr size_t kSyncfsMin = 4;
 constexpr size_t kMinSlot = 64u << 10;
 
@@ -71,7 +72,7 @@ std::string describe(std::exception_ptr e, int& kind, int& code) {
 
 }  // namespace
 
-struct BulkState {
+struct BulkState : std::enable_shared_from_this<BulkState> {
   BulkState(std::vector<BulkItem> items_in, const BulkOptions& o, const Settings& settings)
       : items(std::move(items_in)), opt(o), s(settings), results(items.size()) {}
 
@@ -232,8 +233,19 @@ struct BulkState {
     std::vector<std::shared_ptr<Transfer>> unsynced;
     for (auto& t : batch)
       if (sync && !t->synced) unsynced.push_back(t);
-    if (unsynced.size() < kSyncfsMin) {
-      for (auto& t : unsynced) {
+    sync_files(unsynced);
+    place_all(batch);
+    if (sync) sync_dirs(batch);
+    batch.clear();  // closes the descriptors and drops their locks
+    std::lock_guard<std::mutex> lock(commit_mutex);
+    committing = false;
+  }
+
+  // Makes the files' data durable: their own fsyncs for a few, else one syncfs
+  // per filesystem. A failure fails the files it covers.
+  void sync_files(const std::vector<std::shared_ptr<Transfer>>& files) {
+    if (files.size() < kSyncfsMin) {
+      for (auto& t : files) {
         if (::fsync(t->dst_fd) != 0) {
           try {
             throw_os_error(errno, "cannot fsync", t->dst);
@@ -242,84 +254,138 @@ struct BulkState {
           }
         }
       }
-    } else {
-      // One syncfs per filesystem the batch wrote to.
-      std::map<dev_t, std::pair<int, std::exception_ptr>> filesystems;
-      for (auto& t : unsynced) filesystems.emplace(t->dev, std::make_pair(t->dst_fd, nullptr));
-      for (auto& [dev, entry] : filesystems) {
-        if (::syncfs(entry.first) != 0) {
-          try {
-            throw_os_error(errno, "cannot sync the filesystem of", "");
-          } catch (...) {
-            entry.second = std::current_exception();
-          }
-        }
-      }
-      for (auto& t : unsynced)
-        if (auto e = filesystems[t->dev].second) t->fail(e);
+      return;
     }
-    std::set<std::string> dirs;
-    for (auto& t : batch) {
-      if (t->failed()) {
-        std::exception_ptr e;
-        {
-          std::lock_guard<std::mutex> lock(t->mutex);
-          e = t->error;
+    std::map<dev_t, std::pair<int, std::exception_ptr>> filesystems;
+    for (auto& t : files) filesystems.emplace(t->dev, std::make_pair(t->dst_fd, nullptr));
+    for (auto& [dev, entry] : filesystems) {
+      if (::syncfs(entry.first) != 0) {
+        try {
+          throw_os_error(errno, "cannot sync the filesystem of", files.front()->dst);
+        } catch (...) {
+          entry.second = std::current_exception();
         }
-        t->tmp.discard();
-        fail(t->index, e, t.get());
-        continue;
-      }
-      if (cancelled.load()) {
-        t->tmp.discard();
-        set_status(t->index, BulkStatus::cancelled);
-        continue;
-      }
-      try {
-        bool placed = true;
-        if (t->tmp) {
-          placed = opt.no_clobber ? t->tmp.link_to(t->dst) : (t->tmp.rename_to(t->dst), true);
-          t->tmp.close();
-        }
-        if (placed) {
-          dirs.insert(t->dir);
-          succeed(*t, BulkStatus::done);
-        } else {
-          t->tmp.discard();
-          succeed(*t, BulkStatus::skipped, "appeared");
-        }
-      } catch (...) {
-        t->tmp.discard();
-        fail(t->index, std::current_exception(), t.get());
       }
     }
-    if (sync) {
-      for (const std::string& dir : dirs) {
+    for (auto& t : files)
+      if (auto e = filesystems[t->dev].second) t->fail(e);
+  }
+
+  // Renames (or links) one file of a batch into place, and records its end.
+  void place(const std::shared_ptr<Transfer>& t) {
+    if (t->failed()) {
+      std::exception_ptr e;
+      {
+        std::lock_guard<std::mutex> lock(t->mutex);
+        e = t->error;
+      }
+      t->tmp.discard();
+      fail(t->index, e, t.get());
+      return;
+    }
+    if (cancelled.load()) {
+      t->tmp.discard();
+      set_status(t->index, BulkStatus::cancelled);
+      return;
+    }
+    try {
+      bool placed = true;
+      if (t->tmp) {
+        placed = opt.no_clobber ? t->tmp.link_to(t->dst) : (t->tmp.rename_to(t->dst), true);
+        t->tmp.close();
+      }
+      if (placed) {
+        t->placed = true;
+        succeed(*t, BulkStatus::done);
+      } else {
+        t->tmp.discard();
+        succeed(*t, BulkStatus::skipped, "appeared");
+      }
+    } catch (...) {
+      t->tmp.discard();
+      fail(t->index, std::current_exception(), t.get());
+    }
+  }
+
+  // The renames of a batch, shared with whichever pool workers are idle: each
+  // claims the next file; the committer claims too, and waits only for files
+  // already claimed, never for a helper that has not started (so a busy pool
+  // cannot hold it up).
+  struct Placing {
+    const std::vector<std::shared_ptr<Transfer>>* batch;  // alive until done == n
+    size_t n = 0;
+    std::atomic<size_t> next{0};
+    std::mutex mutex;
+    std::condition_variable cv;
+    size_t done = 0;
+  };
+
+  static void place_some(BulkState& st, Placing& p) {
+    const size_t n = p.n;
+    for (size_t i; (i = p.next.fetch_add(1)) < n;) {
+      st.place((*p.batch)[i]);
+      std::lock_guard<std::mutex> lock(p.mutex);
+      if (++p.done == n) p.cv.notify_all();
+    }
+  }
+
+  void place_all(const std::vector<std::shared_ptr<Transfer>>& batch) {
+    auto p = std::make_shared<Placing>();
+    p->batch = &batch;
+    p->n = batch.size();
+    const size_t helpers = std::min<size_t>(workers, batch.size() / 64);
+    if (helpers > 0) {
+      std::vector<std::function<void()>> tasks;
+      auto self = shared_from_this();
+      for (size_t h = 0; h < helpers; ++h) tasks.push_back([self, p] { place_some(*self, *p); });
+      ThreadPool::process_default().submit_many(std::move(tasks));
+    }
+    place_some(*this, *p);
+    std::unique_lock<std::mutex> lock(p->mutex);
+    p->cv.wait(lock, [&] { return p->done == batch.size(); });
+  }
+
+  // Makes the renames durable: each directory's fsync for a few, else one
+  // syncfs per filesystem. A failure fails the files in place there: their
+  // names might not survive a crash.
+  void sync_dirs(const std::vector<std::shared_ptr<Transfer>>& batch) {
+    std::map<std::string, dev_t> dirs;
+    for (auto& t : batch)
+      if (t->placed) dirs.emplace(t->dir, t->dev);
+    std::map<dev_t, int> errors;             // filesystem -> errno of its syncfs
+    std::map<std::string, int> dir_errors;   // directory -> errno of its fsync
+    if (dirs.size() < kSyncfsMin) {
+      for (const auto& [dir, dev] : dirs) {
         const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         // Some filesystems cannot sync a directory (EINVAL): nothing more to do there.
-        if (fd >= 0 && ::fsync(fd) != 0 && errno != EINVAL && errno != ENOTSUP) {
-          // The files are in place, but their names may not survive a crash: say so.
-          const int err = errno;
-          std::lock_guard<std::mutex> lock(results_mutex);
-          for (auto& t : batch) {
-            BulkResult& r = results[t->index];
-            if (t->dir == dir && r.status == BulkStatus::done) {
-              r.status = BulkStatus::failed;
-              r.error = "cannot fsync directory '" + dir + "': " + std::strerror(err);
-              r.error_kind = static_cast<int>(ErrorKind::os);
-              r.error_code = err;
-              failed_order.push_back(t->index);
-              files_done.fetch_sub(1);
-              files_failed.fetch_add(1);
-            }
-          }
-        }
+        if (fd < 0 || (::fsync(fd) != 0 && errno != EINVAL && errno != ENOTSUP)) dir_errors[dir] = errno;
         if (fd >= 0) ::close(fd);
       }
+    } else {
+      std::map<dev_t, std::string> one_dir;  // a directory on each filesystem, to syncfs through
+      for (const auto& [dir, dev] : dirs) one_dir.emplace(dev, dir);
+      for (const auto& [dev, dir] : one_dir) {
+        const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd < 0 || ::syncfs(dfd) != 0) errors[dev] = errno;
+        if (dfd >= 0) ::close(dfd);
+      }
     }
-    batch.clear();  // closes the descriptors and drops their locks
-    std::lock_guard<std::mutex> lock(commit_mutex);
-    committing = false;
+    if (errors.empty() && dir_errors.empty()) return;
+    std::lock_guard<std::mutex> lock(results_mutex);
+    for (auto& t : batch) {
+      BulkResult& r = results[t->index];
+      int err = 0;
+      if (auto it = dir_errors.find(t->dir); it != dir_errors.end()) err = it->second;
+      if (auto it = errors.find(t->dev); it != errors.end()) err = it->second;
+      if (!err || !t->placed || r.status != BulkStatus::done) continue;
+      r.status = BulkStatus::failed;
+      r.error = "cannot sync directory '" + t->dir + "': " + std::strerror(err);
+      r.error_kind = static_cast<int>(ErrorKind::os);
+      r.error_code = err;
+      failed_order.push_back(t->index);
+      files_done.fetch_sub(1);
+      files_failed.fetch_add(1);
+    }
   }
 
   // -- workers ---------------------------------------------------------------

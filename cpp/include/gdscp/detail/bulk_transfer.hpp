@@ -72,6 +72,7 @@ struct Transfer {
   struct timespec atime {};
   struct timespec mtime {};
   bool synced = false;        // fsynced on its worker (not left for the batch's syncfs)
+  bool placed = false;        // renamed (or linked) into place
   dev_t dev = 0;              // the destination's filesystem
 
   // The work: `size` bytes from `offset` (sequential: at most `size`, -1 no
@@ -117,8 +118,8 @@ void move_chunk(const TransferContext& cx, Transfer& t, const Chunk& c, BulkWork
 // Moves a sequential transfer front to back on this worker; throws.
 void move_sequential(const TransferContext& cx, Transfer& t, BulkWorker& w, std::atomic<uint64_t>& moved);
 
-// Once every byte is written: mode, times, and the file's own fsync or the
-// start of its writeback (`group`); with verify, the comparison. Throws.
+// Once every byte is written: mode, times, and the file's own fsync unless
+// `group` leaves it to its batch; with verify, the comparison. Throws.
 void finish_data(const TransferContext& cx, Transfer& t, bool group);
 
 }  // namespace gdscp::detail

@@ -186,8 +186,15 @@ def _options(
     return options
 
 
-def _staging(device: Optional[int], staging_size: Optional[int]) -> tuple[int, Any, int]:
-    """(address, keep, size) of device staging memory on GPU ``device``; (0, None, size) for host staging."""
+def _staging(device: Optional[int], staging_size: Optional[int], staging: Any = None) -> tuple[int, Any, int]:
+    """(address, keep, size) of the device staging memory: ``staging`` (a
+    device buffer) if given, else new memory on GPU ``device``; (0, None, size)
+    for host staging, which the engine allocates."""
+    if staging is not None:
+        b = _buffers.resolve(staging, writable=True)
+        if not b.device:
+            raise ValueError("staging must be device memory (host staging is the engine's own)")
+        return b.ptr, b.keep, b.nbytes
     size = int(staging_size or _DEFAULT_STAGING)
     if device is None:
         return 0, None, size
@@ -236,23 +243,25 @@ def stream_files(
     verify: bool = False,
     fail_fast: bool = False,
     staging_size: Optional[int] = None,
+    staging: Any = None,
 ) -> BulkJob:
     """Read each file through staging memory (GPU ``device``'s, or host
     memory) without keeping the bytes: how fast files load, as ``gdscp read``
     measures it. ``ranges``: ``(offset, length)`` per file, length None for the
     rest of it; a file that ends before its length fails. Files without a size
-    (devices, FIFOs, procfs) are read front to back to their end."""
+    (devices, FIFOs, procfs) are read front to back to their end. ``staging``:
+    a device buffer to use instead of new memory on ``device``."""
     paths = [_str(p) for p in paths]
     if ranges is not None and len(ranges) != len(paths):
         raise ValueError(f"{len(paths)} paths but {len(ranges)} ranges")
-    staging, keep, size = _staging(device, staging_size)
+    address, keep, size = _staging(device, staging_size, staging)
     items = []
     for i, path in enumerate(paths):
         offset, length = (0, None) if ranges is None else ranges[i]
         exact = length is not None
         items.append((_READ, path, "", 0, False, -1 if length is None else int(length), int(offset), exact, -1,
                       True, False, 0, 0))
-    options = _options(fail_fast=fail_fast, verify=verify, staging=staging, staging_size=size)
+    options = _options(fail_fast=fail_fast, verify=verify, staging=address, staging_size=size)
     return BulkJob(items, options, keep)
 
 
@@ -292,6 +301,7 @@ def copy_files(
     fail_fast: bool = False,
     staging_size: Optional[int] = None,
     sizes: Optional[Sequence[int]] = None,
+    staging: Any = None,
 ) -> BulkJob:
     """Copy each ``(src, dst)`` file, through GPU ``device``'s memory (storage
     -> GPU -> storage) or, with None, host memory; ``staging_size`` bytes of
@@ -299,11 +309,13 @@ def copy_files(
     durable; an existing one keeps its mode (``preserve``: the source's mode
     and times); ``no_clobber`` never replaces one; ``verify`` compares each
     copy, read from storage, with its source before it takes the name.
-    ``sizes``: the sources' sizes if known, for ``progress()``'s total."""
+    ``sizes``: the sources' sizes if known, for ``progress()``'s total.
+    ``staging``: a device buffer to copy through instead of new memory on
+    ``device``."""
     pairs = [(_str(s), _str(d)) for s, d in pairs]
     if sizes is not None and len(sizes) != len(pairs):
         raise ValueError(f"{len(pairs)} pairs but {len(sizes)} sizes")
-    staging, keep, size = _staging(device, staging_size)
+    address, keep, size = _staging(device, staging_size, staging)
     items = [
         (_COPY, src, dst, 0, False, -1 if sizes is None else int(sizes[i]), 0, False, -1, not preserve, False, 0, 0)
         for i, (src, dst) in enumerate(pairs)
@@ -314,7 +326,7 @@ def copy_files(
         fail_fast=fail_fast,
         verify=verify,
         preserve=preserve,
-        staging=staging,
+        staging=address,
         staging_size=size,
     )
     return BulkJob(items, options, keep)

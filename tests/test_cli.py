@@ -23,6 +23,7 @@ import pytest
 from rich.console import Console
 
 from gdscp import _core, memory
+from gdscp.bench.tree import make_tree as make_file_tree
 from gdscp.bulk import BulkJob
 from gdscp.cli import output, units
 from gdscp.cli.app import run
@@ -673,6 +674,99 @@ def test_copy_interrupted_by_a_signal(capsys, tmp_path, monkeypatch, signum, cod
     assert ("interrupted" if signum == signal.SIGINT else "terminated") in err
     assert dst.read_bytes() == b"precious" and temp_files(tmp_path) == []
     assert signal.getsignal(signal.SIGTERM) == before
+
+
+def test_copy_of_a_tree_of_many_files(capsys, tmp_path):
+    tree = make_file_tree(str(tmp_path / "src"), 400, 0, 40 * KiB, seed=2)
+    code, doc, err = cli_json(capsys, "copy", "-r", tree.root, tmp_path / "dst", "--host")
+    assert code == 0, err
+    assert doc["copied"] == 400 and doc["bytes"] == tree.bytes
+    for path in tree.paths:
+        assert (tmp_path / "dst" / os.path.relpath(path, tree.root)).read_bytes() == Path(path).read_bytes()
+    assert all(f["seconds"] >= 0 for f in doc["files"]) and temp_files(tmp_path) == []
+
+
+def vanish_after_the_walk(monkeypatch, paths) -> None:
+    """``gdscp copy`` finds ``paths`` in its walk, then they are gone."""
+    from gdscp.cli import copy as copy_module
+
+    real_run = copy_module._Copier.run
+
+    def vanish_then_run(self, jobs, progress):
+        for path in paths:
+            os.unlink(path)
+        return real_run(self, jobs, progress)
+
+    monkeypatch.setattr(copy_module._Copier, "run", vanish_then_run)
+
+
+def test_copy_of_a_tree_with_failing_files(capsys, tmp_path, monkeypatch):
+    """Files that vanish after the walk, and writes that fail: each reported
+    with its path and reason, the others copied, nothing partial left."""
+    tree = make_file_tree(str(tmp_path / "src"), 200, 1, 20 * KiB, seed=4)
+    gone = tree.paths[10:13]
+    vanish_after_the_walk(monkeypatch, gone)
+    _core.testing.arm_fault("pwrite", 50, 2, errno.EIO)
+    try:
+        code, doc, err = cli_json(capsys, "copy", "-r", tree.root, tmp_path / "dst", "--host")
+    finally:
+        _core.testing.disarm_fault()
+    assert code == 1 and doc["ok"] is False and doc["failed"] == 5 and doc["copied"] == 195
+    lines = error_lines(err)
+    assert len(lines) == 5
+    for path in gone:
+        assert any(path in line and "No such file" in line for line in lines)
+    assert sum("Input/output error" in line for line in lines) == 2
+    for f in doc["files"]:
+        dst = Path(f["destination"])
+        if f["status"] == "copied":
+            assert dst.read_bytes() == Path(f["source"]).read_bytes()
+        else:
+            assert f["status"] == "failed" and f["error"] and not dst.exists()
+    assert temp_files(tmp_path) == []
+
+
+def test_copy_fail_fast_stops_at_the_first_failure(capsys, tmp_path, monkeypatch):
+    tree = make_file_tree(str(tmp_path / "src"), 100, 1, 4 * KiB, seed=6, dirs=1)
+    vanish_after_the_walk(monkeypatch, tree.paths[:1])
+    code, doc, err = cli_json(capsys, "copy", "-r", tree.root, tmp_path / "dst", "--host", "--fail-fast",
+                              "--threads", "1")
+    assert code == 1
+    statuses = {f["status"] for f in doc["files"]}
+    assert statuses <= {"failed", "cancelled", "copied"} and "cancelled" in statuses
+    assert len(error_lines(err)) == 1
+    assert temp_files(tmp_path) == []
+
+
+def test_copy_clean_removes_dead_temporary_files(capsys, tmp_path):
+    random_file(tmp_path / "a.bin", 100)
+    deep = tmp_path / "out" / "deep"
+    deep.mkdir(parents=True)
+    dead = deep / ".x.bin.abcdefgh.gdscp-tmp"
+    dead.write_bytes(b"killed run")
+    code, _, err = cli(capsys, "copy", tmp_path / "a.bin", tmp_path / "out", "--clean", "--host")
+    assert code == 0 and not dead.exists() and "removed 1 temporary file" in err
+    assert (tmp_path / "out" / "a.bin").exists()
+
+
+def test_read_of_many_files_reports_each(capsys, tmp_path):
+    tree = make_file_tree(str(tmp_path / "t"), 150, 0, 30 * KiB, seed=8)
+    code, doc, err = cli_json(capsys, "read", *tree.paths, "--host", "--verify")
+    assert code == 0, err
+    assert [f["bytes"] for f in doc["files"]] == tree.sizes and doc["bytes"] == tree.bytes
+    # One read failing fails its file only.
+    _core.testing.arm_fault("pread", 30, 1, errno.EIO)
+    try:
+        code, doc, err = cli_json(capsys, "read", *tree.paths, "--host", "--threads", "1")
+    finally:
+        _core.testing.disarm_fault()
+    assert code == 1 and doc["ok"] is False
+    failed = [f for f in doc["files"] if f["status"] == "failed"]
+    assert len(failed) == 1 and "Input/output error" in failed[0]["error"]
+    (line,) = error_lines(err)
+    assert failed[0]["path"] in line
+    for f, size in zip(doc["files"], tree.sizes):
+        assert f["status"] == "failed" or f["bytes"] == size
 
 
 def _limit_file_size():

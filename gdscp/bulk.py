@@ -205,6 +205,19 @@ def _staging(device: Optional[int], staging_size: Optional[int], staging: Any = 
     return b.ptr, (array, b.keep), size
 
 
+def _buffer_items(kind: int, paths: list[str], buffers: Sequence[Any]) -> tuple[list[tuple], list]:
+    """The engine's items for reads into (or writes from) ``buffers``, and what keeps the memory alive."""
+    if len(buffers) != len(paths):
+        raise ValueError(f"{len(paths)} paths but {len(buffers)} buffers")
+    items, keep = [], []
+    for path, buf in zip(paths, buffers):
+        b = _buffers.resolve(buf, writable=kind == _READ)
+        keep.append(b.keep)
+        src, dst = (path, "") if kind == _READ else ("", path)
+        items.append((kind, src, dst, b.ptr, b.device, b.nbytes, 0, False, -1, True, False, 0, 0))
+    return items, keep
+
+
 def read_files(
     paths: Iterable[PathLike],
     buffers: Optional[Sequence[Any]] = None,
@@ -225,13 +238,7 @@ def read_files(
 
         arrays = [memory.allocate(os.stat(p).st_size, device) for p in paths]
         buffers = arrays
-    if len(buffers) != len(paths):
-        raise ValueError(f"{len(paths)} paths but {len(buffers)} buffers")
-    items, keep = [], []
-    for path, buf in zip(paths, buffers):
-        b = _buffers.resolve(buf, writable=True)
-        keep.append(b.keep)
-        items.append((_READ, path, "", b.ptr, b.device, b.nbytes, 0, False, -1, True, False, 0, 0))
+    items, keep = _buffer_items(_READ, paths, buffers)
     return BulkJob(items, _options(fail_fast=fail_fast, verify=verify), keep, arrays)
 
 
@@ -278,14 +285,7 @@ def write_files(
     temporary file beside each, renamed into place once complete (and, with
     ``fsync``, durable); an existing file keeps its mode, a new one gets 0666
     less the umask. ``no_clobber``: an existing file is left alone ("skipped")."""
-    paths = [_str(p) for p in paths]
-    if len(buffers) != len(paths):
-        raise ValueError(f"{len(paths)} paths but {len(buffers)} buffers")
-    items, keep = [], []
-    for path, buf in zip(paths, buffers):
-        b = _buffers.resolve(buf, writable=False)
-        keep.append(b.keep)
-        items.append((_WRITE, "", path, b.ptr, b.device, b.nbytes, 0, False, -1, True, False, 0, 0))
+    items, keep = _buffer_items(_WRITE, [_str(p) for p in paths], buffers)
     options = _options(fsync=fsync, atomic=atomic, no_clobber=no_clobber, fail_fast=fail_fast)
     return BulkJob(items, options, keep)
 

@@ -178,24 +178,25 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
     clean_temporaries(dir);
   }
 
+  // A file that failed, or whose job was cancelled, before it was put in
+  // place: its temporary file removed, its end recorded. False otherwise.
+  bool ended_early(Transfer& t) {
+    std::exception_ptr e;
+    {
+      std::lock_guard<std::mutex> lock(t.mutex);
+      e = t.error;
+    }
+    if (!e && !cancelled.load()) return false;
+    t.tmp.discard();
+    if (e) fail(t.index, e, &t);
+    else set_status(t.index, BulkStatus::cancelled);
+    return true;
+  }
+
   // -- the data of one file is written -----------------------------------------
   void finish(const std::shared_ptr<Transfer>& t) {
     t->seconds = std::chrono::duration<double>(BulkClock::now() - t->start).count();
-    if (t->failed()) {
-      std::exception_ptr e;
-      {
-        std::lock_guard<std::mutex> lock(t->mutex);
-        e = t->error;
-      }
-      t->tmp.discard();
-      fail(t->index, e, t.get());
-      return;
-    }
-    if (cancelled.load()) {
-      t->tmp.discard();
-      set_status(t->index, BulkStatus::cancelled);
-      return;
-    }
+    if (ended_early(*t)) return;
     try {
       const TransferContext cx = context();
       finish_data(cx, *t, group);
@@ -273,21 +274,7 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
 
   // Renames (or links) one file of a batch into place, and records its end.
   void place(const std::shared_ptr<Transfer>& t) {
-    if (t->failed()) {
-      std::exception_ptr e;
-      {
-        std::lock_guard<std::mutex> lock(t->mutex);
-        e = t->error;
-      }
-      t->tmp.discard();
-      fail(t->index, e, t.get());
-      return;
-    }
-    if (cancelled.load()) {
-      t->tmp.discard();
-      set_status(t->index, BulkStatus::cancelled);
-      return;
-    }
+    if (ended_early(*t)) return;
     try {
       bool placed = true;
       if (t->tmp) {

@@ -432,16 +432,21 @@ def benchmark(
         where = options.choose_memory(out, host, device)
         config.memory = "host" if where is None else "gpu"
         config.device = 0 if where is None else where
-        try:
-            with _Bar(out) as bar:
-                document = run_benchmark(config, progress=bar, warn=out.warn)
-        except BenchConfigError as exc:
-            option = _OPTION_NAMES.get(exc.option, "--" + exc.option.replace("_", "-"))
-            raise UsageError(f"{option}: {exc}") from None
+        document = _measure(out, run_benchmark, config)
         out.result({"command": "benchmark", "ok": True, **document}, lambda: _render(document))
         if plot_file is not None:  # after the result, so a failing plot loses no figures
             plot(document, os.fspath(plot_file))
             out.note(f"plot written to {plot_file}")
+
+
+def _measure(out: Output, run: Callable[..., dict], config: Any) -> dict:
+    """``run(config)`` under the progress bar; a bad setting is a usage error naming its option."""
+    try:
+        with _Bar(out) as bar:
+            return run(config, progress=bar, warn=out.warn)
+    except BenchConfigError as exc:
+        option = _OPTION_NAMES.get(exc.option, "--" + exc.option.replace("_", "-"))
+        raise UsageError(f"{option}: {exc}") from None
 
 
 def _files_benchmark(out: Output, files: Optional[int], file_size: Optional[str], mode: str, threads: Optional[str],
@@ -465,10 +470,5 @@ def _files_benchmark(out: Output, files: Optional[int], file_size: Optional[str]
         device=0 if where is None else where,
         threads=None if threads is None else _list("--threads", threads, _count),
     )
-    try:
-        with _Bar(out) as bar:
-            document = run_files_benchmark(config, progress=bar, warn=out.warn)
-    except BenchConfigError as exc:
-        option = _OPTION_NAMES.get(exc.option, "--" + exc.option.replace("_", "-"))
-        raise UsageError(f"{option}: {exc}") from None
+    document = _measure(out, run_files_benchmark, config)
     out.result({"command": "benchmark", "ok": True, **document}, lambda: _files_render(document))

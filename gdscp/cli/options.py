@@ -110,7 +110,7 @@ ChunkSize = Annotated[
         parser=size_option,
         metavar="SIZE",
         help="Buffer per transfer; larger files move through in chunks of this size "
-        "(default: up to 1GiB, at most an eighth of free memory).",
+        "(default: copy and read 64MiB shared by the workers; write up to 1GiB, at most an eighth of free memory).",
         rich_help_panel=_MEMORY,
     ),
 ]

@@ -160,7 +160,7 @@ def test_write_files_are_exact_and_keep_modes(tmp_path, small_chunks):
 # -- copies ----------------------------------------------------------------------------
 
 
-def test_copy_files_of_every_size(tmp_path, small_chunks):
+def test_copies_of_every_size(tmp_path, small_chunks):
     src = tmp_path / "src"
     src.mkdir()
     (tmp_path / "dst").mkdir()
@@ -180,7 +180,7 @@ def test_copy_files_of_every_size(tmp_path, small_chunks):
     assert temporaries(tmp_path) == []
 
 
-def test_copy_preserve_no_clobber_and_existing_modes(tmp_path):
+def test_copies_preserve_no_clobber_and_existing_modes(tmp_path):
     (a, da), (b, db) = files_of(tmp_path, [5000, 7000])
     os.chmod(a, 0o751)
     os.utime(a, ns=(1_000_000_000, 2_000_000_123))
@@ -207,7 +207,7 @@ def test_copy_preserve_no_clobber_and_existing_modes(tmp_path):
     assert Path(a).read_bytes() == da and temporaries(tmp_path) == []
 
 
-def test_copy_verify_refuses_a_bad_copy(tmp_path):
+def test_copies_verified_refuse_a_bad_copy(tmp_path):
     (a, da), (b, db) = files_of(tmp_path, [3000, 3000])
     _core.testing.arm_fault("land", 0, 1, 1)  # the first copy checked reads back one wrong byte
     try:
@@ -220,7 +220,7 @@ def test_copy_verify_refuses_a_bad_copy(tmp_path):
     assert not os.path.exists(bad.destination) and temporaries(tmp_path) == []
 
 
-def test_copy_of_a_tree_with_failures_leaves_no_partial_file(tmp_path):
+def test_copies_of_a_tree_with_failures_leave_no_partial_file(tmp_path):
     tree = make_tree(str(tmp_path / "src"), 300, 1, 20 * KiB, seed=3)
     (tmp_path / "dst").mkdir()
     pairs = [(p, str(tmp_path / "dst" / f"{i}.bin")) for i, p in enumerate(tree.paths)]

@@ -75,7 +75,7 @@ def _check(config: FilesConfig) -> None:
     directory = os.path.abspath(config.dir)
     if not os.path.isdir(directory) or not os.access(directory, os.W_OK | os.X_OK):
         raise BenchConfigError("dir", f"{config.dir}: not a writable directory")
-    need = 3 * config.files * config.high  # the tree, a copy of it, and room to spare
+    need = (2 * config.runs + 2) * config.files * config.high  # the tree, every run's copy, and room to spare
     free = shutil.disk_usage(directory).free
     if need > free:
         raise BenchConfigError("files", f"the tree and its copy need up to {need} bytes; {directory} has {free} free")
@@ -127,8 +127,10 @@ class _Run:
         for run in range(config.runs):
             for tool in ("gdscp", "cp"):
                 self.tick(f"copy: {tool}, run {run + 1}/{config.runs}")
-                dst = os.path.join(scratch, f"copy-{tool}")
-                shutil.rmtree(dst, ignore_errors=True)
+                # A new directory each run, the copies removed only at the end:
+                # on ext4, files made right after thousands were deleted pay for
+                # it (the inode allocator steps over recently freed inodes).
+                dst = os.path.join(scratch, f"copy-{tool}-{run}")
                 os.sync()  # the last run's writeback is not this run's
                 start = time.perf_counter()
                 if tool == "gdscp":
@@ -147,7 +149,9 @@ class _Run:
                     copied = [os.path.join(dst, os.path.relpath(p, tree.root)) for p in tree.paths]
                     if _digest(copied) != expected:
                         raise BenchError(f"{tool} copy -r produced different bytes")
-                shutil.rmtree(dst, ignore_errors=True)
+        for run in range(config.runs):
+            for tool in ("gdscp", "cp"):
+                shutil.rmtree(os.path.join(scratch, f"copy-{tool}-{run}"), ignore_errors=True)
         nbytes = tree.bytes
         gdscp = _record("gdscp", " ".join(["gdscp", "copy", "-r", *place, "SRC", "DST"]) + " (a new process)",
                         nbytes, times["gdscp"], command_seconds=spread(command_seconds))

@@ -101,7 +101,9 @@ def test_read_failures_are_per_file(tmp_path):
     for r, buf in zip(results, buffers):
         if r.status == "done":
             assert buf[: r.bytes].tobytes() == Path(r.source).read_bytes()
-    failures = gdscp.read_files(paths, buffers).failures()
+    job = gdscp.read_files(paths, buffers)
+    job.wait()
+    failures = job.failures()
     assert [f.index for f in failures] == [1, 3] or [f.index for f in failures] == [3, 1]
 
 
@@ -431,17 +433,22 @@ def scenario_device_copy(folder):
         with open(src, "wb") as f:
             f.write(random_bytes(n, 100 + i))
         pairs.append((src, os.path.join(folder, f"d{i}.bin")))
-    staging = standin.cuda.alloc(MiB)
-    with gdscp.defaults.set({"compat_mode": "on", "bounce_buffer_size": 64 * KiB, "num_threads": 4}):
-        standin.cuda.reset()
-        results = gdscp.copy_files(pairs, staging=staging, verify=True).results()
-    assert {r.status for r in results} == {"done"}, [r.error for r in results if r.error]
-    for src, dst in pairs:
-        with open(src, "rb") as a, open(dst, "rb") as b:
-            assert a.read() == b.read()
-    up = standin.cuda.calls("cuMemcpyHtoDAsync")
-    down = standin.cuda.calls("cuMemcpyDtoHAsync")
-    assert sum(c.size for c in up) == sum(c.size for c in down) == sum(sizes)
-    for c in up + down:
-        assert staging.ptr <= c.ptr and c.ptr + c.size <= staging.ptr + MiB, "a copy outside the staging memory"
+    # Staging of any size: each worker's share stays inside it, however small.
+    for size in (MiB, 40 * KiB, 5000):
+        staging = standin.cuda.alloc(size)
+        for _, dst in pairs:
+            if os.path.exists(dst):
+                os.unlink(dst)
+        with gdscp.defaults.set({"compat_mode": "on", "bounce_buffer_size": 64 * KiB, "num_threads": 4}):
+            standin.cuda.reset()
+            results = gdscp.copy_files(pairs, staging=staging, verify=True).results()
+        assert {r.status for r in results} == {"done"}, [r.error for r in results if r.error]
+        for src, dst in pairs:
+            with open(src, "rb") as a, open(dst, "rb") as b:
+                assert a.read() == b.read()
+        up = standin.cuda.calls("cuMemcpyHtoDAsync")
+        down = standin.cuda.calls("cuMemcpyDtoHAsync")
+        assert sum(c.size for c in up) == sum(c.size for c in down) == sum(sizes)
+        for c in up + down:
+            assert staging.ptr <= c.ptr and c.ptr + c.size <= staging.ptr + size, "a copy outside the staging memory"
     assert not [n for n in os.listdir(folder) if n.endswith(".gdscp-tmp")]

@@ -527,7 +527,10 @@ BulkJob::BulkJob(std::vector<BulkItem> items, const BulkOptions& options, const 
   unsigned workers = std::max(1u, pool.size());
   workers = static_cast<unsigned>(std::min<size_t>(workers, std::max<size_t>(1, options.staging_size / detail::kMinSlot)));
   st->workers = workers;
-  st->slot_size = std::max(detail::kMinSlot, detail::round_down(options.staging_size / workers, 4096));
+  // Each worker's share of the staging, whole pages where there are any:
+  // never more than the staging given (device staging is the caller's memory).
+  const size_t share = std::max<size_t>(1, options.staging_size / workers);
+  st->slot_size = share >= 4096 ? detail::round_down(share, 4096) : share;
   st->slot_size = std::min(st->slot_size, std::max(detail::kMinSlot, s.task_size));
   if (options.staging != 0 && staging_needed) {
     st->staging_mem = detail::resolve_device_pointer(options.staging);

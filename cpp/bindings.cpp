@@ -7,6 +7,7 @@
 
 #include "buffers.hpp"
 #include "release_gil.hpp"
+#include "bulk_bindings.hpp"
 #include "gdscp/error.hpp"
 #include "gdscp/future.hpp"
 #include "gdscp/handle.hpp"
@@ -188,5 +189,6 @@ NB_MODULE(_core, m) {
   }, "library_hint"_a);
 
   gdscp::bindings::define_device_buffer(m);
+  gdscp::bindings::define_bulk(m);
   gdscp::bindings::define_testing(m);
 }

@@ -29,7 +29,8 @@ void arm_fault(const std::string& op, long skip, long count, int err) {
   Op which;
   if (op == "pread") which = Op::pread;
   else if (op == "pwrite") which = Op::pwrite;
-  else throw nb::value_error("op must be 'pread' or 'pwrite'");
+  else if (op == "land") which = Op::land;  // the first byte of what a bulk job's verify checks is flipped
+  else throw nb::value_error("op must be 'pread', 'pwrite' or 'land'");
   if (err == 0 && which != Op::pread) throw nb::value_error("only a pread can read nothing (errno 0)");
   detail::fault::arm(which, skip, count, err == 0 ? detail::fault::kEndOfFile : err);
 }

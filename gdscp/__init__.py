@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers
     from . import defaults
     from ._errors import ArgumentError, CudaError, CuFileError, EnvironmentVariableError
     from .buffer import bounce_buffer_free, memory_deregister, memory_register
+    from .bulk import BulkJob, copy_files, read_files, write_files
     from .cufile import CuFile, IOFuture, IOFutureStream
     from .defaults import CompatMode
     from .mmap import Mmap
@@ -35,6 +36,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers
 # public name -> the module that defines it ("defaults" is itself a module)
 _HOME = {
     "ArgumentError": "_errors",
+    "BulkJob": "bulk",
     "CompatMode": "defaults",
     "CuFile": "cufile",
     "CuFileError": "_errors",
@@ -46,6 +48,7 @@ _HOME = {
     "RemoteFile": "remote_file",
     "bounce_buffer_free": "buffer",
     "clear_page_cache": "page_cache",
+    "copy_files": "bulk",
     "defaults": None,
     "drop_file_page_cache": "page_cache",
     "drop_system_page_cache": "page_cache",
@@ -53,8 +56,10 @@ _HOME = {
     "is_remote_file_available": "remote_file",
     "memory_deregister": "buffer",
     "memory_register": "buffer",
+    "read_files": "bulk",
     "stream_deregister": "stream",
     "stream_register": "stream",
+    "write_files": "bulk",
 }
 
 __all__ = sorted(_HOME) + ["__version__"]

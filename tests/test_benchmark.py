@@ -284,6 +284,53 @@ def test_interrupt_removes_the_files_and_exits_130(tmp_path):
     assert leftovers(tmp_path) == []
 
 
+def test_many_files_workload_compares_copy_and_read(capsys, tmp_path):
+    code, out, err = cli(capsys, "--files", "30", "--file-size", "1K-8K", "--host", "--dir", tmp_path, "--json",
+                         "--threads", "1,2")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["schema"] == "gdscp-benchmark-files/1" and doc["config"]["files"] == 30
+    assert 30 * 1024 <= doc["config"]["bytes"] <= 30 * 8192
+    copy, read = doc["workloads"]
+    assert [r["tool"] for r in copy["results"]] == ["gdscp", "cp"]
+    gdscp, cp = copy["results"]
+    assert len(gdscp["seconds"]) == len(cp["seconds"]) == 3
+    assert gdscp["factor"]["cp"] == round(cp["median_s"] / gdscp["median_s"], 4)
+    check_spread(gdscp["command_seconds"])
+    assert [r["tool"] for r in read["results"]][:2] == ["gdscp", "python"]
+    assert read["results"][0]["factor"]["python"] > 0
+    if not read["kvikio"]["available"]:
+        assert read["results"][0]["factor"]["kvikio"] is None and "kvikio" in read["kvikio"]["reason"]
+    assert set(doc["ceilings"]) == {"disk_direct_write", "disk_buffered_write"}
+    assert list(tmp_path.iterdir()) == []
+    code, out, err = cli(capsys, "--files", "10", "--file-size", "2K", "--host", "--dir", tmp_path, "--mode", "read")
+    assert code == 0 and "read:" in out and "copy:" not in out
+
+
+@pytest.mark.parametrize("args, culprit", [
+    (["--files", "0"], "--files"),
+    (["--files", "5", "--file-size", "8K-1K"], "--file-size"),
+    (["--file-size", "1K"], "--files"),
+    (["--files", "5", "--mode", "randread"], "--mode"),
+])
+def test_many_files_bad_values(capsys, tmp_path, args, culprit):
+    code, out, err = cli(capsys, *args, "--host", "--dir", tmp_path)
+    assert code == 2 and culprit in err and out == ""
+
+
+def test_tree_sizes_and_contents(tmp_path):
+    from gdscp.bench.tree import make_tree, parse_size_range
+    from gdscp.cli.units import parse_size
+
+    assert parse_size_range("1K-64K", parse_size) == (1024, 65536)
+    assert parse_size_range("4K", parse_size) == (4096, 4096)
+    tree = make_tree(str(tmp_path), 250, 0, 5000, seed=1)
+    assert len(tree.paths) == 250 and len({os.path.dirname(p) for p in tree.paths}) == 3
+    assert [os.path.getsize(p) for p in tree.paths] == tree.sizes and 0 <= min(tree.sizes)
+    contents = [Path(p).read_bytes() for p in tree.paths if os.path.getsize(p) >= 8]
+    assert len(set(contents)) == len(contents), "two files hold the same bytes"
+
+
 # -- the library ---------------------------------------------------------------------
 
 

@@ -23,6 +23,8 @@ import pytest
 from rich.console import Console
 
 from gdscp import _core, memory
+from gdscp.bench.tree import make_tree as make_file_tree
+from gdscp.bulk import BulkJob
 from gdscp.cli import output, units
 from gdscp.cli.app import run
 from gdscp.cli.progress import TransferProgress
@@ -411,44 +413,22 @@ def test_read_without_gpu_says_so(capsys, tmp_path):
         assert "host memory" in out
 
 
-class _CorruptingFile:
-    """Stands in for CuFile in ``gdscp.cli.read``: every read flips the first byte it loads."""
-
-    def __init__(self, real):
-        self._real = real
-
-    def __getattr__(self, name):
-        return getattr(self._real, name)
-
-    def pread(self, buf, size, offset):
-        future = self._real.pread(buf, size, offset)
-
-        class Future:
-            def progress(self):
-                return future.progress()
-
-            def cancel(self):
-                future.cancel()
-
-            def get(self):
-                n = future.get()
-                buf[0] ^= 0xFF
-                return n
-
-        return Future()
-
-
-def test_read_verify_catches_wrong_bytes(capsys, tmp_path, monkeypatch):
-    from gdscp.cli import read as read_module
-
-    real = read_module.CuFile
-    monkeypatch.setattr(read_module, "CuFile", lambda path, flags: _CorruptingFile(real(path, flags)))
+def test_read_verify_catches_wrong_bytes(capsys, tmp_path):
     random_file(tmp_path / "v.bin", 100 * KiB)
-    code, _, err = cli(capsys, "read", tmp_path / "v.bin", "--verify", "--chunk-size", "32K", "--host")
+    _core.testing.arm_fault("land", 0, 1, 1)  # the first bytes checked are corrupted
+    try:
+        code, _, err = cli(capsys, "read", tmp_path / "v.bin", "--verify", "--chunk-size", "32K", "--threads", "1",
+                           "--host")
+    finally:
+        _core.testing.disarm_fault()
     assert code == 1
     (line,) = error_lines(err)
     assert "verify failed" in line and "v.bin" in line and "offset 0" in line
-    assert cli(capsys, "read", tmp_path / "v.bin", "--host")[0] == 0  # without --verify nobody looks
+    _core.testing.arm_fault("land", 0, 1, 1)
+    try:
+        assert cli(capsys, "read", tmp_path / "v.bin", "--host")[0] == 0  # without --verify nobody looks
+    finally:
+        _core.testing.disarm_fault()
 
 
 @pytest.mark.parametrize(
@@ -678,25 +658,115 @@ def test_write_failing_midway_keeps_the_old_file(capsys, tmp_path):
 
 @pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_copy_interrupted_by_a_signal(capsys, tmp_path, monkeypatch, signum, code):
-    random_file(tmp_path / "src.bin", MiB)
+    random_file(tmp_path / "src.bin", 8 * MiB)
     dst = tmp_path / "dst.bin"
     dst.write_bytes(b"precious")
-    real_wait = TransferProgress.wait
-    calls = []
+    real_wait = BulkJob.wait
 
-    def wait_then_signal(self, future):
-        calls.append(1)
-        if len(calls) == 3:  # a few chunks in: the signal lands while the copy runs
-            os.kill(os.getpid(), signum)
-        return real_wait(self, future)
+    def signal_then_wait(self, timeout=None):
+        os.kill(os.getpid(), signum)  # the signal lands while the copy runs
+        return real_wait(self, timeout)
 
-    monkeypatch.setattr(TransferProgress, "wait", wait_then_signal)
+    monkeypatch.setattr(BulkJob, "wait", signal_then_wait)
     before = signal.getsignal(signal.SIGTERM)
     got, _, err = cli(capsys, "copy", tmp_path / "src.bin", dst, "--chunk-size", "64K")
     assert got == code
     assert ("interrupted" if signum == signal.SIGINT else "terminated") in err
     assert dst.read_bytes() == b"precious" and temp_files(tmp_path) == []
     assert signal.getsignal(signal.SIGTERM) == before
+
+
+def test_copy_of_a_tree_of_many_files(capsys, tmp_path):
+    tree = make_file_tree(str(tmp_path / "src"), 400, 0, 40 * KiB, seed=2)
+    code, doc, err = cli_json(capsys, "copy", "-r", tree.root, tmp_path / "dst", "--host")
+    assert code == 0, err
+    assert doc["copied"] == 400 and doc["bytes"] == tree.bytes
+    for path in tree.paths:
+        assert (tmp_path / "dst" / os.path.relpath(path, tree.root)).read_bytes() == Path(path).read_bytes()
+    assert all(f["seconds"] >= 0 for f in doc["files"]) and temp_files(tmp_path) == []
+
+
+def vanish_after_the_walk(monkeypatch, paths) -> None:
+    """``gdscp copy`` finds ``paths`` in its walk, then they are gone."""
+    from gdscp.cli import copy as copy_module
+
+    real_run = copy_module._Copier.run
+
+    def vanish_then_run(self, jobs, progress):
+        for path in paths:
+            os.unlink(path)
+        return real_run(self, jobs, progress)
+
+    monkeypatch.setattr(copy_module._Copier, "run", vanish_then_run)
+
+
+def test_copy_of_a_tree_with_failing_files(capsys, tmp_path, monkeypatch):
+    """Files that vanish after the walk, and writes that fail: each reported
+    with its path and reason, the others copied, nothing partial left."""
+    tree = make_file_tree(str(tmp_path / "src"), 200, 1, 20 * KiB, seed=4)
+    gone = tree.paths[10:13]
+    vanish_after_the_walk(monkeypatch, gone)
+    _core.testing.arm_fault("pwrite", 50, 2, errno.EIO)
+    try:
+        code, doc, err = cli_json(capsys, "copy", "-r", tree.root, tmp_path / "dst", "--host")
+    finally:
+        _core.testing.disarm_fault()
+    assert code == 1 and doc["ok"] is False and doc["failed"] == 5 and doc["copied"] == 195
+    lines = error_lines(err)
+    assert len(lines) == 5
+    for path in gone:
+        assert any(path in line and "No such file" in line for line in lines)
+    assert sum("Input/output error" in line for line in lines) == 2
+    for f in doc["files"]:
+        dst = Path(f["destination"])
+        if f["status"] == "copied":
+            assert dst.read_bytes() == Path(f["source"]).read_bytes()
+        else:
+            assert f["status"] == "failed" and f["error"] and not dst.exists()
+    assert temp_files(tmp_path) == []
+
+
+def test_copy_fail_fast_stops_at_the_first_failure(capsys, tmp_path, monkeypatch):
+    tree = make_file_tree(str(tmp_path / "src"), 100, 1, 4 * KiB, seed=6, dirs=1)
+    vanish_after_the_walk(monkeypatch, tree.paths[:1])
+    code, doc, err = cli_json(capsys, "copy", "-r", tree.root, tmp_path / "dst", "--host", "--fail-fast",
+                              "--threads", "1")
+    assert code == 1
+    statuses = {f["status"] for f in doc["files"]}
+    assert statuses <= {"failed", "cancelled", "copied"} and "cancelled" in statuses
+    assert len(error_lines(err)) == 1
+    assert temp_files(tmp_path) == []
+
+
+def test_copy_clean_removes_dead_temporary_files(capsys, tmp_path):
+    random_file(tmp_path / "a.bin", 100)
+    deep = tmp_path / "out" / "deep"
+    deep.mkdir(parents=True)
+    dead = deep / ".x.bin.abcdefgh.gdscp-tmp"
+    dead.write_bytes(b"killed run")
+    code, _, err = cli(capsys, "copy", tmp_path / "a.bin", tmp_path / "out", "--clean", "--host")
+    assert code == 0 and not dead.exists() and "removed 1 temporary file" in err
+    assert (tmp_path / "out" / "a.bin").exists()
+
+
+def test_read_of_many_files_reports_each(capsys, tmp_path):
+    tree = make_file_tree(str(tmp_path / "t"), 150, 0, 30 * KiB, seed=8)
+    code, doc, err = cli_json(capsys, "read", *tree.paths, "--host", "--verify")
+    assert code == 0, err
+    assert [f["bytes"] for f in doc["files"]] == tree.sizes and doc["bytes"] == tree.bytes
+    # One read failing fails its file only.
+    _core.testing.arm_fault("pread", 30, 1, errno.EIO)
+    try:
+        code, doc, err = cli_json(capsys, "read", *tree.paths, "--host", "--threads", "1")
+    finally:
+        _core.testing.disarm_fault()
+    assert code == 1 and doc["ok"] is False
+    failed = [f for f in doc["files"] if f["status"] == "failed"]
+    assert len(failed) == 1 and "Input/output error" in failed[0]["error"]
+    (line,) = error_lines(err)
+    assert failed[0]["path"] in line
+    for f, size in zip(doc["files"], tree.sizes):
+        assert f["status"] == "failed" or f["bytes"] == size
 
 
 def _limit_file_size():

@@ -293,41 +293,39 @@ def test_quiet_prints_nothing_on_success(capsys, tmp_path, command):
     assert out == "" and err == ""
 
 
-def test_failed_verify_does_not_claim_every_copy_was_compared(capsys, tmp_path, monkeypatch):
-    from gdscp.cli import copy as copy_command
-    from gdscp.cli.output import Failure
+def test_failed_verify_does_not_claim_every_copy_was_compared(capsys, tmp_path):
+    from gdscp import _core
 
     random_file(tmp_path / "a", 1000, seed=1)
     random_file(tmp_path / "b", 1000, seed=2)
     (tmp_path / "out").mkdir()
-    real = copy_command._compare
-
-    def flaky(src, tmp, dst):
-        if src.endswith("b"):
-            raise Failure(f"verify failed: the copy of '{src}' differs at offset 0; '{dst}' was not changed")
-        real(src, tmp, dst)
-
-    monkeypatch.setattr(copy_command, "_compare", flaky)
-    code, out, err = cli(capsys, "copy", tmp_path / "a", tmp_path / "b", tmp_path / "out", "--verify", "--host")
+    _core.testing.arm_fault("land", 1, 1, 1)  # the second copy checked reads back a wrong byte
+    try:
+        code, out, err = cli(capsys, "copy", tmp_path / "a", tmp_path / "b", tmp_path / "out", "--verify", "--host")
+    finally:
+        _core.testing.disarm_fault()
     assert code == 1
     assert "every copy was compared" not in out
     assert "1 failed" in out
+    assert "verify failed" in err and "was not changed" in err
+    assert len(list((tmp_path / "out").iterdir())) == 1  # the copy that failed its check never took its name
 
 
 # -- temporary files and signals --------------------------------------------------------------------
 
 
 def test_a_signal_right_after_a_temporary_file_is_made_leaves_nothing_behind(tmp_path, monkeypatch):
-    """Ctrl-C arriving the moment mkstemp returns is delivered on the way out of
-    make_temp, before its caller learns the name: the file must still be found."""
-    real_mkstemp = tempfile.mkstemp
+    """Ctrl-C arriving the moment the temporary file is made is delivered on the
+    way out of make_temp, before its caller learns the name: the file must
+    still be found."""
+    real_create = atomic.create_temporary
 
-    def mkstemp_then_interrupt(*args, **kwargs):
-        made = real_mkstemp(*args, **kwargs)
+    def create_then_interrupt(*args, **kwargs):
+        made = real_create(*args, **kwargs)
         os.kill(os.getpid(), signal.SIGINT)  # pending until make_temp lets signals through
         return made
 
-    monkeypatch.setattr(tempfile, "mkstemp", mkstemp_then_interrupt)
+    monkeypatch.setattr(atomic, "create_temporary", create_then_interrupt)
     with pytest.raises(KeyboardInterrupt):
         atomic.make_temp(str(tmp_path / "dst.bin"))
     assert temp_files(tmp_path) != [], "the test did not reach the window it is about"
@@ -336,16 +334,15 @@ def test_a_signal_right_after_a_temporary_file_is_made_leaves_nothing_behind(tmp
 
 
 def test_the_command_guard_removes_pending_temporary_files(capsys, tmp_path, monkeypatch):
-    real_mkstemp = tempfile.mkstemp
+    real_create = atomic.create_temporary
 
-    def mkstemp_then_interrupt(*args, **kwargs):
-        made = real_mkstemp(*args, **kwargs)
+    def create_then_interrupt(*args, **kwargs):
+        made = real_create(*args, **kwargs)
         os.kill(os.getpid(), signal.SIGINT)
         return made
 
-    random_file(tmp_path / "src", 1000)
-    monkeypatch.setattr(tempfile, "mkstemp", mkstemp_then_interrupt)
-    code = run(["copy", str(tmp_path / "src"), str(tmp_path / "dst"), "--host"])
+    monkeypatch.setattr(atomic, "create_temporary", create_then_interrupt)
+    code = run(["write", str(tmp_path / "dst"), "--size", "1K", "--host"])
     assert code == 130
     assert temp_files(tmp_path) == []
     assert not (tmp_path / "dst").exists()

@@ -760,6 +760,66 @@ def test_copy_interrupted_many_times(big_source, tmp_path, sig):
     _interrupt_copies(big_source, tmp_path, sig, iterations=30)
 
 
+def _interrupt_tree_copies(tmp_path, sig: int, iterations: int) -> None:
+    """``gdscp copy -r`` of 500 files, interrupted at random moments: exit 130
+    or 143 (0 if it was over), no temporary file anywhere, every file in the
+    destination complete and exact (hundreds of files are in flight when the
+    signal lands during the copy)."""
+    from gdscp.bench.tree import make_tree
+
+    tree = make_tree(str(tmp_path / "src"), 500, 1, 128 << 10, seed=sig)
+    rng = random.Random(f"tree-{sig}")
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "gdscp", "copy", "-r", "--host", tree.root, str(tmp_path / "base")],
+                          capture_output=True, timeout=CHILD_TIMEOUT)
+    duration = time.monotonic() - started
+    assert proc.returncode == 0, proc.stderr
+    shutil.rmtree(tmp_path / "base")
+    outcomes = []
+    for i in range(iterations):
+        dst = tmp_path / f"run{i}"
+        what = f"{signal.Signals(sig).name}, run {i} (the copy takes {duration:.3f} s)"
+        proc = subprocess.Popen([sys.executable, "-m", "gdscp", "copy", "-r", "--host", tree.root, str(dst)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        # The destination directory appears once gdscp runs (its handlers in
+        # place): the signal lands from then on, before or after the files'.
+        began = time.monotonic()
+        while not dst.exists() and proc.poll() is None and time.monotonic() - began < CHILD_TIMEOUT:
+            time.sleep(0.001)
+        delay = rng.uniform(0.0, duration / 2)
+        what += f", {delay:.3f} s after the destination appeared"
+        time.sleep(delay)
+        if proc.poll() is None:
+            proc.send_signal(sig)
+        rc, err = _finish(proc, what)
+        copied = 0
+        for folder, _, names in os.walk(dst):
+            for name in names:
+                assert not name.endswith(".gdscp-tmp"), f"{what}: {name} left behind"
+                path = os.path.join(folder, name)
+                source = os.path.join(tree.root, os.path.relpath(path, dst))
+                with open(path, "rb") as a, open(source, "rb") as b:
+                    assert a.read() == b.read(), f"{what}: {path} is not its source"
+                copied += 1
+        # 0: over before the signal; -sig: it landed on the way out, after the copy.
+        assert rc in (0, 128 + sig) or (rc == -sig and copied == len(tree.paths)), f"{what}: exit {rc}\n{err}"
+        assert rc != 0 or copied == len(tree.paths), f"{what}: exit status 0 with {copied} files"
+        outcomes.append((round(delay, 3), rc, copied))
+        shutil.rmtree(dst, ignore_errors=True)
+    print(f"{signal.Signals(sig).name} outcomes (delay, exit status, files complete):", outcomes)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_tree_copy_interrupted(tmp_path, sig):
+    _interrupt_tree_copies(tmp_path, sig, iterations=6)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_tree_copy_interrupted_many_times(tmp_path, sig):
+    _interrupt_tree_copies(tmp_path, sig, iterations=40)
+
+
 def _cap_file_size(limit: int):
     def preexec() -> None:
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)

@@ -4,7 +4,7 @@ pages, and removing them whatever happens."""
 from __future__ import annotations
 
 import os
-import tempfile
+import secrets
 from typing import Optional
 
 import numpy as np
@@ -136,10 +136,18 @@ class BenchFiles:
         self._paths: list[str] = []
 
     def _reserve(self, suffix: str) -> str:
-        fd, path = tempfile.mkstemp(prefix=".gdscp-bench-", suffix=suffix, dir=self.directory)
-        os.close(fd)
-        self._paths.append(path)
-        return path
+        # Recorded before it exists, so that Ctrl-C landing the moment the file
+        # appears still finds it (remove() passes over a name never made).
+        while True:
+            path = os.path.join(self.directory, f".gdscp-bench-{secrets.token_hex(4)}{suffix}")
+            self._paths.append(path)
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            except FileExistsError:
+                self._paths.pop()
+                continue
+            os.close(fd)
+            return path
 
     def __enter__(self) -> "BenchFiles":
         try:

@@ -3,10 +3,14 @@
 ``run(argv)`` runs the command line and returns the exit code (the console
 script, ``gdscp.cli.main``, exits with it). Usage errors found while parsing
 come out as one line on stderr, exit code 2.
+
+A command's module is imported only when that command runs (or when help
+lists them all): the benchmark's numpy, for one, is no part of a copy's start.
 """
 
 from __future__ import annotations
 
+import importlib
 import sys
 from typing import Annotated, Optional, Sequence
 
@@ -14,7 +18,6 @@ import typer
 
 import gdscp
 
-from . import copy, info, read, write
 from .exits import EXIT_INTERRUPTED, EXIT_USAGE, INTERRUPTED
 
 __all__ = ["app", "run"]
@@ -49,15 +52,20 @@ def _root(
     """Move data between files and GPU memory."""
 
 
-# The commands, in the order --help lists them. Each module defines one function
-# named after its command; its docstring is the command's help.
-app.command("copy")(copy.copy)
-app.command("read")(read.read)
-app.command("write")(write.write)
-app.command("info")(info.info)
-# `gdscp benchmark` lives in gdscp/cli/benchmark.py, which defines `def benchmark(...)`.
-from . import benchmark  # noqa: E402
-app.command("benchmark")(benchmark.benchmark)
+# The commands, in the order --help lists them. Each lives in the module of its
+# name (gdscp/cli/NAME.py), which defines one function named after it; its
+# docstring is the command's help.
+COMMANDS = ("copy", "read", "write", "info", "benchmark")
+
+
+def _register(names: Sequence[str]) -> None:
+    """Adds the commands ``names`` to the app (once each), in help order."""
+    have = {c.name for c in app.registered_commands}
+    for name in names:
+        if name not in have:
+            module = importlib.import_module(f".{name}", __package__)
+            app.command(name)(getattr(module, name))
+    app.registered_commands.sort(key=lambda c: COMMANDS.index(c.name))
 
 
 def _is_click_error(exc: BaseException) -> bool:
@@ -69,6 +77,7 @@ def _is_click_error(exc: BaseException) -> bool:
 def run(argv: Optional[Sequence[str]] = None) -> int:
     """Run the gdscp command line on ``argv`` (default: ``sys.argv[1:]``); the exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
+    _register([args[0]] if args and args[0] in COMMANDS else COMMANDS)
     try:
         code = app(args=args, prog_name="gdscp", standalone_mode=False)
     except KeyboardInterrupt:
@@ -89,4 +98,3 @@ def run(argv: Optional[Sequence[str]] = None) -> int:
         sys.stderr.write(f"{where}: error: {message}{hint}\n")
         return int(exc.exit_code)
     return code if isinstance(code, int) else 0
-

@@ -4,7 +4,9 @@ file beside it, renamed into place, the directory then fsynced.
 Every temporary file is recorded the moment it exists (Ctrl-C and SIGTERM are
 held off from its creation until it is recorded), so that whatever interrupts
 a command, ``remove_pending()`` (run by ``Output.guard`` on the way out) finds
-and removes it.
+and removes it. A temporary file is held locked while it is recorded
+(``gdscp.bulk.create_temporary``), so that another run cleaning the directory
+knows it is in use. Bulk jobs (copy, read) keep their own temporary files.
 """
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ import contextlib
 import errno
 import os
 import signal
-import tempfile
 import threading
 from typing import Callable, Iterator
+
+from ..bulk import TEMPORARY_SUFFIX, create_temporary
 
 __all__ = [
     "TEMP_SUFFIX",
@@ -29,10 +32,11 @@ __all__ = [
     "signals_held",
 ]
 
-TEMP_SUFFIX = ".gdscp-tmp"
+TEMP_SUFFIX = TEMPORARY_SUFFIX
 
-# Temporary files this process made and has neither renamed nor removed yet.
-_pending: set[str] = set()
+# Temporary files this process made and has neither renamed nor removed yet,
+# with the descriptor that holds each one's lock (None for a symbolic link).
+_pending: dict[str, "int | None"] = {}
 _SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
 
@@ -76,22 +80,26 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def _record(create: Callable[[], str]) -> str:
+def _record(create: Callable[[], "tuple[str, int | None]"]) -> str:
     with signals_held():
-        path = create()
-        _pending.add(path)
+        path, fd = create()
+        _pending[path] = fd
     return path
 
 
-def make_temp(dst: str) -> str:
-    """Create an empty temporary file in ``dst``'s directory and return its path
-    (``.NAME.XXXXXXXX.gdscp-tmp``), recorded for ``remove_pending()``."""
-    directory = os.path.dirname(os.path.abspath(dst))
-
-    def create() -> str:
-        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(dst)}.", suffix=TEMP_SUFFIX, dir=directory)
+def _drop(tmp: str) -> None:
+    fd = _pending.pop(tmp, None)
+    if fd is not None:
         os.close(fd)
-        return tmp
+
+
+def make_temp(dst: str) -> str:
+    """Create an empty, locked temporary file in ``dst``'s directory and return
+    its path (``.NAME.XXXXXXXX.gdscp-tmp``), recorded for ``remove_pending()``."""
+
+    def create() -> "tuple[str, int | None]":
+        fd, tmp = create_temporary(os.path.abspath(dst))
+        return tmp, fd
 
     return _record(create)
 
@@ -101,14 +109,14 @@ def make_temp_link(target: str, dst: str) -> str:
     for ``remove_pending()``."""
     directory = os.path.dirname(os.path.abspath(dst))
 
-    def create() -> str:
+    def create() -> "tuple[str, int | None]":
         for _ in range(100):
             tmp = os.path.join(directory, f".{os.path.basename(dst)}.{os.urandom(4).hex()}{TEMP_SUFFIX}")
             try:
                 os.symlink(target, tmp)
             except FileExistsError:
                 continue
-            return tmp
+            return tmp, None
         raise FileExistsError(errno.EEXIST, "no free temporary name", directory)
 
     return _record(create)
@@ -117,7 +125,7 @@ def make_temp_link(target: str, dst: str) -> str:
 def commit(tmp: str, dst: str) -> None:
     """Rename ``tmp`` over ``dst``."""
     os.replace(tmp, dst)
-    _pending.discard(tmp)
+    _drop(tmp)
 
 
 def discard(tmp: str) -> None:
@@ -127,12 +135,12 @@ def discard(tmp: str) -> None:
             os.unlink(tmp)
         except OSError:
             pass
-        _pending.discard(tmp)
+        _drop(tmp)
 
 
 def forget(tmp: str) -> None:
     """``tmp`` no longer exists under that name (renamed or linked elsewhere)."""
-    _pending.discard(tmp)
+    _drop(tmp)
 
 
 def remove_pending() -> None:
@@ -143,4 +151,4 @@ def remove_pending() -> None:
                 os.unlink(tmp)
             except OSError:
                 pass
-            _pending.discard(tmp)
+            _drop(tmp)

@@ -1,7 +1,9 @@
 """``gdscp benchmark``: how fast this machine moves files into GPU (or host)
 memory with gdscp, next to plain Python, numpy + CuPy, KvikIO and the
-machine's own ceilings. The measuring lives in ``gdscp.bench``; this module
-parses options, shows progress and prints the table, the JSON or the plot."""
+machine's own ceilings; with ``--files``, a tree of many files copied and
+read (against ``cp -r`` + ``sync`` and per-file loops). The measuring lives in
+``gdscp.bench``; this module parses options, shows progress and prints the
+table, the JSON or the plot."""
 
 from __future__ import annotations
 
@@ -16,6 +18,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from ..bench.config import DEFAULT_RANDOM_OPS, DEFAULT_RUNS, MODES, BenchConfig, BenchConfigError
+from ..bench.many import FILE_MODES, FilesConfig, run_files_benchmark
+from ..bench.tree import parse_size_range
 from ..bench.plot import PLOT_SUFFIXES, PlotUnavailable, plot, require_matplotlib
 from ..bench.runner import run_benchmark
 from . import options
@@ -26,6 +30,7 @@ __all__ = ["benchmark"]
 
 _MEASURE = "Measurement"
 _OPTION_NAMES = {"random_ops": "--ops"}  # the rest are "--" + the name with dashes
+_DEFAULT_FILE_SIZE = "1K-64K"
 _TOOL_NAMES = {"gdscp": "gdscp", "python": "python", "numpy_cupy": "numpy+cupy", "kvikio": "kvikio"}
 
 
@@ -237,6 +242,43 @@ def _legend(doc: dict) -> str:
     return Group(*parts)
 
 
+def _files_render(doc: dict) -> Group:
+    config = doc["config"]
+    where = "host memory" if config["memory"] == "host" else f"GPU {config['device']}"
+    parts: list[Any] = [
+        f"gdscp benchmark: {config['files']} files of {_size_label(config['low'])}-{_size_label(config['high'])} "
+        f"({_size_label(config['bytes'])} in all) in {config['dir']}, through {where}; median of "
+        f"{config['runs']} runs; took {doc['duration_s']:.0f} s"
+    ]
+    for work in doc["workloads"]:
+        table = _table(f"{work['mode']}: seconds, median of {config['runs']} runs (min-max GB/s)")
+        for name in ("tool", "threads", "seconds", "GB/s", "min-max", "x gdscp faster"):
+            table.add_column(name, justify="left" if name == "tool" else "right")
+        gdscp = work["results"][0]
+        for r in work["results"]:
+            g = r["gb_per_s"]
+            faster = ""
+            if r["tool"] != "gdscp" and (r.get("best") or r["tool"] == "cp"):
+                faster = _times(r["median_s"] / gdscp["median_s"])
+            table.add_row(
+                r["tool"], "-" if r.get("threads") is None else str(r["threads"]), f"{r['median_s']:.3f}",
+                _num(g["median"]), f"{_num(g['min'])}-{_num(g['max'])}", faster,
+                style="bold" if r["tool"] == "gdscp" else None,
+            )
+        parts += ["", table]
+        for r in work["results"]:
+            parts.append(f"  {r['tool']}: {r['what']}")
+        if work["mode"] == "copy":
+            cs = gdscp["command_seconds"]["median"]
+            parts.append(f"  gdscp copy's own time (without starting Python): {cs:.3f} s")
+            if "ceiling_gb_per_s" in work:
+                parts.append(f"  disk write ceiling measured in this run: {_num(work['ceiling_gb_per_s'])} GB/s; "
+                             f"gdscp at {_pct(gdscp.get('share_of_ceiling'))} of it")
+        elif not work["kvikio"]["available"]:
+            parts.append(f"  not compared with kvikio: {work['kvikio']['reason']}")
+    return Group(*parts)
+
+
 class _Bar:
     """The run's steps as one Rich bar on stderr (only for a person watching)."""
 
@@ -357,6 +399,25 @@ def benchmark(
             rich_help_panel="Output",
         ),
     ] = None,
+    files: Annotated[
+        Optional[int],
+        typer.Option(
+            "--files",
+            metavar="N",
+            help="Instead: a tree of N files, copied (gdscp copy -r against cp -r + sync) and read "
+            "(gdscp's bulk read against per-file loops: Python, KvikIO); --mode copy,read.",
+            rich_help_panel=_MEASURE,
+        ),
+    ] = None,
+    file_size: Annotated[
+        Optional[str],
+        typer.Option(
+            "--file-size",
+            metavar="SIZE[-SIZE]",
+            help=f"With --files: each file's size, or a range to draw sizes from (default {_DEFAULT_FILE_SIZE}).",
+            rich_help_panel=_MEASURE,
+        ),
+    ] = None,
     quiet: options.Quiet = False,
     debug: options.Debug = False,
 ) -> None:
@@ -368,9 +429,20 @@ def benchmark(
     host-to-GPU copy for hot reads, the disk for cold reads and writes) and
     how many times faster gdscp is than each baseline.
 
+    With --files N: a tree of N files (--file-size, uniform in a range), copied
+    with gdscp copy -r against cp -r followed by sync, and read into memory
+    with gdscp's bulk read against a loop over the files (Python, and KvikIO at
+    each thread count), with how many times faster gdscp is.
+
     Example: gdscp benchmark --size 4G --drop-cache --json > bench.json
+
+    Example: gdscp benchmark --files 5000 --file-size 1K-64K
     """
     out = Output("benchmark", json=json, quiet=quiet, debug=debug)
+    if files is not None or file_size is not None:
+        with out.guard(), options.settings(None, task_size, compat_mode):
+            _files_benchmark(out, files, file_size, mode, threads, runs, directory, host, device, json)
+        return
     with out.guard(), options.settings(None, None, compat_mode):
         config = BenchConfig(
             size=_size("--size", size),
@@ -388,13 +460,43 @@ def benchmark(
         # "auto" unless memory was named, so that the document says why it measured what it did.
         config.memory = "host" if host else ("gpu" if device is not None else "auto")
         config.device = 0 if where is None else where
-        try:
-            with _Bar(out) as bar:
-                document = run_benchmark(config, progress=bar, warn=out.warn)
-        except BenchConfigError as exc:
-            option = _OPTION_NAMES.get(exc.option, "--" + exc.option.replace("_", "-"))
-            raise UsageError(f"{option}: {exc}") from None
+        document = _measure(out, run_benchmark, config)
         out.result({"command": "benchmark", "ok": True, **document}, lambda: _render(document))
         if plot_file is not None:  # after the result, so a failing plot loses no figures
             plot(document, os.fspath(plot_file))
             out.note(f"plot written to {plot_file}")
+
+
+def _measure(out: Output, run: Callable[..., dict], config: Any) -> dict:
+    """``run(config)`` under the progress bar; a bad setting is a usage error naming its option."""
+    try:
+        with _Bar(out) as bar:
+            return run(config, progress=bar, warn=out.warn)
+    except BenchConfigError as exc:
+        option = _OPTION_NAMES.get(exc.option, "--" + exc.option.replace("_", "-"))
+        raise UsageError(f"{option}: {exc}") from None
+
+
+def _files_benchmark(out: Output, files: Optional[int], file_size: Optional[str], mode: str, threads: Optional[str],
+                     runs: int, directory: Path, host: bool, device: Optional[int], json: bool) -> None:
+    if files is None:
+        raise UsageError("--file-size needs --files")
+    try:
+        low, high = parse_size_range(file_size or _DEFAULT_FILE_SIZE, parse_size)
+    except ValueError as exc:
+        raise UsageError(f"--file-size: {exc}") from None
+    modes = list(FILE_MODES) if mode == ",".join(MODES) else _list("--mode", mode, str.strip)
+    where = options.choose_memory(out, host, device)
+    config = FilesConfig(
+        files=files,
+        low=low,
+        high=high,
+        modes=modes,
+        runs=runs,
+        dir=os.fspath(directory),
+        memory="host" if where is None else "gpu",
+        device=0 if where is None else where,
+        threads=None if threads is None else _list("--threads", threads, _count),
+    )
+    document = _measure(out, run_files_benchmark, config)
+    out.result({"command": "benchmark", "ok": True, **document}, lambda: _files_render(document))

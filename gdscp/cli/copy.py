@@ -1,38 +1,38 @@
 """``gdscp copy``: copy files through GPU memory with ``cp``'s semantics.
 
-Every file is written to a temporary file in the destination directory,
-fsynced, given its mode (and times with --preserve), checked with --verify,
-and only then renamed over the destination; the directory is fsynced after
-the rename. Whatever goes wrong before the rename (an I/O error, a full disk,
-Ctrl-C, SIGTERM) removes the temporary file and leaves an existing
-destination as it was.
+The files go in one bulk job (gdscp.bulk.copy_files): many in flight at once
+over the engine's workers, large ones split among them. Every file is written
+to a locked temporary file in its destination directory, made durable, given
+its mode (and times with --preserve), checked with --verify, and only then
+renamed over the destination; the directory is fsynced after the renames
+(docs/durability.md). Whatever goes wrong before the rename (an I/O error, a
+full disk, Ctrl-C, SIGTERM) removes the temporary file and leaves an existing
+destination as it was. Directories and symbolic links are made here, around
+the job: directories first (mode 0700), their final modes after their
+contents.
 """
 
 from __future__ import annotations
 
-import itertools
 import os
 import stat
 import time
 from dataclasses import dataclass
-from typing import Annotated, Any, Callable, Iterator, Optional
+from typing import Annotated, Any, Iterator, Optional
 
 import typer
 from rich.table import Table
 
-from .. import CuFile, memory
+from .. import defaults
+from ..bulk import FileResult, clean_temporaries, copy_files
 from . import options
-from .atomic import commit, discard, forget, fsync_dir, make_temp, make_temp_link
-from .output import EXIT_FAILURE, Failure, Output, describe
+from .atomic import commit, discard, forget, make_temp_link
+from .jobs import run_job
+from .output import EXIT_FAILURE, Failure, Output, UsageError, describe
 from .progress import TransferProgress
-from .special import SequentialWriter
 from .units import format_bytes, format_rate, format_seconds, gb_per_s
-from .write import drop_cache
 
 __all__ = ["copy"]
-
-_VERIFY_BLOCK = 4 << 20
-_UNSIZED_CHUNK = 1 << 20  # buffer for files whose size the kernel reports as 0
 
 
 @dataclass
@@ -48,10 +48,11 @@ class _Record:
     source: str
     destination: str
     bytes: int = 0
-    status: str = "copied"  # copied, skipped, failed
+    status: str = "copied"  # copied, skipped, failed, cancelled (after a failure, with --fail-fast)
     error: Optional[str] = None
     read_backend: Optional[str] = None
     write_backend: Optional[str] = None
+    seconds: float = 0.0  # the file's own transfer time
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -69,19 +70,21 @@ def _inside(child: str, parent: str) -> bool:
 
 
 class _Copier:
-    def __init__(self, out: Output, *, recursive: bool, no_clobber: bool, preserve: bool, verify: bool):
+    def __init__(
+        self, out: Output, *, recursive: bool, no_clobber: bool, preserve: bool, verify: bool, fail_fast: bool
+    ):
         self.out = out
         self.recursive = recursive
         self.no_clobber = no_clobber
         self.preserve = preserve
         self.verify = verify
+        self.fail_fast = fail_fast
         self.umask = _umask()
         self.records: list[_Record] = []
-        self.failed_planning = 0
         self.created_dirs: set[str] = set()
         self.failed_dirs: list[str] = []
         self.device: Optional[int] = None
-        self.slots: list[Any] = []
+        self.staging_size: Optional[int] = None
 
     # -- planning -------------------------------------------------------------------
     def problem(self, message: str, src: str = "", dst: str = "") -> None:
@@ -147,31 +150,77 @@ class _Copier:
 
     # -- doing --------------------------------------------------------------------------
     def run(self, jobs: list[_Job], progress: TransferProgress) -> None:
+        """Directories and links in order, then every file in one bulk job, then
+        the directories' modes and times."""
+        files: list[tuple[_Job, _Record]] = []
+        after: list[_Job] = []
         for job in jobs:
-            if any(_inside(job.dst, bad) for bad in self.failed_dirs):
+            if self.failed_dirs and any(_inside(job.dst, bad) for bad in self.failed_dirs):
                 continue  # its directory could not be made; that was reported once
+            if job.kind == "dirmeta":
+                after.append(job)
+                continue
             record = _Record(job.src, job.dst)
-            try:
-                if job.kind == "mkdir":
-                    self._mkdir(job)
-                elif job.kind == "dirmeta":
-                    self._dirmeta(job)
-                elif job.kind == "link":
-                    self._link(job, record)
-                else:
-                    self._file(job, record, progress)
-            except Exception as exc:  # noqa: BLE001 - one file's failure must not stop the others
-                if job.kind == "file" and not isinstance(exc, Failure):
-                    # The engine names the temporary file; say which copy it was.
-                    exc = Failure(f"cannot copy '{job.src}' to '{job.dst}': {describe(exc)[0]}")
-                record.status, record.error = "failed", describe(exc)[0]
-                self.out.error(record.error)
-                if job.kind == "mkdir":
-                    self.failed_dirs.append(job.dst)
-            if job.kind in ("file", "link") or record.status == "failed":
-                self.records.append(record)
             if job.kind == "file":
-                progress.file_done()
+                self.records.append(record)
+                files.append((job, record))
+                continue
+            self._step(job, record)
+        if files:
+            self._copy_files(files, progress)
+        for job in after:
+            self._step(job, _Record(job.src, job.dst))
+
+    def _step(self, job: _Job, record: _Record) -> None:
+        """A directory or a link: made here, one at a time."""
+        try:
+            if job.kind == "mkdir":
+                self._mkdir(job)
+            elif job.kind == "dirmeta":
+                self._dirmeta(job)
+            else:
+                self._link(job, record)
+        except Exception as exc:  # noqa: BLE001 - one failure must not stop the others
+            record.status, record.error = "failed", describe(exc)[0]
+            self.out.error(record.error)
+            if job.kind == "mkdir":
+                self.failed_dirs.append(job.dst)
+        if job.kind == "link" or record.status == "failed":
+            self.records.append(record)
+
+    def _copy_files(self, files: list[tuple[_Job, _Record]], progress: TransferProgress) -> None:
+        job = copy_files(
+            [(j.src, j.dst) for j, _ in files],
+            device=self.device,
+            no_clobber=self.no_clobber,
+            preserve=self.preserve,
+            verify=self.verify,
+            fail_fast=self.fail_fast,
+            staging_size=self.staging_size,
+            sizes=[j.st.st_size for j, _ in files],
+        )
+
+        def failed(result: FileResult) -> None:
+            src, record = files[result.index]
+            if result.errno is None:
+                record.error = result.error  # a sentence of its own: "'a' and 'b' are the same file"
+            else:
+                # The engine names the temporary file; say which copy it was.
+                record.error = f"cannot copy '{src.src}' to '{src.dst}': {result.error}"
+            record.status = "failed"
+            self.out.error(record.error)
+
+        for (_, record), result in zip(files, run_job(job, progress, failed)):
+            record.bytes, record.seconds = result.bytes, result.seconds
+            record.read_backend, record.write_backend = result.read_backend, result.write_backend
+            if result.status == "done":
+                record.status = "copied"
+            elif result.status == "skipped":
+                record.status = "skipped"
+                when = "it appeared during the copy" if result.note == "appeared" else "it exists"
+                self.out.note(f"not replacing '{record.destination}' ({when}; --no-clobber)")
+            elif result.status == "cancelled":
+                record.status, record.error = "cancelled", "not copied: an earlier file failed (--fail-fast)"
 
     def _mkdir(self, job: _Job) -> None:
         if os.path.isdir(job.dst):
@@ -204,187 +253,18 @@ class _Copier:
                 os.utime(tmp, ns=(job.st.st_atime_ns, job.st.st_mtime_ns), follow_symlinks=False)
             commit(tmp, job.dst)
         finally:
-            discard_unless_committed(tmp, job.dst)
-
-    def _file(self, job: _Job, record: _Record, progress: TransferProgress) -> None:
-        src, dst, st = job.src, job.dst, job.st
-        if os.path.islink(dst) and os.path.exists(dst):
-            dst = os.path.realpath(dst)  # like cp, write to what the link points at
-        try:
-            existing: Optional[os.stat_result] = os.stat(dst)
-        except FileNotFoundError:
-            existing = None
-        except OSError as exc:
-            raise Failure(f"cannot stat '{dst}': {exc.strerror}") from None
-        if existing is not None:
-            if self.no_clobber:
-                record.status = "skipped"
-                self.out.note(f"not replacing '{dst}' (it exists; --no-clobber)")
-                progress.advance(st.st_size)
-                return
-            if stat.S_ISDIR(existing.st_mode):
-                raise Failure(f"cannot overwrite directory '{dst}' with non-directory '{src}'")
-            if (existing.st_dev, existing.st_ino) == (st.st_dev, st.st_ino):
-                raise Failure(f"'{src}' and '{dst}' are the same file")
-            if not stat.S_ISREG(existing.st_mode):
-                # A device, FIFO or socket is written in place, as cp does; never replaced.
-                self._into_special(src, dst, st, existing, record, progress)
-                return
-        directory = os.path.dirname(os.path.abspath(dst))
-        try:
-            tmp = make_temp(dst)
-        except OSError as exc:
-            raise Failure(f"cannot create '{dst}': {exc.strerror}") from None
-        try:
-            with CuFile(src, "r") as reader, CuFile(tmp, "w") as writer:
-                if self.device is None:
-                    record.read_backend = record.write_backend = "posix"
-                else:
-                    record.read_backend, record.write_backend = reader.backend, writer.backend
-                copied = self._stream(reader, writer.pwrite, st.st_size, src, progress)
-                os.fsync(writer.fileno())
-            if self.preserve:
-                mode = stat.S_IMODE(st.st_mode)
-            elif existing is not None:
-                mode = stat.S_IMODE(existing.st_mode)  # cp keeps an overwritten file's mode
+            if os.path.lexists(tmp):
+                discard(tmp)
             else:
-                mode = stat.S_IMODE(st.st_mode) & 0o777 & ~self.umask
-            os.chmod(tmp, mode)
-            if self.preserve:
-                os.utime(tmp, ns=(st.st_atime_ns, st.st_mtime_ns))
-            if self.verify:
-                _compare(src, tmp, dst)
-            if self.no_clobber:
-                if not self._link_no_clobber(tmp, dst):
-                    record.status = "skipped"
-                    self.out.note(f"not replacing '{dst}' (it appeared during the copy; --no-clobber)")
-                    return
-            else:
-                commit(tmp, dst)
-            fsync_dir(directory)
-            record.bytes = copied
-        finally:
-            discard_unless_committed(tmp, dst)
-
-    def _into_special(
-        self,
-        src: str,
-        dst: str,
-        st: os.stat_result,
-        existing: os.stat_result,
-        record: _Record,
-        progress: TransferProgress,
-    ) -> None:
-        """Copy into an existing device or FIFO in place: block devices with
-        parallel writes, character devices and FIFOs front to back."""
-        if self.verify:
-            raise Failure(f"cannot verify a copy into '{dst}': it is not a regular file and cannot be read back")
-        with SequentialWriter(dst) if not stat.S_ISBLK(existing.st_mode) else CuFile(dst, "r+") as writer:
-            with CuFile(src, "r") as reader:
-                record.read_backend = "posix" if self.device is None else reader.backend
-                record.write_backend = "posix"
-                record.bytes = self._stream(reader, writer.pwrite, st.st_size, src, progress)
-            if stat.S_ISBLK(existing.st_mode):
-                os.fsync(writer.fileno())
-
-    @staticmethod
-    def _link_no_clobber(tmp: str, dst: str) -> bool:
-        """Put ``tmp`` at ``dst`` only if nothing is there (atomically where hard
-        links work); False if ``dst`` exists."""
-        try:
-            os.link(tmp, dst)
-        except FileExistsError:
-            return False
-        except OSError:  # no hard links here (some network and FUSE filesystems)
-            if os.path.lexists(dst):
-                return False
-            commit(tmp, dst)
-            return True
-        discard(tmp)
-        return True
-
-    def _stream(
-        self,
-        reader: CuFile,
-        write: Callable[[Any, int, int], Any],
-        size: int,
-        src: str,
-        progress: TransferProgress,
-    ) -> int:
-        """Copy the source through the buffers in chunks, reading chunk k+1 while
-        chunk k is written (``write(buf, n, pos)`` returns a future). A size of 0
-        is not trusted (procfs and sysfs report 0 for files with content): such
-        a file is read until end of file, as cp does. Returns the bytes copied."""
-        chunk = len(self.slots[0])
-        known_size = size > 0
-        pos = 0
-        reading = writing = None
-        try:
-            for k in itertools.count():
-                n = min(chunk, size - pos) if known_size else chunk
-                if n == 0:
-                    break
-                slot = self.slots[k % len(self.slots)][:n]
-                reading = reader.pread(slot, n, pos)
-                got = reading.get()
-                reading = None
-                if known_size and got != n:
-                    raise Failure(f"'{src}' ended at offset {pos + got} while being copied (was it truncated?)")
-                if writing is not None:
-                    _wait_write(progress, writing)
-                    writing = None
-                if got:
-                    writing = (write(slot, got, pos), pos, got)
-                pos += got
-                if got < n:
-                    break  # end of a file of unknown size
-            if writing is not None:
-                _wait_write(progress, writing)
-                writing = None
-        finally:
-            # Failing or interrupted: stop what is in flight before its buffer is reused.
-            for future in (reading, writing[0] if writing else None):
-                if future is not None:
-                    future.cancel()
-                    try:
-                        future.get()
-                    except BaseException:  # noqa: BLE001 - the first error is the one reported
-                        pass
-        return pos
+                forget(tmp)
 
 
-def discard_unless_committed(tmp: str, dst: str) -> None:
-    """Remove ``tmp`` if it still exists under its temporary name (the copy did not land)."""
-    if os.path.lexists(tmp):
-        discard(tmp)
-    else:
-        forget(tmp)
-
-
-def _wait_write(progress: TransferProgress, writing) -> None:
-    future, pos, n = writing
-    moved = progress.wait(future)
-    if moved != n:
-        raise OSError(f"short write at offset {pos + moved}")
-
-
-def _compare(src: str, tmp: str, dst: str) -> None:
-    """Raise ``Failure`` unless the copy ``tmp`` (to become ``dst``) equals ``src``,
-    reading the copy from storage rather than from the page cache."""
-    with open(src, "rb", buffering=0) as a, open(tmp, "rb", buffering=0) as b:
-        drop_cache(b.fileno())
-        pos = 0
-        while True:
-            x = a.read(_VERIFY_BLOCK)
-            y = b.read(_VERIFY_BLOCK)
-            where = memory.first_difference(x, y)
-            if where is not None:
-                raise Failure(
-                    f"verify failed: the copy of '{src}' differs at offset {pos + where}; '{dst}' was not changed"
-                )
-            if not x:
-                return
-            pos += len(x)
+def _clean(dst: str) -> int:
+    """Remove dead runs' temporary files in ``dst`` (a directory, and everything below it)."""
+    removed = 0
+    for folder, dirs, _files in os.walk(dst):
+        removed += clean_temporaries(folder)
+    return removed
 
 
 def copy(
@@ -409,6 +289,17 @@ def copy(
         bool,
         typer.Option("--verify", help="Compare each copy with its source (read from storage) before it replaces DST."),
     ] = False,
+    fail_fast: Annotated[
+        bool, typer.Option("--fail-fast", help="Stop at the first file that fails (the others are not copied).")
+    ] = False,
+    clean: Annotated[
+        bool,
+        typer.Option(
+            "--clean",
+            help="First remove the temporary files that killed runs left anywhere in DST (each directory "
+            "copied into is cleaned anyway).",
+        ),
+    ] = False,
     device: options.Device = None,
     host: options.Host = False,
     chunk_size: options.ChunkSize = None,
@@ -423,36 +314,43 @@ def copy(
 
     cp's semantics: file to file, files into a directory, -r for trees (empty
     files and directories included; symbolic links inside trees are copied as
-    links). Files larger than the buffer stream through it in chunks, the next
-    chunk read while the previous one is written. Each file goes to a temporary
-    file beside DST, is fsynced and renamed into place only when complete, so a
-    failed or interrupted copy never leaves a partial file or spoils an existing
-    DST. Exit code 0 only if every file was copied (or skipped by -n).
+    links). Many files move at once, each worker taking whole small files;
+    large files are split among the workers, in chunks of at most the buffer
+    size. Each file goes to a temporary file beside DST and is renamed into
+    place only when complete and durable, so a failed or interrupted copy
+    never leaves a partial file or spoils an existing DST. A failed file does
+    not stop the others (unless --fail-fast). Exit code 0 only if every file
+    was copied (or skipped by -n).
 
     Example: gdscp copy -r --verify /data/checkpoints /mnt/nvme/
     """
     out = Output("copy", json=json, quiet=quiet, debug=debug)
     with out.guard(), options.settings(threads, task_size, compat_mode):
         srcs, dst = options.sources_and_destination(paths)
-        copier = _Copier(out, recursive=recursive, no_clobber=no_clobber, preserve=preserve, verify=verify)
+        copier = _Copier(
+            out, recursive=recursive, no_clobber=no_clobber, preserve=preserve, verify=verify, fail_fast=fail_fast
+        )
         jobs = copier.plan(srcs, dst)
         files = [j for j in jobs if j.kind == "file"]
         total = sum(j.st.st_size for j in files)
-        largest = max((j.st.st_size for j in files), default=0)
-        if any(j.st.st_size == 0 for j in files):
-            # A size of 0 may hide content (procfs): such files are read until end of file.
-            largest = max(largest, _UNSIZED_CHUNK)
-        if largest:
+        if files:
             where = options.choose_memory(out, host, device)
-            chunk = options.chunk_size(chunk_size, largest, where, 2)
-            buffer = memory.allocate(2 * chunk, where)
-            copier.slots = [buffer[:chunk], buffer[chunk:]]
+            if chunk_size is not None:
+                if chunk_size == 0:
+                    raise UsageError("--chunk-size must be at least 1 byte")
+                copier.staging_size = chunk_size * int(defaults.get("num_threads"))
             copier.device = where
         else:
             where = None if host else device  # nothing to move through memory
             if device is not None and not host:
+                from .. import memory  # noqa: PLC0415 - only to check the GPU asked for
+
                 memory.check_device(device)
             copier.device = where
+        if clean and os.path.isdir(dst):
+            removed = _clean(dst)
+            if removed:
+                out.note(f"removed {removed} temporary file{'s' if removed != 1 else ''} of earlier runs")
         start = time.perf_counter()
         with TransferProgress(out.stderr, total, len(files), "copy", enabled=out.show_progress) as progress:
             copier.run(jobs, progress)
@@ -461,7 +359,7 @@ def copy(
         records = copier.records
         copied = [r for r in records if r.status == "copied"]
         skipped = [r for r in records if r.status == "skipped"]
-        failed = [r for r in records if r.status == "failed"]
+        failed = [r for r in records if r.status in ("failed", "cancelled")]
         nbytes = sum(r.bytes for r in copied)
         data = {
             "command": "copy",
@@ -475,7 +373,8 @@ def copy(
             "seconds": seconds,
             "gb_per_s": gb_per_s(nbytes, seconds),
             "verified": verify,
-            "files": [r.as_dict() for r in records],
+            # Per file only where it is printed: thousands of records cost time.
+            "files": [r.as_dict() for r in records] if json else [],
         }
 
         def render() -> Table:

@@ -9,7 +9,7 @@ from typing import Annotated, ContextManager, Optional
 
 import typer
 
-from .. import defaults, memory
+from .. import defaults
 from .output import Output, UsageError
 from .units import size_option
 
@@ -110,7 +110,7 @@ ChunkSize = Annotated[
         parser=size_option,
         metavar="SIZE",
         help="Buffer per transfer; larger files move through in chunks of this size "
-        "(default: up to 1GiB, at most an eighth of free memory).",
+        "(default: copy and read 64MiB shared by the workers; write up to 1GiB, at most an eighth of free memory).",
         rich_help_panel=_MEMORY,
     ),
 ]
@@ -162,6 +162,8 @@ def choose_memory(out: Output, host: bool, device: Optional[int]) -> Optional[in
         if cufile_only:
             raise UsageError("compat mode OFF (cuFile only) needs GPU memory; it cannot be used with --host")
         return None
+    from .. import memory  # noqa: PLC0415 - numpy and the GPU probe, only for commands that may use a GPU
+
     if device is not None:
         memory.check_device(device)
         return device
@@ -183,6 +185,8 @@ def chunk_size(requested: Optional[int], largest: int, device: Optional[int], bu
     """Bytes per buffer when ``buffers`` buffers move files of up to ``largest`` bytes:
     ``requested`` if given, else enough for the largest file, but at most 1GiB
     and an eighth of the free memory divided among the buffers."""
+    from .. import memory  # noqa: PLC0415
+
     if requested is not None:
         if requested == 0:
             raise UsageError("--chunk-size must be at least 1 byte")

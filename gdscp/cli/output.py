@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterator, Optional, Union
 import typer
 from rich.console import Console, RenderableType
 
-from .. import CudaError, CuFileError, memory
+from .. import CudaError, CuFileError
 from .atomic import remove_pending
 from .exits import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, EXIT_USAGE
 
@@ -73,9 +73,11 @@ def _memory_message(exc: BaseException) -> str:
 
 
 # Checked in order; the first matching type wins.
-_TABLE: list[tuple[Union[type, tuple[type, ...]], int, Callable[[Any], str]]] = [
+_TABLE: list[tuple[Union[type, tuple[type, ...], str], int, Callable[[Any], str]]] = [
     (UsageError, EXIT_USAGE, str),
-    (memory.DeviceError, EXIT_USAGE, str),
+    # Named, not imported: gdscp.memory brings numpy, which only commands that
+    # may use a GPU load (and only they can raise its DeviceError).
+    ("gdscp.memory.DeviceError", EXIT_USAGE, str),
     (Failure, EXIT_FAILURE, str),
     (OSError, EXIT_FAILURE, _os_message),
     (MemoryError, EXIT_FAILURE, _memory_message),
@@ -86,10 +88,18 @@ _TABLE: list[tuple[Union[type, tuple[type, ...]], int, Callable[[Any], str]]] = 
 ]
 
 
+def _is(exc: BaseException, types: Union[type, tuple[type, ...], str]) -> bool:
+    if isinstance(types, str):  # "module.Class", of a module that may not be loaded (then exc is not one)
+        module, _, name = types.rpartition(".")
+        loaded = sys.modules.get(module)
+        return loaded is not None and isinstance(exc, getattr(loaded, name))
+    return isinstance(exc, types)
+
+
 def describe(exc: BaseException) -> tuple[str, int]:
     """(one-line message, exit code) for an exception raised by a command."""
     for types, code, message in _TABLE:
-        if isinstance(exc, types):
+        if _is(exc, types):
             text = message(exc)
             break
     else:

@@ -33,8 +33,9 @@ class TransferProgress:
 
     Use as a context manager. ``wait(future)`` waits for an ``IOFuture`` while
     the bar follows its bytes; ``watch``/``finish`` do the same in two steps for
-    transfers that overlap; ``advance(n)`` counts bytes moved some other way;
-    ``file_done()`` counts a finished file.
+    transfers that overlap; ``follow(job)`` adds a bulk job's bytes and files;
+    ``advance(n)`` counts bytes moved some other way; ``file_done()`` counts a
+    finished file.
     """
 
     def __init__(
@@ -59,6 +60,7 @@ class TransferProgress:
         self._done_bytes = 0
         self._done_files = 0
         self._watched: dict[int, Any] = {}
+        self._jobs: list[Any] = []
         self._started = time.monotonic()
         self._progress: Optional[Progress] = None
         self._task = None
@@ -71,12 +73,25 @@ class TransferProgress:
         """Bytes of finished transfers plus bytes moved so far by watched ones."""
         with self._lock:
             watched = list(self._watched.values())
+            jobs = list(self._jobs)
             done = self._done_bytes
-        return done + sum(int(f.progress()) for f in watched)
+        return done + sum(int(f.progress()) for f in watched) + sum(j.progress().bytes_done for j in jobs)
 
     @property
     def files_done(self) -> int:
-        return self._done_files
+        """Files finished (failed ones too: they are over)."""
+        with self._lock:
+            jobs = list(self._jobs)
+            done = self._done_files
+        for job in jobs:
+            p = job.progress()
+            done += p.files_done + p.files_failed
+        return done
+
+    def follow(self, job: Any) -> None:
+        """Count a bulk job's bytes and files (``job.progress()``) from now on."""
+        with self._lock:
+            self._jobs.append(job)
 
     def watch(self, future: Any) -> None:
         """Follow ``future.progress()`` until ``finish(future, n)``."""
@@ -111,7 +126,7 @@ class TransferProgress:
     def _fields(self) -> str:
         if self.total_files <= 1:
             return ""
-        return f"{self._done_files}/{self.total_files} files"
+        return f"{self.files_done}/{self.total_files} files"
 
     def refresh(self) -> None:
         """Update the bar now; starts it once ``delay`` has passed (called by the poller)."""

@@ -10,7 +10,7 @@ struct Slot {
   std::atomic<long> count{0};
   std::atomic<int> err{0};
 };
-Slot slots[2];
+Slot slots[3];
 }  // namespace
 
 void arm(Op op, long skip, long count, int err) noexcept {

@@ -141,4 +141,20 @@ size_t staged_write(const File& f, const MemoryTarget& mem, const char* base, Ch
   return total;
 }
 
+void copy_to_device(const MemoryTarget& mem, char* dst, const void* src, size_t n) {
+  if (n == 0) return;
+  Pipeline pl(mem, Settings{});
+  pl.drv.check(pl.drv.cuMemcpyHtoDAsync(reinterpret_cast<CUdeviceptr>(dst), src, n, pl.st.stream),
+               "cuMemcpyHtoDAsync");
+  pl.drain.finish();
+}
+
+void copy_to_host(const MemoryTarget& mem, void* dst, const char* src, size_t n) {
+  if (n == 0) return;
+  Pipeline pl(mem, Settings{});
+  pl.drv.check(pl.drv.cuMemcpyDtoHAsync(dst, reinterpret_cast<CUdeviceptr>(src), n, pl.st.stream),
+               "cuMemcpyDtoHAsync");
+  pl.drain.finish();
+}
+
 }  // namespace gdscp::detail

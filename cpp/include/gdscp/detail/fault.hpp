@@ -5,7 +5,8 @@
 
 namespace gdscp::detail::fault {
 
-enum class Op { pread = 0, pwrite = 1 };
+// land: bytes a bulk job checks with verify, in host memory (flipped instead of failing).
+enum class Op { pread = 0, pwrite = 1, land = 2 };
 
 // The "errno" that makes a pread read nothing, as at end of file.
 constexpr int kEndOfFile = -1;

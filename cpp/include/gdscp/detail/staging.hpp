@@ -26,4 +26,10 @@ size_t staged_read(const File& f, const MemoryTarget& mem, char* base, ChunkQueu
 size_t staged_write(const File& f, const MemoryTarget& mem, const char* base, ChunkQueue& work, const Settings& s,
                     Request* req);
 
+// Blocking copies between host memory and device memory on this worker's
+// stream, for the bytes that move front to back (read(2), write(2)) or are
+// compared on the host (the bulk engine's verify).
+void copy_to_device(const MemoryTarget& mem, char* dst, const void* src, size_t n);
+void copy_to_host(const MemoryTarget& mem, void* dst, const char* src, size_t n);
+
 }  // namespace gdscp::detail

@@ -1,0 +1,100 @@
+#include "bulk_bindings.hpp"
+
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <tuple>
+
+#include "gdscp/bulk.hpp"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace gdscp::bindings {
+namespace {
+
+using release = nb::call_guard<nb::gil_scoped_release>;
+
+// One item as Python passes it: (kind, src, dst, buf, device, size, offset,
+// exact, mode, keep_mode, set_times, atime_ns, mtime_ns).
+using ItemTuple = std::tuple<int, std::string, std::string, uintptr_t, bool, int64_t, int64_t, bool, int, bool, bool,
+                             int64_t, int64_t>;
+
+std::vector<BulkItem> to_items(const std::vector<ItemTuple>& in) {
+  std::vector<BulkItem> out(in.size());
+  for (size_t i = 0; i < in.size(); ++i) {
+    BulkItem& it = out[i];
+    int kind;
+    std::tie(kind, it.src, it.dst, it.buf, it.device, it.size, it.offset, it.exact, it.mode, it.keep_mode,
+             it.set_times, it.atime_ns, it.mtime_ns) = in[i];
+    if (kind < 0 || kind > 2) throw nb::value_error("bulk item kind must be 0 (read), 1 (write) or 2 (copy)");
+    it.kind = static_cast<BulkKind>(kind);
+  }
+  return out;
+}
+
+nb::tuple result_tuple(const BulkResult& r) {
+  return nb::make_tuple(static_cast<int>(r.status), r.bytes, r.seconds, r.error, r.error_kind, r.error_code,
+                        r.read_backend, r.write_backend, r.backend_reason, r.note);
+}
+
+}  // namespace
+
+void define_bulk(nb::module_& m) {
+  nb::enum_<BulkSync>(m, "BulkSync")
+      .value("none", BulkSync::none)
+      .value("file", BulkSync::file)
+      .value("group", BulkSync::group)
+      .value("auto", BulkSync::automatic);
+
+  nb::class_<BulkOptions>(m, "BulkOptions")
+      .def(nb::init<>())
+      .def_rw("atomic", &BulkOptions::atomic)
+      .def_rw("sync", &BulkOptions::sync)
+      .def_rw("no_clobber", &BulkOptions::no_clobber)
+      .def_rw("fail_fast", &BulkOptions::fail_fast)
+      .def_rw("verify", &BulkOptions::verify)
+      .def_rw("clean", &BulkOptions::clean)
+      .def_rw("preserve", &BulkOptions::preserve)
+      .def_rw("staging", &BulkOptions::staging)
+      .def_rw("staging_size", &BulkOptions::staging_size)
+      .def_rw("cufile_library", &BulkOptions::cufile_library);
+
+  nb::class_<BulkJob>(m, "BulkJob")
+      .def(
+          "__init__",
+          [](BulkJob* self, const std::vector<ItemTuple>& items, const BulkOptions& options, const Settings& s) {
+            std::vector<BulkItem> converted = to_items(items);
+            nb::gil_scoped_release unlocked;
+            new (self) BulkJob(std::move(converted), options, s);
+          },
+          "items"_a, "options"_a, "settings"_a)
+      .def("wait", &BulkJob::wait_for, "timeout"_a, release())
+      .def("done", &BulkJob::done)
+      .def("cancel", &BulkJob::cancel)
+      .def("progress",
+           [](const BulkJob& job) {
+             const BulkProgress p = job.progress();
+             return nb::make_tuple(p.bytes_done, p.bytes_total, p.files_done, p.files_failed, p.files_total,
+                                   p.finished);
+           })
+      .def("results",
+           [](const BulkJob& job) {
+             nb::list out;
+             for (const BulkResult& r : job.results()) out.append(result_tuple(r));
+             return out;
+           })
+      .def("failures", [](const BulkJob& job) {
+        nb::list out;
+        for (const auto& [i, r] : job.failures()) out.append(nb::make_tuple(i, result_tuple(r)));
+        return out;
+      });
+
+  m.def("clean_temporaries", &clean_temporaries, "dir"_a, release());
+  m.def("create_temporary", &create_temporary, "dst"_a, release());
+  m.attr("TEMPORARY_SUFFIX") = kTemporarySuffix;
+}
+
+}  // namespace gdscp::bindings

@@ -1,0 +1,125 @@
+// One item of a bulk job on its way (bulk.hpp): its open source and
+// destination, and, for a file cut into chunks, the chunks that workers claim.
+// bulk_transfer.cpp opens the endpoints and moves chunks; bulk.cpp schedules.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <ctime>
+#include <sys/stat.h>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "gdscp/bulk.hpp"
+#include "gdscp/detail/backend.hpp"
+#include "gdscp/detail/buffer_pool.hpp"
+#include "gdscp/detail/device_pointer.hpp"
+#include "gdscp/detail/file.hpp"
+#include "gdscp/detail/plan.hpp"
+#include "gdscp/detail/temp_file.hpp"
+
+namespace gdscp::detail {
+
+using BulkClock = std::chrono::steady_clock;
+
+// What one worker brings to the chunks it moves: its share of the staging
+// memory, and a host buffer for bytes that must pass through host memory.
+struct BulkWorker {
+  size_t slot_size = 0;
+  char* device_slot = nullptr;  // its share of the caller's device staging, if there is one
+  MemoryTarget slot_mem;
+  BufferPool::Lease host_lease;
+  char* staging();  // slot_size bytes of staging: the device slot, else host memory
+  char* host();     // slot_size bytes of host memory
+};
+
+struct Transfer {
+  ~Transfer();
+
+  size_t index = 0;
+  const BulkItem* item = nullptr;
+  MemoryTarget mem;  // of the item's buffer (read, write) or of the staging (copy, scratch read)
+  bool scratch = false;  // a read into staging, dropped once it landed
+
+  // Source (read, copy): a plain descriptor for small host-memory transfers
+  // and front-to-back reads; a File and its backend for large or device ones.
+  int src_fd = -1;
+  std::shared_ptr<File> src_file;
+  Backends src_backends;
+  Backend* src_backend = nullptr;
+  bool src_sized = true;  // false: read front to back with read(2) until end of file
+  struct stat src_stat {};
+
+  // Destination (write, copy).
+  std::string dst;   // where the file lands (a symbolic link's target)
+  std::string dir;   // dst's directory
+  TempFile tmp;      // atomic: the temporary file (locked while it is open)
+  int dst_fd = -1;   // tmp's descriptor, an in-place destination's, or a plain file's
+  bool own_dst_fd = false;  // dst_fd is not tmp's, and closes with the transfer
+  std::shared_ptr<File> dst_file;
+  Backends dst_backends;
+  Backend* dst_backend = nullptr;
+  bool in_place = false;      // a device or FIFO: written front to back, never replaced
+  bool block_device = false;
+  int mode = -1;
+  bool chmod = true;          // the mode still has to be set (it was not the one the file was created with)
+  bool set_times = false;
+  struct timespec atime {};
+  struct timespec mtime {};
+  bool synced = false;        // fsynced on its worker (not left for the batch's syncfs)
+  bool placed = false;        // renamed (or linked) into place
+  dev_t dev = 0;              // the destination's filesystem
+
+  // The work: `size` bytes from `offset` (sequential: at most `size`, -1 no
+  // limit), and for a file moved by several workers the chunks they claim.
+  bool sequential = false;
+  int64_t offset = 0;
+  int64_t size = 0;
+  std::vector<Chunk> chunks;
+  std::atomic<size_t> next{0};
+  std::atomic<size_t> left{0};
+  std::atomic<uint64_t> bytes{0};
+
+  std::mutex mutex;
+  std::exception_ptr error;  // the first failure of any chunk
+  BulkClock::time_point start;
+  double seconds = 0;
+
+  void fail(std::exception_ptr e);
+  bool failed();
+  // The descriptor verify reads the source through.
+  int source_fd() const { return src_file ? src_file->fd() : src_fd; }
+};
+
+// Everything the job knows that opening and moving need.
+struct TransferContext {
+  const BulkOptions& opt;
+  const Settings& s;
+  const std::atomic<bool>& cancelled;
+  size_t chunk_cap;  // largest chunk through staging: the slot size
+  unsigned workers;
+  unsigned umask;    // the process's, read once for the job
+};
+
+// Opens the item's endpoints and plans its chunks. Returns null with `note`
+// set when the item is skipped (an existing destination under no_clobber).
+std::shared_ptr<Transfer> open_transfer(const TransferContext& cx, size_t index, const BulkItem& item,
+                                        const MemoryTarget& item_mem, const MemoryTarget& staging_mem,
+                                        std::string& note);
+
+// Moves one chunk (its bytes counted into t.bytes and `moved`); throws.
+void move_chunk(const TransferContext& cx, Transfer& t, const Chunk& c, BulkWorker& w, std::atomic<uint64_t>& moved);
+
+// Moves a sequential transfer front to back on this worker; throws.
+void move_sequential(const TransferContext& cx, Transfer& t, BulkWorker& w, std::atomic<uint64_t>& moved);
+
+// Once every byte is written: mode, times, and the file's own fsync unless
+// `group` leaves it to its batch; with verify, the comparison. Throws.
+void finish_data(const TransferContext& cx, Transfer& t, bool group);
+
+}  // namespace gdscp::detail

@@ -1,0 +1,61 @@
+// Temporary files beside a destination: `.NAME.XXXXXXXX.gdscp-tmp`, created
+// with O_EXCL and held under an exclusive flock for as long as their writer
+// has them open. A later run that can take the lock of such a file knows its
+// writer is dead (killed, or the machine went down), so the file is garbage,
+// never data: it is removed (clean_temporaries).
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <string_view>
+
+namespace gdscp::detail {
+
+inline constexpr std::string_view kTempSuffix = ".gdscp-tmp";
+
+// Whether `name` (a file name, no directory) is one of ours.
+bool is_temporary_name(std::string_view name);
+
+class TempFile {
+ public:
+  TempFile() = default;
+  // A new, empty, locked temporary file beside `dst`, created with `mode`
+  // (less the umask); throws.
+  explicit TempFile(const std::string& dst, unsigned mode = 0600);
+  ~TempFile() { discard(); }
+  TempFile(TempFile&& o) noexcept { *this = std::move(o); }
+  TempFile& operator=(TempFile&& o) noexcept;
+  TempFile(const TempFile&) = delete;
+  TempFile& operator=(const TempFile&) = delete;
+
+  int fd() const noexcept { return fd_; }
+  const std::string& path() const noexcept { return path_; }
+  dev_t device() const noexcept { return dev_; }  // the filesystem it is on
+  explicit operator bool() const noexcept { return fd_ >= 0; }
+
+  // Renames it over `dst`; it is no longer temporary (the descriptor stays
+  // open, and locked, until close()).
+  void rename_to(const std::string& dst);
+  // Links it at `dst` only if nothing is there, then removes the temporary
+  // name; false (nothing changed) when `dst` exists. Where the filesystem has
+  // no hard links: checks, then renames (a small window).
+  bool link_to(const std::string& dst);
+  // Closes the descriptor (and so drops the lock); the name is left as it is.
+  void close() noexcept;
+  // Removes the temporary name, if it is still there, and closes.
+  void discard() noexcept;
+  // The descriptor, which the caller now owns (with the lock); the name stays.
+  int release() noexcept;
+
+ private:
+  int fd_ = -1;
+  dev_t dev_ = 0;
+  std::string path_;
+  bool named_ = false;  // `path_` still names the file
+};
+
+// Removes the dead writers' temporary files in `dir`; returns how many.
+size_t clean_temporaries(const std::string& dir);
+
+}  // namespace gdscp::detail

@@ -1,0 +1,606 @@
+#include "gdscp/bulk.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <condition_variable>
+#include <cstring>
+#include <map>
+#include <set>
+#include <unordered_set>
+
+#include "gdscp/detail/bulk_transfer.hpp"
+#include "gdscp/detail/thread_pool.hpp"
+#include "gdscp/error.hpp"
+
+namespace gdscp {
+
+const char* const kTemporarySuffix = detail::kTempSuffix.data();
+
+namespace detail {
+namespace {
+
+// automatic sync: from this many files written, a batch's one syncfs beats
+// each file's own fsync (parallel fsyncs of small files on ext4 each wait for
+// a journal commit).
+constexpr size_t kGroupSyncFiles = 16;
+// A commit batch is at most this many files or bytes: their temporary files
+// wait for it, and while one worker commits a batch the others go on copying.
+constexpr size_t kCommitFiles = 1024;
+constexpr uint64_t kCommitBytes = 1ull << 30;
+// Few files (or directories) in a batch: their own fsyncs, not a syncfs of the
+// whole filesystem.
+constexpr size_t kSyncfsMin = 4;
+constexpr size_t kMinSlot = 64u << 10;
+
+// The process's umask without changing it (umask(2) can only be read by
+// setting it, which would race with files other threads create).
+unsigned read_umask() {
+  if (FILE* f = std::fopen("/proc/self/status", "re")) {
+    char line[256];
+    unsigned mask = 0;
+    bool found = false;
+    while (std::fgets(line, sizeof line, f))
+      if (std::sscanf(line, "Umask: %o", &mask) == 1) {
+        found = true;
+        break;
+      }
+    std::fclose(f);
+    if (found) return mask;
+  }
+  const mode_t mask = ::umask(022);
+  ::umask(mask);
+  return mask;
+}
+
+std::string describe(std::exception_ptr e, int& kind, int& code) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const Error& err) {
+    kind = static_cast<int>(err.kind());
+    code = err.code();
+    return err.what();
+  } catch (const std::exception& err) {
+    kind = static_cast<int>(ErrorKind::state);
+    code = 0;
+    return err.what();
+  }
+}
+
+}  // namespace
+
+struct BulkState : std::enable_shared_from_this<BulkState> {
+  BulkState(std::vector<BulkItem> items_in, const BulkOptions& o, const Settings& settings)
+      : items(std::move(items_in)), opt(o), s(settings), results(items.size()) {}
+
+  std::vector<BulkItem> items;
+  BulkOptions opt;
+  Settings s;
+  std::vector<MemoryTarget> item_mem;
+  MemoryTarget staging_mem;
+  unsigned workers = 1;
+  size_t slot_size = 0;
+  bool group = false;
+
+  mutable std::mutex results_mutex;
+  std::vector<BulkResult> results;
+  std::vector<size_t> failed_order;  // indexes of failed items, in the order they failed
+
+  std::atomic<bool> cancelled{false};
+  std::atomic<size_t> next_item{0};
+  std::atomic<uint64_t> bytes_done{0};
+  std::atomic<size_t> files_done{0};
+  std::atomic<size_t> files_failed{0};
+  uint64_t bytes_total = 0;
+
+  // Files cut into chunks with chunks left to claim, and how many items are
+  // being opened (an idle worker waits for those: one may become such a file).
+  std::mutex split_mutex;
+  std::condition_variable split_cv;
+  std::vector<std::shared_ptr<Transfer>> splits;
+  size_t opening = 0;
+
+  // Files whose data is written, waiting for their batch's sync and rename.
+  std::mutex commit_mutex;
+  std::vector<std::shared_ptr<Transfer>> pending;
+  uint64_t pending_bytes = 0;
+  bool committing = false;
+
+  std::mutex dirs_mutex;
+  std::unordered_set<std::string> cleaned_dirs;
+
+  mutable std::mutex done_mutex;
+  mutable std::condition_variable done_cv;
+  unsigned running = 0;
+  bool finished = false;
+
+  unsigned umask = 022;
+
+  TransferContext context() const { return {opt, s, cancelled, slot_size, workers, umask}; }
+
+  void set_status(size_t i, BulkStatus status) {
+    std::lock_guard<std::mutex> lock(results_mutex);
+    results[i].status = status;
+  }
+
+  void fail(size_t i, std::exception_ptr e, const Transfer* t = nullptr) {
+    int kind = 0, code = 0;
+    std::string message = describe(e, kind, code);
+    {
+      std::lock_guard<std::mutex> lock(results_mutex);
+      BulkResult& r = results[i];
+      r.status = BulkStatus::failed;
+      r.error = std::move(message);
+      r.error_kind = kind;
+      r.error_code = code;
+      if (t) {
+        r.bytes = t->bytes.load();
+        r.seconds = t->seconds;
+      }
+      failed_order.push_back(i);
+    }
+    files_failed.fetch_add(1);
+    if (opt.fail_fast) cancelled.store(true);
+  }
+
+  void record_backends(const Transfer& t) {
+    std::lock_guard<std::mutex> lock(results_mutex);
+    BulkResult& r = results[t.index];
+    if (t.src_backend) r.read_backend = t.src_backend->name();
+    else if (t.item->kind != BulkKind::write) r.read_backend = "posix";
+    if (t.dst_backend) r.write_backend = t.dst_backend->name();
+    else if (t.item->kind != BulkKind::read) r.write_backend = "posix";
+    if (!t.src_sized) r.backend_reason = "read front to back with read(2): it has no size to split";
+    else if (t.src_file) r.backend_reason = t.src_backends.reason;
+    else if (t.dst_file) r.backend_reason = t.dst_backends.reason;
+  }
+
+  void succeed(Transfer& t, BulkStatus status, const std::string& note = {}) {
+    {
+      std::lock_guard<std::mutex> lock(results_mutex);
+      BulkResult& r = results[t.index];
+      r.status = status;
+      r.bytes = t.bytes.load();
+      r.seconds = t.seconds;
+      r.note = note;
+    }
+    files_done.fetch_add(1);
+  }
+
+  void clean_dir_once(const std::string& dir) {
+    {
+      std::lock_guard<std::mutex> lock(dirs_mutex);
+      if (!cleaned_dirs.insert(dir).second) return;
+    }
+    clean_temporaries(dir);
+  }
+
+  // A file that failed, or whose job was cancelled, before it was put in
+  // place: its temporary file removed, its end recorded. False otherwise.
+  bool ended_early(Transfer& t) {
+    std::exception_ptr e;
+    {
+      std::lock_guard<std::mutex> lock(t.mutex);
+      e = t.error;
+    }
+    if (!e && !cancelled.load()) return false;
+    t.tmp.discard();
+    if (e) fail(t.index, e, &t);
+    else set_status(t.index, BulkStatus::cancelled);
+    return true;
+  }
+
+  // -- the data of one file is written -----------------------------------------
+  void finish(const std::shared_ptr<Transfer>& t) {
+    t->seconds = std::chrono::duration<double>(BulkClock::now() - t->start).count();
+    if (ended_early(*t)) return;
+    try {
+      const TransferContext cx = context();
+      finish_data(cx, *t, group);
+      t->seconds = std::chrono::duration<double>(BulkClock::now() - t->start).count();
+    } catch (...) {
+      t->tmp.discard();
+      fail(t->index, std::current_exception(), t.get());
+      return;
+    }
+    if (t->item->kind == BulkKind::read || t->in_place) {
+      succeed(*t, BulkStatus::done);
+      return;
+    }
+    bool commit_now;
+    {
+      std::lock_guard<std::mutex> lock(commit_mutex);
+      pending.push_back(t);
+      pending_bytes += t->bytes.load();
+      commit_now = !committing && (pending.size() >= kCommitFiles || pending_bytes >= kCommitBytes);
+    }
+    if (commit_now) commit(false);
+  }
+
+  // -- a batch: data durable, then the names, then the directories --------------
+  void commit(bool last) {
+    std::vector<std::shared_ptr<Transfer>> batch;
+    {
+      std::lock_guard<std::mutex> lock(commit_mutex);
+      if (committing && !last) return;
+      batch.swap(pending);
+      pending_bytes = 0;
+      committing = true;
+    }
+    const bool sync = opt.sync != BulkSync::none;
+    std::vector<std::shared_ptr<Transfer>> unsynced;
+    for (auto& t : batch)
+      if (sync && !t->synced) unsynced.push_back(t);
+    sync_files(unsynced);
+    place_all(batch);
+    if (sync) sync_dirs(batch);
+    batch.clear();  // closes the descriptors and drops their locks
+    std::lock_guard<std::mutex> lock(commit_mutex);
+    committing = false;
+  }
+
+  // Makes the files' data durable: their own fsyncs for a few, else one syncfs
+  // per filesystem. A failure fails the files it covers.
+  void sync_files(const std::vector<std::shared_ptr<Transfer>>& files) {
+    if (files.size() < kSyncfsMin) {
+      for (auto& t : files) {
+        if (::fsync(t->dst_fd) != 0) {
+          try {
+            throw_os_error(errno, "cannot fsync", t->dst);
+          } catch (...) {
+            t->fail(std::current_exception());
+          }
+        }
+      }
+      return;
+    }
+    std::map<dev_t, std::pair<int, std::exception_ptr>> filesystems;
+    for (auto& t : files) filesystems.emplace(t->dev, std::make_pair(t->dst_fd, nullptr));
+    for (auto& [dev, entry] : filesystems) {
+      if (::syncfs(entry.first) != 0) {
+        try {
+          throw_os_error(errno, "cannot sync the filesystem of", files.front()->dst);
+        } catch (...) {
+          entry.second = std::current_exception();
+        }
+      }
+    }
+    for (auto& t : files)
+      if (auto e = filesystems[t->dev].second) t->fail(e);
+  }
+
+  // Renames (or links) one file of a batch into place, and records its end.
+  void place(const std::shared_ptr<Transfer>& t) {
+    if (ended_early(*t)) return;
+    try {
+      bool placed = true;
+      if (t->tmp) {
+        placed = opt.no_clobber ? t->tmp.link_to(t->dst) : (t->tmp.rename_to(t->dst), true);
+        t->tmp.close();
+      }
+      if (placed) {
+        t->placed = true;
+        succeed(*t, BulkStatus::done);
+      } else {
+        t->tmp.discard();
+        succeed(*t, BulkStatus::skipped, "appeared");
+      }
+    } catch (...) {
+      t->tmp.discard();
+      fail(t->index, std::current_exception(), t.get());
+    }
+  }
+
+  // The renames of a batch, shared with whichever pool workers are idle: each
+  // claims the next file; the committer claims too, and waits only for files
+  // already claimed, never for a helper that has not started (so a busy pool
+  // cannot hold it up).
+  struct Placing {
+    const std::vector<std::shared_ptr<Transfer>>* batch;  // alive until done == n
+    size_t n = 0;
+    std::atomic<size_t> next{0};
+    std::mutex mutex;
+    std::condition_variable cv;
+    size_t done = 0;
+  };
+
+  static void place_some(BulkState& st, Placing& p) {
+    const size_t n = p.n;
+    for (size_t i; (i = p.next.fetch_add(1)) < n;) {
+      st.place((*p.batch)[i]);
+      std::lock_guard<std::mutex> lock(p.mutex);
+      if (++p.done == n) p.cv.notify_all();
+    }
+  }
+
+  void place_all(const std::vector<std::shared_ptr<Transfer>>& batch) {
+    auto p = std::make_shared<Placing>();
+    p->batch = &batch;
+    p->n = batch.size();
+    const size_t helpers = std::min<size_t>(workers, batch.size() / 64);
+    if (helpers > 0) {
+      std::vector<std::function<void()>> tasks;
+      auto self = shared_from_this();
+      for (size_t h = 0; h < helpers; ++h) tasks.push_back([self, p] { place_some(*self, *p); });
+      ThreadPool::process_default().submit_many(std::move(tasks));
+    }
+    place_some(*this, *p);
+    std::unique_lock<std::mutex> lock(p->mutex);
+    p->cv.wait(lock, [&] { return p->done == batch.size(); });
+  }
+
+  // Makes the renames durable: each directory's fsync for a few, else one
+  // syncfs per filesystem. A failure fails the files in place there: their
+  // names might not survive a crash.
+  void sync_dirs(const std::vector<std::shared_ptr<Transfer>>& batch) {
+    std::map<std::string, dev_t> dirs;
+    for (auto& t : batch)
+      if (t->placed) dirs.emplace(t->dir, t->dev);
+    std::map<dev_t, int> errors;             // filesystem -> errno of its syncfs
+    std::map<std::string, int> dir_errors;   // directory -> errno of its fsync
+    if (dirs.size() < kSyncfsMin) {
+      for (const auto& [dir, dev] : dirs) {
+        const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        // Some filesystems cannot sync a directory (EINVAL): nothing more to do there.
+        if (fd < 0 || (::fsync(fd) != 0 && errno != EINVAL && errno != ENOTSUP)) dir_errors[dir] = errno;
+        if (fd >= 0) ::close(fd);
+      }
+    } else {
+      std::map<dev_t, std::string> one_dir;  // a directory on each filesystem, to syncfs through
+      for (const auto& [dir, dev] : dirs) one_dir.emplace(dev, dir);
+      for (const auto& [dev, dir] : one_dir) {
+        const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd < 0 || ::syncfs(dfd) != 0) errors[dev] = errno;
+        if (dfd >= 0) ::close(dfd);
+      }
+    }
+    if (errors.empty() && dir_errors.empty()) return;
+    std::lock_guard<std::mutex> lock(results_mutex);
+    for (auto& t : batch) {
+      BulkResult& r = results[t->index];
+      int err = 0;
+      if (auto it = dir_errors.find(t->dir); it != dir_errors.end()) err = it->second;
+      if (auto it = errors.find(t->dev); it != errors.end()) err = it->second;
+      if (!err || !t->placed || r.status != BulkStatus::done) continue;
+      r.status = BulkStatus::failed;
+      r.error = "cannot sync directory '" + t->dir + "': " + std::strerror(err);
+      r.error_kind = static_cast<int>(ErrorKind::os);
+      r.error_code = err;
+      failed_order.push_back(t->index);
+      files_done.fetch_sub(1);
+      files_failed.fetch_add(1);
+    }
+  }
+
+  // -- workers ---------------------------------------------------------------
+  std::shared_ptr<Transfer> open_split() {
+    std::lock_guard<std::mutex> lock(split_mutex);
+    while (!splits.empty() && splits.front()->next.load() >= splits.front()->chunks.size())
+      splits.erase(splits.begin());
+    return splits.empty() ? nullptr : splits.front();
+  }
+
+  // Claims chunks of `t` until none is left; after a failure or a cancel the
+  // rest are claimed without moving, so that the last one always finishes `t`.
+  void run_chunks(const std::shared_ptr<Transfer>& t, BulkWorker& w) {
+    const TransferContext cx = context();
+    for (;;) {
+      const size_t i = t->next.fetch_add(1);
+      if (i >= t->chunks.size()) return;
+      if (!cancelled.load(std::memory_order_relaxed) && !t->failed()) {
+        try {
+          move_chunk(cx, *t, t->chunks[i], w, bytes_done);
+        } catch (...) {
+          t->fail(std::current_exception());
+        }
+      }
+      if (t->left.fetch_sub(1) == 1) finish(t);
+    }
+  }
+
+  void start_item(size_t i, BulkWorker& w) {
+    {
+      std::lock_guard<std::mutex> lock(split_mutex);
+      ++opening;
+    }
+    auto opened = [this](std::shared_ptr<Transfer> split) {
+      {
+        std::lock_guard<std::mutex> lock(split_mutex);
+        --opening;
+        if (split) splits.push_back(std::move(split));
+      }
+      split_cv.notify_all();
+    };
+    set_status(i, BulkStatus::running);
+    const BulkItem& item = items[i];
+    std::shared_ptr<Transfer> t;
+    std::string note;
+    try {
+      const TransferContext cx = context();
+      if (item.kind != BulkKind::read && opt.clean && opt.atomic) {
+        const size_t slash = item.dst.find_last_of('/');
+        clean_dir_once(slash == std::string::npos ? "." : slash == 0 ? "/" : item.dst.substr(0, slash));
+      }
+      t = open_transfer(cx, i, item, item_mem[i], staging_mem, note);
+    } catch (...) {
+      opened(nullptr);
+      fail(i, std::current_exception());
+      return;
+    }
+    if (!t) {
+      opened(nullptr);
+      Transfer skipped;
+      skipped.index = i;
+      succeed(skipped, BulkStatus::skipped, note);
+      return;
+    }
+    record_backends(*t);
+    if (t->sequential) {
+      opened(nullptr);
+      try {
+        move_sequential(context(), *t, w, bytes_done);
+      } catch (...) {
+        t->fail(std::current_exception());
+      }
+      finish(t);
+      return;
+    }
+    if (t->chunks.empty()) {
+      opened(nullptr);
+      finish(t);
+      return;
+    }
+    opened(t->chunks.size() > 1 ? t : nullptr);
+    run_chunks(t, w);
+  }
+
+  void run_worker(size_t index) {
+    BulkWorker w;
+    w.slot_size = slot_size;
+    w.slot_mem = staging_mem;
+    if (staging_mem.device) w.device_slot = reinterpret_cast<char*>(opt.staging) + index * slot_size;
+    for (;;) {
+      if (auto t = open_split()) {
+        run_chunks(t, w);
+        continue;
+      }
+      if (cancelled.load()) break;
+      const size_t i = next_item.fetch_add(1);
+      if (i < items.size()) {
+        start_item(i, w);
+        continue;
+      }
+      // Nothing left to start: wait while an item being opened may still turn
+      // into a file to share.
+      std::unique_lock<std::mutex> lock(split_mutex);
+      split_cv.wait(lock, [&] { return opening == 0 || !splits.empty(); });
+      if (splits.empty() && opening == 0) break;
+    }
+    w.host_lease.release();
+    end_worker();
+  }
+
+  void end_worker() {
+    {
+      std::lock_guard<std::mutex> lock(done_mutex);
+      if (--running > 0) return;
+    }
+    // The last worker out: every transfer has finished; commit what waits.
+    commit(true);
+    {
+      std::lock_guard<std::mutex> lock(results_mutex);
+      for (BulkResult& r : results)
+        if (r.status == BulkStatus::pending || r.status == BulkStatus::running) r.status = BulkStatus::cancelled;
+    }
+    {
+      std::lock_guard<std::mutex> lock(done_mutex);
+      finished = true;
+    }
+    done_cv.notify_all();
+  }
+};
+
+}  // namespace detail
+
+BulkJob::BulkJob(std::vector<BulkItem> items, const BulkOptions& options, const Settings& s) {
+  auto st = std::make_shared<detail::BulkState>(std::move(items), options, s);
+  st->umask = detail::read_umask();
+  size_t writers = 0;
+  bool staging_needed = false;
+  st->item_mem.resize(st->items.size());
+  for (size_t i = 0; i < st->items.size(); ++i) {
+    const BulkItem& item = st->items[i];
+    if (item.kind == BulkKind::read && item.src.empty()) throw_invalid("a read needs a source file");
+    if (item.kind != BulkKind::read && item.dst.empty()) throw_invalid("a write or copy needs a destination file");
+    if (item.kind == BulkKind::copy && item.src.empty()) throw_invalid("a copy needs a source file");
+    if (item.kind == BulkKind::write && (item.size < 0 || (item.size > 0 && item.buf == 0)))
+      throw_invalid("a write needs a buffer and its size");
+    if (item.buf != 0 && item.device) st->item_mem[i] = detail::resolve_device_pointer(item.buf);
+    if (item.kind != BulkKind::read) ++writers;
+    if (item.kind == BulkKind::copy || (item.kind == BulkKind::read && item.buf == 0)) staging_needed = true;
+    if (item.size > 0) st->bytes_total += static_cast<uint64_t>(item.size);
+  }
+  detail::ThreadPool& pool = detail::ThreadPool::process_default();
+  unsigned workers = std::max(1u, pool.size());
+  workers = static_cast<unsigned>(std::min<size_t>(workers, std::max<size_t>(1, options.staging_size / detail::kMinSlot)));
+  st->workers = workers;
+  // Each worker's share of the staging, whole pages where there are any:
+  // never more than the staging given (device staging is the caller's memory).
+  const size_t share = std::max<size_t>(1, options.staging_size / workers);
+  st->slot_size = share >= 4096 ? detail::round_down(share, 4096) : share;
+  st->slot_size = std::min(st->slot_size, std::max(detail::kMinSlot, s.task_size));
+  if (options.staging != 0 && staging_needed) {
+    st->staging_mem = detail::resolve_device_pointer(options.staging);
+    if (!st->staging_mem.device) throw_invalid("the staging memory given must be device memory");
+  }
+  st->group = options.sync == BulkSync::group || (options.sync == BulkSync::automatic && writers >= detail::kGroupSyncFiles);
+  st->running = workers;
+  if (st->items.empty()) {
+    st->running = 0;
+    st->finished = true;
+  } else {
+    std::vector<std::function<void()>> tasks;
+    for (unsigned w = 0; w < workers; ++w) tasks.push_back([st, w] { st->run_worker(w); });
+    pool.submit_many(std::move(tasks));
+  }
+  state_ = std::move(st);
+}
+
+BulkJob::~BulkJob() { wait_for(-1); }
+
+bool BulkJob::wait_for(double seconds) const {
+  std::unique_lock<std::mutex> lock(state_->done_mutex);
+  auto finished = [&] { return state_->finished; };
+  if (seconds < 0) {
+    state_->done_cv.wait(lock, finished);
+    return true;
+  }
+  return state_->done_cv.wait_for(lock, std::chrono::duration<double>(seconds), finished);
+}
+
+bool BulkJob::done() const {
+  std::lock_guard<std::mutex> lock(state_->done_mutex);
+  return state_->finished;
+}
+
+void BulkJob::cancel() {
+  state_->cancelled.store(true);
+  state_->split_cv.notify_all();
+}
+
+BulkProgress BulkJob::progress() const {
+  BulkProgress p;
+  p.bytes_done = state_->bytes_done.load();
+  p.bytes_total = state_->bytes_total;
+  p.files_done = state_->files_done.load();
+  p.files_failed = state_->files_failed.load();
+  p.files_total = state_->items.size();
+  p.finished = done();
+  return p;
+}
+
+std::vector<BulkResult> BulkJob::results() const {
+  std::lock_guard<std::mutex> lock(state_->results_mutex);
+  return state_->results;
+}
+
+std::vector<std::pair<size_t, BulkResult>> BulkJob::failures() const {
+  std::lock_guard<std::mutex> lock(state_->results_mutex);
+  std::vector<std::pair<size_t, BulkResult>> out;
+  for (size_t i : state_->failed_order)
+    if (state_->results[i].status == BulkStatus::failed) out.emplace_back(i, state_->results[i]);
+  return out;
+}
+
+size_t clean_temporaries(const std::string& dir) { return detail::clean_temporaries(dir); }
+
+std::pair<int, std::string> create_temporary(const std::string& dst) {
+  detail::TempFile tmp(dst);
+  std::string path = tmp.path();
+  return {tmp.release(), std::move(path)};
+}
+
+}  // namespace gdscp

@@ -1,0 +1,185 @@
+#include "gdscp/detail/temp_file.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <ctime>
+#include <random>
+
+#include "gdscp/error.hpp"
+
+namespace gdscp::detail {
+namespace {
+
+constexpr size_t kRandomChars = 8;
+// A temporary symbolic link (the command line makes them for links inside
+// trees) cannot be locked; its writer renames it within milliseconds, so one
+// whose inode changed longer ago than this belongs to a dead writer.
+constexpr time_t kLinkGraceSeconds = 60;
+
+std::string random_chars() {
+  static const char alphabet[] = "abcdefghijklmnopqrstuvwxyz0123456789_";
+  // splitmix64 (a small state: a module loaded with dlopen has little static
+  // TLS), seeded per thread from the random device.
+  thread_local uint64_t state = std::random_device{}() ^ (static_cast<uint64_t>(::getpid()) << 32);
+  std::string out(kRandomChars, 'x');
+  for (char& c : out) {
+    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    c = alphabet[(z ^ (z >> 31)) % (sizeof alphabet - 1)];
+  }
+  return out;
+}
+
+std::string dir_of(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+std::string base_of(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+}  // namespace
+
+bool is_temporary_name(std::string_view name) {
+  // "." + NAME + "." + 8 characters + suffix, NAME possibly empty.
+  const size_t min = 1 + 1 + kRandomChars + kTempSuffix.size();
+  if (name.size() < min || name[0] != '.') return false;
+  if (name.substr(name.size() - kTempSuffix.size()) != kTempSuffix) return false;
+  return name[name.size() - kTempSuffix.size() - kRandomChars - 1] == '.';
+}
+
+TempFile::TempFile(const std::string& dst, unsigned mode) {
+  const std::string dir = dir_of(dst);
+  const std::string prefix = dir + "/." + base_of(dst) + ".";
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    std::string path = prefix + random_chars() + std::string(kTempSuffix);
+    int fd;
+    do {
+      fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, static_cast<mode_t>(mode));
+    } while (fd < 0 && errno == EINTR);
+    if (fd < 0) {
+      if (errno == EEXIST) continue;
+      throw_os_error(errno, "cannot create a temporary file for", dst);
+    }
+    // Between the open and the lock a cleaner may find the file unlocked and
+    // remove it; the lock then holds an unnamed file, so try another name.
+    int r;
+    do {
+      r = ::flock(fd, LOCK_EX);
+    } while (r != 0 && errno == EINTR);
+    struct stat st{};
+    if (r != 0 || ::fstat(fd, &st) != 0) {
+      const int err = errno;
+      ::unlink(path.c_str());
+      ::close(fd);
+      throw_os_error(err, "cannot lock the temporary file", path);
+    }
+    if (st.st_nlink == 0) {
+      ::close(fd);
+      continue;
+    }
+    fd_ = fd;
+    dev_ = st.st_dev;
+    path_ = std::move(path);
+    named_ = true;
+    return;
+  }
+  throw_os_error(EEXIST, "no free temporary name beside", dst);
+}
+
+TempFile& TempFile::operator=(TempFile&& o) noexcept {
+  if (this != &o) {
+    discard();
+    fd_ = o.fd_;
+    dev_ = o.dev_;
+    path_ = std::move(o.path_);
+    named_ = o.named_;
+    o.fd_ = -1;
+    o.named_ = false;
+  }
+  return *this;
+}
+
+void TempFile::rename_to(const std::string& dst) {
+  if (::rename(path_.c_str(), dst.c_str()) != 0) throw_os_error(errno, "cannot rename the copy into place at", dst);
+  named_ = false;
+}
+
+bool TempFile::link_to(const std::string& dst) {
+  if (::link(path_.c_str(), dst.c_str()) != 0) {
+    const int err = errno;
+    if (err == EEXIST) return false;
+    if (err != EPERM && err != EOPNOTSUPP && err != EXDEV && err != EMLINK) throw_os_error(err, "cannot link", dst);
+    // No hard links here: check, then rename.
+    struct stat st{};
+    if (::lstat(dst.c_str(), &st) == 0) return false;
+    rename_to(dst);
+    return true;
+  }
+  ::unlink(path_.c_str());
+  named_ = false;
+  return true;
+}
+
+void TempFile::close() noexcept {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
+void TempFile::discard() noexcept {
+  // Unlink before close: while the lock is held no cleaner can take the name.
+  if (named_) ::unlink(path_.c_str());
+  named_ = false;
+  close();
+}
+
+int TempFile::release() noexcept {
+  const int fd = fd_;
+  fd_ = -1;
+  named_ = false;
+  return fd;
+}
+
+size_t clean_temporaries(const std::string& dir) {
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) return 0;
+  DIR* d = ::fdopendir(dfd);
+  if (!d) {
+    ::close(dfd);
+    return 0;
+  }
+  size_t removed = 0;
+  const time_t now = ::time(nullptr);
+  while (const dirent* e = ::readdir(d)) {
+    if (!is_temporary_name(e->d_name)) continue;
+    struct stat st{};
+    if (::fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+    if (S_ISLNK(st.st_mode)) {
+      if (now - st.st_ctime > kLinkGraceSeconds && ::unlinkat(dfd, e->d_name, 0) == 0) ++removed;
+      continue;
+    }
+    if (!S_ISREG(st.st_mode)) continue;
+    const int fd = ::openat(dfd, e->d_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) continue;
+    // The lock taken: no writer holds the file. Unlink while holding it, so a
+    // writer that opened the name meanwhile sees it gone (TempFile retries).
+    struct stat locked{};
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0 && ::fstat(fd, &locked) == 0 && locked.st_ino == st.st_ino &&
+        locked.st_nlink > 0 && ::unlinkat(dfd, e->d_name, 0) == 0)
+      ++removed;
+    ::close(fd);
+  }
+  ::closedir(d);
+  return removed;
+}
+
+}  // namespace gdscp::detail

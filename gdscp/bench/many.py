@@ -1,0 +1,317 @@
+"""The many-files workload (``gdscp benchmark --files N --file-size 1K-64K``):
+a tree of files copied by ``gdscp copy -r`` against ``cp -r`` followed by
+``sync``, and read into memory by gdscp's bulk read against per-file loops
+(plain Python and, where it is importable, ``kvikio.CuFile(path).read(buf)``
+at its best thread count). Everything is measured in the same run,
+interleaved run by run, and the median of the runs compared.
+
+Both copies run as commands, each in its own process (``python -m gdscp``,
+its interpreter's start included, and ``cp``), and both end with their data
+on stable storage: gdscp fsyncs by itself, ``cp`` is followed by ``sync``.
+Reads are timed inside this process, the files hot in the page cache.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+
+from . import ceilings as ceil
+from .config import BenchConfig, BenchConfigError, _choose_memory, default_threads
+from .machine import describe_machine, now_iso
+from .measure import BenchError
+from .stats import GB, spread
+from .targets import make_target
+from .tools import kvikio_status
+from .tree import Tree, make_tree
+
+__all__ = ["FILE_MODES", "FilesConfig", "SCHEMA", "run_files_benchmark"]
+
+SCHEMA = "gdscp-benchmark-files/1"
+FILE_MODES = ("copy", "read")
+_MAX_FILES = 10_000_000
+
+
+@dataclass
+class FilesConfig:
+    """The workload's inputs: ``files`` files of ``low``..``high`` bytes each."""
+
+    files: int
+    low: int
+    high: int
+    modes: Sequence[str] = FILE_MODES
+    runs: int = 3
+    dir: str = "."
+    memory: str = "auto"  # "auto", "gpu" or "host", as BenchConfig
+    device: int = 0
+    threads: Optional[Sequence[int]] = None  # KvikIO's loop is measured at each
+    seed: int = 0
+    ceilings: bool = True
+
+
+def _check(config: FilesConfig) -> None:
+    if not isinstance(config.files, int) or not 1 <= config.files <= _MAX_FILES:
+        raise BenchConfigError("files", f"{config.files!r}: the file count must be between 1 and {_MAX_FILES}")
+    if config.low < 0 or config.high < config.low:
+        raise BenchConfigError("file_size", f"{config.low}-{config.high}: not a range of sizes")
+    for mode in config.modes:
+        if mode not in FILE_MODES:
+            raise BenchConfigError("mode", f"unknown mode {mode!r} with --files (choose from {', '.join(FILE_MODES)})")
+    if not config.modes:
+        raise BenchConfigError("mode", f"needs at least one mode ({', '.join(FILE_MODES)})")
+    if config.runs < 3:
+        raise BenchConfigError("runs", f"{config.runs} is too small: a median with a min and a max needs 3")
+    directory = os.path.abspath(config.dir)
+    if not os.path.isdir(directory) or not os.access(directory, os.W_OK | os.X_OK):
+        raise BenchConfigError("dir", f"{config.dir}: not a writable directory")
+    need = (2 * config.runs + 2) * config.files * config.high  # the tree, every run's copy, and room to spare
+    free = shutil.disk_usage(directory).free
+    if need > free:
+        raise BenchConfigError("files", f"the tree and its copy need up to {need} bytes; {directory} has {free} free")
+
+
+def _digest(paths: Sequence[str]) -> str:
+    h = hashlib.sha256()
+    for path in paths:
+        with open(path, "rb") as f:
+            h.update(f.read())
+    return h.hexdigest()
+
+
+def _record(tool: str, what: str, nbytes: int, seconds: list[float], **extra: Any) -> dict:
+    return {
+        "tool": tool,
+        "what": what,
+        "bytes": nbytes,
+        "seconds": [round(s, 6) for s in seconds],
+        "median_s": round(float(np.median(seconds)), 6),
+        "gb_per_s": spread(nbytes / s / GB for s in seconds),
+        **extra,
+    }
+
+
+class _Run:
+    def __init__(self, config: FilesConfig, progress: Optional[Callable[[int, int, str], None]],
+                 warn: Callable[[str], None]):
+        self.config = config
+        self.progress = progress
+        self.warn = warn
+        self.step = 0
+        self.total_steps = 0
+
+    def tick(self, description: str) -> None:
+        if self.progress is not None:
+            self.progress(self.step, self.total_steps, description)
+        self.step += 1
+
+    # -- copy ----------------------------------------------------------------------
+    def copy(self, tree: Tree, scratch: str, memory: str, device: Optional[int]) -> dict:
+        config = self.config
+        place = ["--host"] if memory == "host" else ["--device", str(device)]
+        gdscp_argv = [sys.executable, "-m", "gdscp", "copy", "-r", "-q", "--json", *place, tree.root]
+        cp_argv = ["cp", "-r", tree.root]
+        expected = _digest(tree.paths)
+        times: dict[str, list[float]] = {"gdscp": [], "cp": []}
+        command_seconds: list[float] = []
+        for run in range(config.runs):
+            for tool in ("gdscp", "cp"):
+                self.tick(f"copy: {tool}, run {run + 1}/{config.runs}")
+                # A new directory each run, the copies removed only at the end:
+                # on ext4, files made right after thousands were deleted pay for
+                # it (the inode allocator steps over recently freed inodes).
+                dst = os.path.join(scratch, f"copy-{tool}-{run}")
+                os.sync()  # the last run's writeback is not this run's
+                start = time.perf_counter()
+                if tool == "gdscp":
+                    done = subprocess.run(gdscp_argv + [dst], capture_output=True, text=True)
+                else:
+                    done = subprocess.run(cp_argv + [dst], capture_output=True, text=True)
+                    if done.returncode == 0:
+                        done = subprocess.run(["sync"], capture_output=True, text=True)
+                seconds = time.perf_counter() - start
+                if done.returncode != 0:
+                    raise BenchError(f"{tool} copy failed (exit {done.returncode}): {done.stderr.strip()[-500:]}")
+                times[tool].append(seconds)
+                if tool == "gdscp":
+                    command_seconds.append(float(json.loads(done.stdout)["seconds"]))
+                if run == 0:
+                    copied = [os.path.join(dst, os.path.relpath(p, tree.root)) for p in tree.paths]
+                    if _digest(copied) != expected:
+                        raise BenchError(f"{tool} copy -r produced different bytes")
+        for run in range(config.runs):
+            for tool in ("gdscp", "cp"):
+                shutil.rmtree(os.path.join(scratch, f"copy-{tool}-{run}"), ignore_errors=True)
+        nbytes = tree.bytes
+        gdscp = _record("gdscp", " ".join(["gdscp", "copy", "-r", *place, "SRC", "DST"]) + " (a new process)",
+                        nbytes, times["gdscp"], command_seconds=spread(command_seconds))
+        cp = _record("cp", "cp -r SRC DST; sync", nbytes, times["cp"])
+        gdscp["factor"] = {"cp": round(cp["median_s"] / gdscp["median_s"], 4)}
+        return {"mode": "copy", "memory": memory, "results": [gdscp, cp]}
+
+    # -- read ----------------------------------------------------------------------
+    def read(self, tree: Tree, target: Any, threads: list[int]) -> dict:
+        import gdscp
+
+        config = self.config
+        offsets = np.concatenate([[0], np.cumsum(tree.sizes)]).astype(np.int64)
+        buf = target.empty(int(offsets[-1]) or 1)
+        views = [buf[int(a):int(b)] for a, b in zip(offsets[:-1], offsets[1:])]
+        host = buf if target.kind == "host" else np.empty(int(offsets[-1]) or 1, dtype=np.uint8)
+        for path in tree.paths:  # hot: every file in the page cache
+            with open(path, "rb") as f:
+                f.read()
+        expected = _digest(tree.paths)
+
+        def check(tool: str) -> None:
+            got = target.to_numpy(buf, 0, int(offsets[-1])) if target.kind == "gpu" else buf[: int(offsets[-1])]
+            if hashlib.sha256(np.ascontiguousarray(got).tobytes()).hexdigest() != expected:
+                raise BenchError(f"{tool} read wrong bytes")
+
+        def gdscp_read() -> None:
+            job = gdscp.read_files(tree.paths, views)
+            failed = [r for r in job.results() if r.status != "done"]
+            if failed:
+                raise BenchError(f"gdscp read failed: {failed[0].error}")
+
+        def python_read() -> None:
+            hview = memoryview(host)
+            for path, a, b in zip(tree.paths, offsets[:-1], offsets[1:]):
+                with open(path, "rb", buffering=0) as f:
+                    f.readinto(hview[int(a):int(b)])
+            if target.kind == "gpu":
+                target.upload(buf, host, int(offsets[-1]))
+
+        contenders: list[tuple[str, Optional[int], Callable[[], None], str]] = [
+            ("gdscp", None, gdscp_read, "gdscp.read_files(paths, buffers).results()"),
+            ("python", None, python_read, "for each file: open(path, 'rb', buffering=0).readinto(buf[a:b])"
+             + (" (host), then one copy to the GPU" if target.kind == "gpu" else "")),
+        ]
+        ok, reason, version = kvikio_status()
+        kvikio_entry: dict = {"available": ok, "reason": reason, "version": version}
+        if ok:
+            import kvikio
+            import kvikio.defaults
+
+            def kvikio_loop(count: int) -> Callable[[], None]:
+                def run() -> None:
+                    with kvikio.defaults.set("num_threads", count):
+                        for path, view in zip(tree.paths, views):
+                            f = kvikio.CuFile(path, "r")
+                            f.read(view)
+                            f.close()
+                return run
+
+            for count in threads:
+                contenders.append(("kvikio", count, kvikio_loop(count), "for each file: kvikio.CuFile(path).read(buf[a:b])"))
+        times: dict[tuple[str, Optional[int]], list[float]] = {(n, t): [] for n, t, _, _ in contenders}
+        for run in range(config.runs):
+            for name, count, fn, _ in contenders:
+                self.tick(f"read: {name}{'' if count is None else f' ({count} threads)'}, run {run + 1}/{config.runs}")
+                if target.kind == "gpu":
+                    target.sync()
+                start = time.perf_counter()
+                try:
+                    fn()
+                    if target.kind == "gpu":
+                        target.sync()
+                except Exception as exc:
+                    if name == "gdscp":
+                        raise
+                    self.warn(f"{name} baseline dropped: {type(exc).__name__}: {exc}")
+                    kvikio_entry = {"available": False, "reason": f"failed: {type(exc).__name__}: {exc}"}
+                    contenders = [c for c in contenders if c[0] != name]
+                    times = {k: v for k, v in times.items() if k[0] != name}
+                    break
+                times[(name, count)].append(time.perf_counter() - start)
+                if run == 0:
+                    check(name)
+        records = []
+        for name, count, _, what in contenders:
+            if (name, count) in times and times[(name, count)]:
+                records.append(_record(name, what, tree.bytes, times[(name, count)], threads=count))
+        gdscp_rec = records[0]
+        gdscp_rec["factor"] = {}
+        for name in ("python", "kvikio"):
+            peers = [r for r in records if r["tool"] == name]
+            if peers:
+                best = min(peers, key=lambda r: r["median_s"])
+                best["best"] = True
+                gdscp_rec["factor"][name] = round(best["median_s"] / gdscp_rec["median_s"], 4)
+            else:
+                gdscp_rec["factor"][name] = None
+        return {"mode": "read", "memory": target.kind, "results": records, "kvikio": kvikio_entry}
+
+
+def run_files_benchmark(
+    config: FilesConfig,
+    progress: Optional[Callable[[int, int, str], None]] = None,
+    warn: Optional[Callable[[str], None]] = None,
+) -> dict:
+    """Run the many-files workload; the JSON-ready result (docs/benchmark-json.md,
+    "The many-files document"). The tree and the copies are removed whatever happens."""
+    _check(config)
+    warn = warn or (lambda message: None)
+    memory, device, memory_reason = _choose_memory(BenchConfig(memory=config.memory, device=config.device))
+    threads = list(config.threads) if config.threads else default_threads()[0]
+    began = time.perf_counter()
+    date = now_iso()
+    run = _Run(config, progress, warn)
+    kvikio_runs = len(threads) if kvikio_status()[0] else 0
+    run.total_steps = 1 + ("copy" in config.modes) * 2 * config.runs + ("read" in config.modes) * (
+        (2 + kvikio_runs) * config.runs) + (2 * config.ceilings * ("copy" in config.modes))
+    workloads = []
+    ceilings: dict = {}
+    scratch = tempfile.mkdtemp(prefix=".gdscp-bench-files-", dir=os.path.abspath(config.dir))
+    try:
+        run.tick(f"writing {config.files} files in {config.dir}")
+        tree = make_tree(os.path.join(scratch, "tree"), config.files, config.low, config.high, config.seed)
+        if "copy" in config.modes:
+            if config.ceilings:
+                probe = os.path.join(scratch, "ceiling.bin")
+                size = max(tree.bytes, 1 << 20)
+                run.tick("ceiling: disk O_DIRECT write")
+                ceilings["disk_direct_write"] = ceil.direct_write_rate(probe, size, max(threads), config.runs)
+                run.tick("ceiling: disk buffered write")
+                ceilings["disk_buffered_write"] = ceil.buffered_write_rate(probe, size, config.runs)
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(probe)
+            copy = run.copy(tree, scratch, memory, device)
+            usable = [c["gb_per_s"]["median"] for c in ceilings.values() if c.get("available")]
+            if usable:
+                top = max(usable)
+                for record in copy["results"]:
+                    record["share_of_ceiling"] = round(record["gb_per_s"]["median"] / top, 4)
+                copy["ceiling_gb_per_s"] = top
+            workloads.append(copy)
+        if "read" in config.modes:
+            with make_target(memory, device or 0) as target:
+                workloads.append(run.read(tree, target, threads))
+        if run.progress is not None:
+            run.progress(run.total_steps, run.total_steps, "done")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    import gdscp
+
+    return {
+        "schema": SCHEMA,
+        "date": date,
+        "duration_s": round(time.perf_counter() - began, 3),
+        "machine": describe_machine(os.path.abspath(config.dir), device),
+        "gdscp": {"version": gdscp.__version__, "settings": gdscp.defaults.current()},
+        "config": {**asdict(config), "dir": os.path.abspath(config.dir), "memory": memory,
+                   "memory_reason": memory_reason, "device": device, "threads": threads,
+                   "bytes": tree.bytes, "modes": list(config.modes)},
+        "ceilings": ceilings,
+        "workloads": workloads,
+    }

@@ -1,0 +1,346 @@
+"""Many files at once: read files into buffers, write buffers to files, copy
+files to files, all in one job over the engine's worker pool.
+
+``read_files``, ``write_files`` and ``copy_files`` start a job and return a
+``BulkJob`` at once. Workers take whole small files, so their per-file costs
+overlap; a large file is cut into chunks that idle workers join. Copies move
+through staging memory of a bounded size (GPU memory with ``device=N``, host
+memory otherwise), whatever the number of files. A destination name only ever
+shows a complete, durable file (docs/durability.md).
+
+    job = gdscp.copy_files([("a.bin", "/mnt/a.bin"), ("b.bin", "/mnt/b.bin")], device=0)
+    job.wait()                        # Ctrl-C while waiting cancels the job
+    for r in job.results():
+        print(r.destination, r.status, r.bytes, r.seconds, r.error)
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Iterable, NamedTuple, Optional, Sequence, Union
+
+from . import _buffers, _core, _libs, defaults
+
+__all__ = [
+    "BulkJob",
+    "BulkProgress",
+    "FileResult",
+    "TEMPORARY_SUFFIX",
+    "clean_temporaries",
+    "copy_files",
+    "create_temporary",
+    "read_files",
+    "stream_files",
+    "write_files",
+]
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+#: Every temporary file's name ends with this (``.NAME.XXXXXXXX.gdscp-tmp``).
+TEMPORARY_SUFFIX: str = _core.TEMPORARY_SUFFIX
+
+# The engine's BulkStatus, by value.
+_STATUS = ("pending", "running", "done", "failed", "skipped", "cancelled")
+_READ, _WRITE, _COPY = 0, 1, 2
+_OS_ERROR = 0  # gdscp::ErrorKind::os
+_DEFAULT_STAGING = _core.BulkOptions().staging_size
+_WAIT_SLICE = 0.1  # seconds per wait, so that Ctrl-C is seen
+
+
+class FileResult(NamedTuple):
+    """One file of a job. ``status``: "done", "failed", "skipped" (an existing
+    destination under ``no_clobber``), "cancelled", or "pending"/"running"
+    while the job runs. ``seconds``: the file's own transfer time (opening,
+    moving, its own fsync), not time spent waiting for a worker."""
+
+    index: int
+    source: Optional[str]
+    destination: Optional[str]
+    status: str
+    bytes: int
+    seconds: float
+    error: Optional[str]  # what failed, where and why
+    errno: Optional[int]  # the OS error number of an OS failure
+    read_backend: Optional[str]  # "posix" or "cufile"
+    write_backend: Optional[str]
+    backend_reason: Optional[str]  # why device memory took that backend
+    note: Optional[str]  # why a file was skipped: "exists", or "appeared" during the copy
+
+
+class BulkProgress(NamedTuple):
+    bytes_done: int
+    bytes_total: int  # the sizes known when the job started
+    files_done: int  # done or skipped
+    files_failed: int
+    files_total: int
+    finished: bool
+
+
+def _str(path: PathLike) -> str:
+    return os.fsdecode(os.fspath(path))
+
+
+class BulkJob:
+    """A running job. ``wait(timeout)`` (Ctrl-C cancels), ``cancel()``,
+    ``progress()``, ``failures()`` while it runs; ``results()`` per file.
+    As a context manager it waits on exit, and cancels first when the block
+    raised. ``arrays``: the buffers ``read_files`` made, in order."""
+
+    def __init__(self, items: list[tuple], options: Any, keep: Any = None, arrays: Optional[list] = None):
+        self._items = items
+        self._keep = keep  # the buffers and staging, alive until the workers are done
+        self.arrays = arrays
+        self._job = _core.BulkJob(items, options, defaults._settings)
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        """Wait until every file has ended (or ``timeout`` seconds); True once
+        finished. An exception while waiting (Ctrl-C) cancels the job, waits
+        for the files in flight to stop, and propagates."""
+        job = self._job
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            while True:
+                left = _WAIT_SLICE if deadline is None else min(_WAIT_SLICE, deadline - time.monotonic())
+                if job.wait(max(left, 0.0)):
+                    return True
+                if deadline is not None and time.monotonic() >= deadline:
+                    return False
+        except BaseException:
+            job.cancel()
+            job.wait(-1.0)
+            raise
+
+    def done(self) -> bool:
+        return self._job.done()
+
+    def cancel(self) -> None:
+        """Files not started are cancelled; those in flight stop at their next
+        chunk, and their temporary files are removed. ``wait()`` still waits."""
+        self._job.cancel()
+
+    def progress(self) -> BulkProgress:
+        return BulkProgress(*self._job.progress())
+
+    def _result(self, index: int, raw: tuple) -> FileResult:
+        status, nbytes, seconds, error, kind, code, read_backend, write_backend, reason, note = raw
+        item = self._items[index]
+        return FileResult(
+            index,
+            item[1] if item[0] != _WRITE else None,
+            item[2] if item[0] != _READ else None,
+            _STATUS[status],
+            nbytes,
+            seconds,
+            error or None,
+            code if error and kind == _OS_ERROR else None,
+            read_backend or None,
+            write_backend or None,
+            reason or None,
+            note or None,
+        )
+
+    def results(self) -> list[FileResult]:
+        """Every file's result, in the order given (waits for the job first)."""
+        self.wait()
+        return [self._result(i, raw) for i, raw in enumerate(self._job.results())]
+
+    def failures(self) -> list[FileResult]:
+        """The files that failed so far, in the order they failed."""
+        return [self._result(i, raw) for i, raw in self._job.failures()]
+
+    def __enter__(self) -> "BulkJob":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None:
+            self.cancel()
+        self.wait()
+
+
+def _options(
+    *,
+    fsync: bool = True,
+    atomic: bool = True,
+    no_clobber: bool = False,
+    fail_fast: bool = False,
+    verify: bool = False,
+    preserve: bool = False,
+    staging: int = 0,
+    staging_size: Optional[int] = None,
+) -> Any:
+    options = _core.BulkOptions()
+    options.sync = _core.BulkSync.auto if fsync else _core.BulkSync.none
+    options.atomic = atomic
+    options.no_clobber = no_clobber
+    options.fail_fast = fail_fast
+    options.verify = verify
+    options.preserve = preserve
+    options.staging = staging
+    if staging_size is not None:
+        if staging_size < 1:
+            raise ValueError(f"staging_size must be positive (got {staging_size})")
+        options.staging_size = int(staging_size)
+    if not defaults.is_compat_mode_preferred():
+        options.cufile_library = _libs.cufile_wheel_library()
+    return options
+
+
+def _staging(device: Optional[int], staging_size: Optional[int], staging: Any = None) -> tuple[int, Any, int]:
+    """(address, keep, size) of the device staging memory: ``staging`` (a
+    device buffer) if given, else new memory on GPU ``device``; (0, None, size)
+    for host staging, which the engine allocates."""
+    if staging is not None:
+        b = _buffers.resolve(staging, writable=True)
+        if not b.device:
+            raise ValueError("staging must be device memory (host staging is the engine's own)")
+        return b.ptr, b.keep, b.nbytes
+    size = int(staging_size or _DEFAULT_STAGING)
+    if device is None:
+        return 0, None, size
+    from . import memory  # noqa: PLC0415 - GPU support is imported only when asked for
+
+    array = memory.allocate(size, device)
+    b = _buffers.resolve(array, writable=True)
+    return b.ptr, (array, b.keep), size
+
+
+def _buffer_items(kind: int, paths: list[str], buffers: Sequence[Any]) -> tuple[list[tuple], list]:
+    """The engine's items for reads into (or writes from) ``buffers``, and what keeps the memory alive."""
+    if len(buffers) != len(paths):
+        raise ValueError(f"{len(paths)} paths but {len(buffers)} buffers")
+    items, keep = [], []
+    for path, buf in zip(paths, buffers):
+        b = _buffers.resolve(buf, writable=kind == _READ)
+        keep.append(b.keep)
+        src, dst = (path, "") if kind == _READ else ("", path)
+        items.append((kind, src, dst, b.ptr, b.device, b.nbytes, 0, False, -1, True, False, 0, 0))
+    return items, keep
+
+
+def read_files(
+    paths: Iterable[PathLike],
+    buffers: Optional[Sequence[Any]] = None,
+    *,
+    device: Optional[int] = None,
+    fail_fast: bool = False,
+    verify: bool = False,
+) -> BulkJob:
+    """Read each file into its buffer (host or device memory; a file longer
+    than its buffer fills it, a shorter one leaves the rest as it was and its
+    result says how many bytes came). Without ``buffers``: new arrays of each
+    file's size, on GPU ``device`` or (None) in host memory, as ``job.arrays``.
+    ``verify``: compare what landed with a plain read of each file."""
+    paths = [_str(p) for p in paths]
+    arrays = None
+    if buffers is None:
+        from . import memory  # noqa: PLC0415
+
+        arrays = [memory.allocate(os.stat(p).st_size, device) for p in paths]
+        buffers = arrays
+    items, keep = _buffer_items(_READ, paths, buffers)
+    return BulkJob(items, _options(fail_fast=fail_fast, verify=verify), keep, arrays)
+
+
+def stream_files(
+    paths: Iterable[PathLike],
+    *,
+    ranges: Optional[Sequence[tuple[int, Optional[int]]]] = None,
+    device: Optional[int] = None,
+    verify: bool = False,
+    fail_fast: bool = False,
+    staging_size: Optional[int] = None,
+    staging: Any = None,
+) -> BulkJob:
+    """Read each file through staging memory (GPU ``device``'s, or host
+    memory) without keeping the bytes: how fast files load, as ``gdscp read``
+    measures it. ``ranges``: ``(offset, length)`` per file, length None for the
+    rest of it; a file that ends before its length fails. Files without a size
+    (devices, FIFOs, procfs) are read front to back to their end. ``staging``:
+    a device buffer to use instead of new memory on ``device``."""
+    paths = [_str(p) for p in paths]
+    if ranges is not None and len(ranges) != len(paths):
+        raise ValueError(f"{len(paths)} paths but {len(ranges)} ranges")
+    address, keep, size = _staging(device, staging_size, staging)
+    items = []
+    for i, path in enumerate(paths):
+        offset, length = (0, None) if ranges is None else ranges[i]
+        exact = length is not None
+        items.append((_READ, path, "", 0, False, -1 if length is None else int(length), int(offset), exact, -1,
+                      True, False, 0, 0))
+    options = _options(fail_fast=fail_fast, verify=verify, staging=address, staging_size=size)
+    return BulkJob(items, options, keep)
+
+
+def write_files(
+    buffers: Sequence[Any],
+    paths: Iterable[PathLike],
+    *,
+    fsync: bool = True,
+    atomic: bool = True,
+    no_clobber: bool = False,
+    fail_fast: bool = False,
+) -> BulkJob:
+    """Write each buffer (host or device memory) to its file. ``atomic``: a
+    temporary file beside each, renamed into place once complete (and, with
+    ``fsync``, durable); an existing file keeps its mode, a new one gets 0666
+    less the umask. ``no_clobber``: an existing file is left alone ("skipped")."""
+    items, keep = _buffer_items(_WRITE, [_str(p) for p in paths], buffers)
+    options = _options(fsync=fsync, atomic=atomic, no_clobber=no_clobber, fail_fast=fail_fast)
+    return BulkJob(items, options, keep)
+
+
+def copy_files(
+    pairs: Iterable[tuple[PathLike, PathLike]],
+    *,
+    device: Optional[int] = None,
+    fsync: bool = True,
+    no_clobber: bool = False,
+    preserve: bool = False,
+    verify: bool = False,
+    fail_fast: bool = False,
+    staging_size: Optional[int] = None,
+    sizes: Optional[Sequence[int]] = None,
+    staging: Any = None,
+) -> BulkJob:
+    """Copy each ``(src, dst)`` file, through GPU ``device``'s memory (storage
+    -> GPU -> storage) or, with None, host memory; ``staging_size`` bytes of
+    it in all. Each destination appears only complete and (with ``fsync``)
+    durable; an existing one keeps its mode (``preserve``: the source's mode
+    and times); ``no_clobber`` never replaces one; ``verify`` compares each
+    copy, read from storage, with its source before it takes the name.
+    ``sizes``: the sources' sizes if known, for ``progress()``'s total.
+    ``staging``: a device buffer to copy through instead of new memory on
+    ``device``."""
+    pairs = [(_str(s), _str(d)) for s, d in pairs]
+    if sizes is not None and len(sizes) != len(pairs):
+        raise ValueError(f"{len(pairs)} pairs but {len(sizes)} sizes")
+    address, keep, size = _staging(device, staging_size, staging)
+    items = [
+        (_COPY, src, dst, 0, False, -1 if sizes is None else int(sizes[i]), 0, False, -1, not preserve, False, 0, 0)
+        for i, (src, dst) in enumerate(pairs)
+    ]
+    options = _options(
+        fsync=fsync,
+        no_clobber=no_clobber,
+        fail_fast=fail_fast,
+        verify=verify,
+        preserve=preserve,
+        staging=address,
+        staging_size=size,
+    )
+    return BulkJob(items, options, keep)
+
+
+def clean_temporaries(directory: PathLike) -> int:
+    """Remove the temporary files that dead runs left in ``directory`` (those
+    no live writer holds locked); the number removed. Jobs do this by
+    themselves for each directory they write into."""
+    return _core.clean_temporaries(_str(directory))
+
+
+def create_temporary(dst: PathLike) -> tuple[int, str]:
+    """A new, empty temporary file beside ``dst``, locked for as long as the
+    returned descriptor is open: ``(fd, path)``. Close the descriptor after
+    renaming or removing the file."""
+    return _core.create_temporary(_str(dst))

@@ -1,0 +1,454 @@
+"""Bulk jobs (gdscp.bulk): many files read, written and copied at once.
+
+Every byte is checked against what the OS reads. Sizes cover 0, 1, a page
+and either side of it, and files cut into many chunks (small task and
+staging sizes); trees of hundreds of files come from the benchmark's own
+generator. Failures (missing, unreadable, a directory, a full disk, I/O
+errors from the engine's fault injection) must leave the other files right
+and no partial destination and no temporary file behind; cancelling with
+hundreds of files in flight, and Ctrl-C in a child process, likewise.
+Device memory runs over the libcuda/libcufile stand-ins (tests/standin), in
+child processes, as in tests/test_cufile_standin.py.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import random
+import signal
+import stat
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import gdscp
+import standin
+from conftest import POISON, random_bytes
+from gdscp import _core, bulk
+from gdscp.bench.tree import make_tree
+from test_cufile_standin import folder, go, poisoned, standin_build  # noqa: F401 - fixtures and helpers
+
+KiB, MiB = 1 << 10, 1 << 20
+PAGE = 4096
+SIZES = [0, 1, PAGE - 1, PAGE, PAGE + 1, 3 * MiB + 17]
+
+
+def temporaries(root) -> list[str]:
+    return [
+        os.path.join(d, f)
+        for d, _, files in os.walk(root)
+        for f in files
+        if f.endswith(bulk.TEMPORARY_SUFFIX)
+    ]
+
+
+def umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+@pytest.fixture
+def small_chunks():
+    """Files split into many chunks and staged through small slots."""
+    with gdscp.defaults.set({"task_size": 64 * KiB, "min_task_size": 4096, "num_threads": 4}):
+        yield
+
+
+def files_of(folder: Path, sizes, seed=0) -> list[tuple[str, bytes]]:
+    out = []
+    for i, size in enumerate(sizes):
+        data = random_bytes(size, seed + i)
+        path = folder / f"f{i}.bin"
+        path.write_bytes(data)
+        out.append((str(path), data))
+    return out
+
+
+# -- reads -----------------------------------------------------------------------------
+
+
+def test_read_files_into_buffers_and_new_arrays(tmp_path, small_chunks):
+    files = files_of(tmp_path, SIZES * 3)
+    buffers = [np.full(len(d) + 5, POISON, dtype=np.uint8) for _, d in files]
+    job = gdscp.read_files([p for p, _ in files], buffers)
+    results = job.results()
+    for (path, data), buf, r in zip(files, buffers, results):
+        assert r.status == "done" and r.bytes == len(data) and r.source == path and r.error is None
+        assert buf[: len(data)].tobytes() == data
+        assert (buf[len(data):] == POISON).all(), "bytes past the end of the file were touched"
+    job = gdscp.read_files([p for p, _ in files])
+    assert all(r.status == "done" for r in job.results())
+    assert [a.tobytes() for a in job.arrays] == [d for _, d in files]
+    p = job.progress()
+    assert p.finished and p.files_done == len(files) and p.bytes_done == sum(len(d) for _, d in files)
+
+
+def test_read_failures_are_per_file(tmp_path):
+    files = files_of(tmp_path, [1000, 2000, 3000])
+    paths = [files[0][0], str(tmp_path / "missing.bin"), files[1][0], str(tmp_path), files[2][0]]
+    buffers = [np.zeros(4000, dtype=np.uint8) for _ in paths]
+    results = gdscp.read_files(paths, buffers).results()
+    assert [r.status for r in results] == ["done", "failed", "done", "failed", "done"]
+    assert results[1].errno == errno.ENOENT and "missing.bin" in results[1].error
+    assert results[3].errno == errno.EISDIR and str(tmp_path) in results[3].error
+    for r, buf in zip(results, buffers):
+        if r.status == "done":
+            assert buf[: r.bytes].tobytes() == Path(r.source).read_bytes()
+    job = gdscp.read_files(paths, buffers)
+    job.wait()
+    failures = job.failures()
+    assert [f.index for f in failures] == [1, 3] or [f.index for f in failures] == [3, 1]
+
+
+def test_stream_files_reads_ranges_and_verifies(tmp_path, small_chunks):
+    files = files_of(tmp_path, [MiB + 3, 5000])
+    job = bulk.stream_files([p for p, _ in files], ranges=[(4097, 300 * KiB), (0, None)], verify=True,
+                            staging_size=256 * KiB)
+    results = job.results()
+    assert [r.bytes for r in results] == [300 * KiB, 5000] and {r.status for r in results} == {"done"}
+    # A range past the end of the file is a failure, not a short read.
+    (r,) = bulk.stream_files([files[1][0]], ranges=[(0, 6000)]).results()
+    assert r.status == "failed" and "ended" in r.error
+    # verify compares with a plain read: corrupted bytes are caught.
+    _core.testing.arm_fault("land", 0, 1, 1)
+    try:
+        (r,) = bulk.stream_files([files[1][0]], verify=True).results()
+    finally:
+        _core.testing.disarm_fault()
+    assert r.status == "failed" and "verify failed" in r.error
+
+
+def test_read_of_files_without_a_size(tmp_path):
+    proc = "/proc/self/status"
+    if not os.path.exists(proc) or os.stat(proc).st_size != 0:
+        pytest.skip("no zero-size procfs file here")
+    (r,) = bulk.stream_files([proc]).results()
+    assert r.status == "done" and r.bytes > 0
+    assert r.backend_reason and "front to back" in r.backend_reason
+
+
+# -- writes ----------------------------------------------------------------------------
+
+
+def test_write_files_are_exact_and_keep_modes(tmp_path, small_chunks):
+    datas = [random_bytes(n, i) for i, n in enumerate(SIZES * 2)]
+    paths = [tmp_path / f"w{i}.bin" for i in range(len(datas))]
+    paths[0].write_bytes(b"old")
+    paths[0].chmod(0o640)
+    buffers = [np.frombuffer(d, dtype=np.uint8) for d in datas]
+    results = gdscp.write_files(buffers, paths).results()
+    assert {r.status for r in results} == {"done"}
+    for path, data in zip(paths, datas):
+        assert path.read_bytes() == data
+    assert stat.S_IMODE(paths[0].stat().st_mode) == 0o640
+    assert stat.S_IMODE(paths[1].stat().st_mode) == 0o666 & ~umask()
+    assert temporaries(tmp_path) == []
+    # no_clobber: existing files are left alone.
+    results = gdscp.write_files([np.zeros(3, np.uint8)] * 2, [paths[1], tmp_path / "new.bin"], no_clobber=True).results()
+    assert [(r.status, r.note) for r in results] == [("skipped", "exists"), ("done", None)]
+    assert paths[1].read_bytes() == datas[1]
+    # Not atomic: written in place.
+    results = gdscp.write_files([np.ones(5, np.uint8)], [paths[2]], atomic=False, fsync=False).results()
+    assert results[0].status == "done" and paths[2].read_bytes() == b"\x01" * 5
+
+
+# -- copies ----------------------------------------------------------------------------
+
+
+def test_copies_of_every_size(tmp_path, small_chunks):
+    src = tmp_path / "src"
+    src.mkdir()
+    (tmp_path / "dst").mkdir()
+    files = files_of(src, SIZES * 4)
+    for i, (path, _) in enumerate(files):
+        os.chmod(path, [0o600, 0o644, 0o755, 0o640][i % 4])
+    pairs = [(p, str(tmp_path / "dst" / os.path.basename(p))) for p, _ in files]
+    job = gdscp.copy_files(pairs, staging_size=256 * KiB, sizes=[len(d) for _, d in files])
+    results = job.results()
+    assert {r.status for r in results} == {"done"}
+    for (s, d), (_, data), r in zip(pairs, files, results):
+        assert Path(d).read_bytes() == data and r.bytes == len(data)
+        assert stat.S_IMODE(os.stat(d).st_mode) == stat.S_IMODE(os.stat(s).st_mode) & ~umask()
+        assert r.read_backend == r.write_backend == "posix"
+    p = job.progress()
+    assert p.bytes_total == p.bytes_done == sum(len(d) for _, d in files)
+    assert temporaries(tmp_path) == []
+
+
+def test_copies_preserve_no_clobber_and_existing_modes(tmp_path):
+    (a, da), (b, db) = files_of(tmp_path, [5000, 7000])
+    os.chmod(a, 0o751)
+    os.utime(a, ns=(1_000_000_000, 2_000_000_123))
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "b").write_bytes(b"old")
+    os.chmod(out / "b", 0o600)
+    results = gdscp.copy_files([(a, out / "a"), (b, out / "b")], preserve=True).results()
+    assert {r.status for r in results} == {"done"}
+    st = os.stat(out / "a")
+    assert stat.S_IMODE(st.st_mode) == 0o751 and st.st_mtime_ns == 2_000_000_123
+    assert stat.S_IMODE(os.stat(out / "b").st_mode) == stat.S_IMODE(os.stat(b).st_mode)
+    # Without preserve an existing destination keeps its mode.
+    os.chmod(out / "b", 0o600)
+    gdscp.copy_files([(b, out / "b")]).wait()
+    assert stat.S_IMODE(os.stat(out / "b").st_mode) == 0o600 and (out / "b").read_bytes() == db
+    # no_clobber never replaces, and says why.
+    (r,) = gdscp.copy_files([(a, out / "b")], no_clobber=True).results()
+    assert (r.status, r.note) == ("skipped", "exists") and (out / "b").read_bytes() == db
+    # Same file, and a directory in the way.
+    r1, r2 = gdscp.copy_files([(a, a), (a, out)]).results()
+    assert r1.status == "failed" and "same file" in r1.error
+    assert r2.status == "failed" and "cannot overwrite directory" in r2.error
+    assert Path(a).read_bytes() == da and temporaries(tmp_path) == []
+
+
+def test_copies_verified_refuse_a_bad_copy(tmp_path):
+    (a, da), (b, db) = files_of(tmp_path, [3000, 3000])
+    _core.testing.arm_fault("land", 0, 1, 1)  # the first copy checked reads back one wrong byte
+    try:
+        r1, r2 = gdscp.copy_files([(a, tmp_path / "a2"), (b, tmp_path / "b2")], verify=True).results()
+    finally:
+        _core.testing.disarm_fault()
+    bad, good = (r1, r2) if r1.status == "failed" else (r2, r1)
+    assert bad.status == "failed" and "verify failed" in bad.error and "was not changed" in bad.error
+    assert good.status == "done"
+    assert not os.path.exists(bad.destination) and temporaries(tmp_path) == []
+
+
+def test_copies_of_a_tree_with_failures_leave_no_partial_file(tmp_path):
+    tree = make_tree(str(tmp_path / "src"), 300, 1, 20 * KiB, seed=3)
+    (tmp_path / "dst").mkdir()
+    pairs = [(p, str(tmp_path / "dst" / f"{i}.bin")) for i, p in enumerate(tree.paths)]
+    vanished = set(random.Random(1).sample(range(len(pairs)), 20))
+    for i in vanished:
+        os.unlink(pairs[i][0])
+    # An I/O error on some writes (the engine's fault injection) as well.
+    _core.testing.arm_fault("pwrite", 40, 5, errno.EIO)
+    try:
+        results = gdscp.copy_files(pairs).results()
+    finally:
+        _core.testing.disarm_fault()
+    failed = [r for r in results if r.status == "failed"]
+    assert {r.index for r in failed} >= vanished and len(failed) == len(vanished) + 5
+    for r in failed:
+        assert r.errno in (errno.ENOENT, errno.EIO), r
+        # The reason names the file: the source that vanished, the temporary file a write failed in.
+        assert r.source in r.error if r.errno == errno.ENOENT else os.path.basename(r.destination) in r.error
+        assert not os.path.exists(r.destination)
+    for r, (src, dst) in zip(results, pairs):
+        if r.status == "done":
+            assert Path(dst).read_bytes() == Path(src).read_bytes()
+    assert temporaries(tmp_path) == []
+
+
+def test_fail_fast_cancels_the_rest(tmp_path):
+    files = files_of(tmp_path, [2000] * 200)
+    pairs = [(p, str(tmp_path / f"c{i}")) for i, (p, _) in enumerate(files)]
+    pairs.insert(3, (str(tmp_path / "missing"), str(tmp_path / "c-missing")))
+    with gdscp.defaults.set("num_threads", 1):  # one worker: the files after the failure are not started
+        results = gdscp.copy_files(pairs, fail_fast=True).results()
+    statuses = [r.status for r in results]
+    assert statuses[3] == "failed" and statuses.count("cancelled") > 0
+    for r, (src, dst) in zip(results, pairs):
+        if r.status == "done":
+            assert Path(dst).read_bytes() == Path(src).read_bytes()
+        else:
+            assert not os.path.exists(dst)
+    assert temporaries(tmp_path) == []
+
+
+def test_cancel_with_hundreds_of_files_in_flight(tmp_path, small_chunks):
+    tree = make_tree(str(tmp_path / "src"), 600, 1, 200 * KiB, seed=5)
+    (tmp_path / "dst").mkdir()
+    old = tmp_path / "dst" / "0.bin"
+    old.write_bytes(b"precious")
+    pairs = [(p, str(tmp_path / "dst" / f"{i}.bin")) for i, p in enumerate(tree.paths)]
+    job = gdscp.copy_files(pairs, staging_size=256 * KiB)
+    while job.progress().bytes_done == 0 and not job.done():
+        time.sleep(0.001)
+    job.cancel()
+    assert job.wait(60)
+    results = job.results()
+    for r, (src, dst) in zip(results, pairs):
+        assert r.status in ("done", "cancelled"), r
+        if r.status == "done":
+            assert Path(dst).read_bytes() == Path(src).read_bytes()
+        elif dst == str(old):
+            assert old.read_bytes() == b"precious"
+        else:
+            assert not os.path.exists(dst)
+    assert temporaries(tmp_path) == []
+
+
+def test_each_file_time_is_its_own(tmp_path):
+    """With one worker the files run one after another: if a file's time
+    counted its wait in the queue, the times would add up to many times the
+    job's."""
+    files = files_of(tmp_path, [64 * KiB] * 100)
+    with gdscp.defaults.set("num_threads", 1):
+        start = time.perf_counter()
+        results = gdscp.copy_files([(p, f"{p}.copy") for p, _ in files]).results()
+        wall = time.perf_counter() - start
+    assert all(r.seconds > 0 for r in results)
+    assert sum(r.seconds for r in results) <= wall
+
+
+# -- temporary files -------------------------------------------------------------------
+
+
+def test_dead_temporaries_are_cleaned_and_live_ones_kept(tmp_path):
+    (src, data), = files_of(tmp_path, [100])
+    out = tmp_path / "out"
+    out.mkdir()
+    dead = out / f".x.bin.abcdefgh{bulk.TEMPORARY_SUFFIX}"
+    dead.write_bytes(b"left by a killed run")
+    fd, live = bulk.create_temporary(str(out / "y.bin"))
+    try:
+        assert os.path.basename(live).startswith(".y.bin.") and live.endswith(bulk.TEMPORARY_SUFFIX)
+        unrelated = out / "keep.gdscp-tmp.txt"
+        unrelated.write_bytes(b"data")
+        gdscp.copy_files([(src, out / "x.bin")]).wait()
+        assert not dead.exists(), "a run into the directory removes the dead run's temporary file"
+        assert os.path.exists(live), "a temporary file held by a live writer is not touched"
+        assert unrelated.exists()
+        assert bulk.clean_temporaries(out) == 0
+    finally:
+        os.close(fd)
+    assert bulk.clean_temporaries(out) == 1 and not os.path.exists(live)
+
+
+KILLED = r"""
+import os, sys, gdscp
+from gdscp import bulk
+fd, path = bulk.create_temporary(sys.argv[1])
+os.write(fd, b"partial")
+print(path, flush=True)
+os.kill(os.getpid(), 9)
+"""
+
+
+def test_temporaries_of_a_killed_writer_are_recognised(tmp_path):
+    proc = subprocess.run([sys.executable, "-c", KILLED, str(tmp_path / "f.bin")], capture_output=True, text=True)
+    assert proc.returncode == -signal.SIGKILL
+    path = proc.stdout.strip()
+    assert os.path.exists(path)
+    assert bulk.clean_temporaries(tmp_path) == 1 and not os.path.exists(path)
+
+
+# -- interrupts ------------------------------------------------------------------------
+
+CHILD = r"""
+import os, signal, sys, time, gdscp
+src, dst = sys.argv[1], sys.argv[2]
+names = sorted(os.listdir(src))
+job = gdscp.copy_files([(os.path.join(src, n), os.path.join(dst, n)) for n in names], staging_size=1 << 20)
+print("started", flush=True)
+try:
+    job.wait()
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+    sys.exit(130)
+"""
+
+
+def test_ctrl_c_while_waiting_cancels_the_job(tmp_path):
+    """Ctrl-C in a program waiting on a job: every file is either complete or
+    absent, and no temporary file is left. Run many times, at varied moments."""
+    tree = make_tree(str(tmp_path / "src"), 400, 1, 64 * KiB, seed=9, dirs=1)
+    src = os.path.join(tree.root, "d000")
+    rng = random.Random(4)
+    for attempt in range(15):
+        dst = tmp_path / f"dst{attempt}"
+        dst.mkdir()
+        proc = subprocess.Popen([sys.executable, "-c", CHILD, src, str(dst)], stdout=subprocess.PIPE, text=True)
+        assert proc.stdout.readline().strip() == "started"
+        time.sleep(rng.uniform(0, 0.05))
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+        # 0: the job was over before the signal; -SIGINT: it landed on the way out.
+        assert proc.returncode in (0, 130, -signal.SIGINT), out
+        for name in os.listdir(dst):
+            assert not name.endswith(bulk.TEMPORARY_SUFFIX), f"attempt {attempt}: {name} left behind"
+            assert (dst / name).read_bytes() == Path(src, name).read_bytes(), f"attempt {attempt}: {name} differs"
+
+
+# -- device memory over the stand-ins ---------------------------------------------------
+
+
+def test_bulk_jobs_with_device_memory(go):
+    go(scenario_device_bulk)
+
+
+def test_bulk_copy_through_device_staging(go):
+    go(scenario_device_copy)
+
+
+def scenario_device_bulk(folder):
+    """read_files into device buffers and write_files from them: every byte
+    through pinned staging and the stand-in's copies; failures per file."""
+    import gdscp
+
+    sizes = [0, 1, 4095, 4096, 4097, 3 * MiB + 5] * 3
+    datas = [random_bytes(n, i) for i, n in enumerate(sizes)]
+    paths = []
+    for i, data in enumerate(datas):
+        path = os.path.join(folder, f"r{i}.bin")
+        with open(path, "wb") as f:
+            f.write(data)
+        paths.append(path)
+    with gdscp.defaults.set({"compat_mode": "on", "task_size": MiB, "bounce_buffer_size": 64 * KiB}):
+        bufs = [poisoned(n + 3) for n in sizes]
+        results = gdscp.read_files(paths + [os.path.join(folder, "missing")], bufs + [poisoned(10)]).results()
+        assert [r.status for r in results] == ["done"] * len(sizes) + ["failed"]
+        for data, buf, r in zip(datas, bufs, results):
+            got = buf.bytes()
+            assert r.bytes == len(data) and got[: len(data)] == data and got[len(data):] == bytes([POISON]) * 3
+            assert r.read_backend == "posix"
+        srcs = [standin.cuda.alloc(len(d) or 1).set(d) for d in datas]
+        outs = [os.path.join(folder, f"w{i}.bin") for i in range(len(datas))]
+        results = gdscp.write_files([s[: len(d)] for s, d in zip(srcs, datas)], outs).results()
+        assert {r.status for r in results} == {"done"}
+        for out, data in zip(outs, datas):
+            with open(out, "rb") as f:
+                assert f.read() == data
+        assert all(c.flags & standin.PINNED_HOST for c in standin.cuda.calls("cuMemcpyHtoDAsync", "cuMemcpyDtoHAsync"))
+
+
+def scenario_device_copy(folder):
+    """copy_files through device staging (storage -> GPU -> storage): bytes
+    exact, every byte copied to the GPU and back, the staging bounded."""
+    import gdscp
+
+    sizes = [0, 1, 4097, 200 * KiB, 3 * MiB + 5] * 4
+    pairs = []
+    for i, n in enumerate(sizes):
+        src = os.path.join(folder, f"s{i}.bin")
+        with open(src, "wb") as f:
+            f.write(random_bytes(n, 100 + i))
+        pairs.append((src, os.path.join(folder, f"d{i}.bin")))
+    # Staging of any size: each worker's share stays inside it, however small.
+    for size in (MiB, 40 * KiB, 5000):
+        staging = standin.cuda.alloc(size)
+        for _, dst in pairs:
+            if os.path.exists(dst):
+                os.unlink(dst)
+        with gdscp.defaults.set({"compat_mode": "on", "bounce_buffer_size": 64 * KiB, "num_threads": 4}):
+            standin.cuda.reset()
+            results = gdscp.copy_files(pairs, staging=staging, verify=True).results()
+        assert {r.status for r in results} == {"done"}, [r.error for r in results if r.error]
+        for src, dst in pairs:
+            with open(src, "rb") as a, open(dst, "rb") as b:
+                assert a.read() == b.read()
+        up = standin.cuda.calls("cuMemcpyHtoDAsync")
+        down = standin.cuda.calls("cuMemcpyDtoHAsync")
+        assert sum(c.size for c in up) == sum(c.size for c in down) == sum(sizes)
+        for c in up + down:
+            assert staging.ptr <= c.ptr and c.ptr + c.size <= staging.ptr + size, "a copy outside the staging memory"
+    assert not [n for n in os.listdir(folder) if n.endswith(".gdscp-tmp")]

@@ -2,11 +2,14 @@
 # Everything a GPU machine runs, in one call of at most 10 minutes: build gdscp,
 # then the named steps. Logs and JSON go to $OUT (default ./device-out).
 #
-#   bash scripts/device_check.sh [tests] [bench] [sweep]    (default: tests bench)
+#   bash scripts/device_check.sh [tests] [bench] [many] [sweep]    (default: tests bench)
 #
 #   tests  the whole test suite with GDSCP_REQUIRE_GPU=1 (a missing GPU fails)
 #   bench  the figures in docs/performance.md: gdscp benchmark --json, 4 runs,
 #          then scripts/bench_summary.py
+#   many   the many-files workloads: 2,000 files of 1 MiB and 20,000 of 64 KiB read
+#          into the GPU (gdscp's bulk read against per-file loops, KvikIO's too),
+#          and a tree of 5,000 files of 1-64 KiB copied (gdscp copy -r against cp -r + sync)
 #   sweep  scripts/gpu_sweep.py, the settings grid behind the defaults
 #
 # KvikIO wheels placed in .whl/ (e.g. kvikio-cu13 and libkvikio-cu13) are
@@ -18,7 +21,8 @@ OUT=${OUT:-$repo/device-out}
 mkdir -p "$OUT"
 steps=" ${*:-tests bench} "
 for step in $steps; do
-  [[ $step == tests || $step == bench || $step == sweep ]] || { echo "unknown step: $step (tests, bench, sweep)" >&2; exit 2; }
+  [[ $step == tests || $step == bench || $step == many || $step == sweep ]] \
+    || { echo "unknown step: $step (tests, bench, many, sweep)" >&2; exit 2; }
 done
 export PYTHONUNBUFFERED=1
 export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda-13.0}
@@ -71,6 +75,17 @@ if [[ $steps == *" bench "* ]]; then
   timeout "$(limit 60)" gdscp benchmark --size 2G --threads 16 --mode read --drop-cache --dir /tmp --json \
     >"$OUT/bench-cold.json" 2>"$OUT/bench-cold.err" || rc=1
   python3 "$repo/scripts/bench_summary.py" "$OUT"/bench-{gpu,host,host-pread,cold}.json | tee "$OUT/bench-summary.txt"
+fi
+
+if [[ $steps == *" many "* ]]; then
+  echo "== many"
+  timeout "$(limit 150)" gdscp benchmark --files 2000 --file-size 1M --mode read --dir /tmp --json \
+    >"$OUT/many-2000x1m.json" 2>"$OUT/many-2000x1m.err" || rc=1
+  timeout "$(limit 150)" gdscp benchmark --files 20000 --file-size 64K --mode read --dir /tmp --json \
+    >"$OUT/many-20000x64k.json" 2>"$OUT/many-20000x64k.err" || rc=1
+  timeout "$(limit 120)" gdscp benchmark --files 5000 --file-size 1K-64K --mode copy --dir /tmp --json \
+    >"$OUT/many-5000-tree.json" 2>"$OUT/many-5000-tree.err" || rc=1
+  for f in "$OUT"/many-*.json; do echo "$(basename "$f"): $(wc -c <"$f") bytes"; tail -2 "${f%.json}.err"; done
 fi
 
 if [[ $steps == *" sweep "* ]]; then

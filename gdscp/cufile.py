@@ -146,6 +146,14 @@ class CuFile:
         return f"<gdscp.CuFile {self.name!r} {state}>"
 
     # -- parallel I/O ----------------------------------------------------------
+    def _start(self, call, buf: Any, into: bool, size, file_offset, task_size) -> IOFuture:
+        """One parallel transfer through the engine's ``call`` (pread or pwrite);
+        ``into``: the engine writes into ``buf``."""
+        b = _buffers.resolve(buf, writable=into)
+        size = _request_size(size, b.nbytes, "buffer")
+        offset = _args.offset(file_offset)
+        return IOFuture(call(b.ptr, b.device, size, offset, _settings(task_size)), (b.keep, self))
+
     def pread(
         self,
         buf: Any,
@@ -156,11 +164,7 @@ class CuFile:
         """Start reading ``size`` bytes (default: the whole buffer) at
         ``file_offset`` into ``buf``, device or host memory, in parallel.
         The future's ``get()`` gives the bytes read: fewer only at end of file."""
-        b = _buffers.resolve(buf, writable=True)
-        size = _request_size(size, b.nbytes, "buffer")
-        offset = _args.offset(file_offset)
-        future = self._handle.pread(b.ptr, b.device, size, offset, _settings(task_size))
-        return IOFuture(future, (b.keep, self))
+        return self._start(self._handle.pread, buf, True, size, file_offset, task_size)
 
     def pwrite(
         self,
@@ -171,11 +175,7 @@ class CuFile:
     ) -> IOFuture:
         """Start writing ``size`` bytes (default: the whole buffer) of ``buf`` to
         the file at ``file_offset``, in parallel."""
-        b = _buffers.resolve(buf, writable=False)
-        size = _request_size(size, b.nbytes, "buffer")
-        offset = _args.offset(file_offset)
-        future = self._handle.pwrite(b.ptr, b.device, size, offset, _settings(task_size))
-        return IOFuture(future, (b.keep, self))
+        return self._start(self._handle.pwrite, buf, False, size, file_offset, task_size)
 
     def read(
         self,

@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "gdscp/bulk.hpp"
+#include "release_gil.hpp"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -15,7 +16,7 @@ using namespace nb::literals;
 namespace gdscp::bindings {
 namespace {
 
-using release = nb::call_guard<nb::gil_scoped_release>;
+using release = nb::call_guard<ReleaseGil>;
 
 // One item as Python passes it: (kind, src, dst, buf, device, size, offset,
 // exact, mode, keep_mode, set_times, atime_ns, mtime_ns).
@@ -67,7 +68,7 @@ void define_bulk(nb::module_& m) {
           "__init__",
           [](BulkJob* self, const std::vector<ItemTuple>& items, const BulkOptions& options, const Settings& s) {
             std::vector<BulkItem> converted = to_items(items);
-            nb::gil_scoped_release unlocked;
+            const ReleaseGil unlocked;
             new (self) BulkJob(std::move(converted), options, s);
           },
           "items"_a, "options"_a, "settings"_a)

@@ -420,10 +420,7 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
     std::string note;
     try {
       const TransferContext cx = context();
-      if (item.kind != BulkKind::read && opt.clean && opt.atomic) {
-        const size_t slash = item.dst.find_last_of('/');
-        clean_dir_once(slash == std::string::npos ? "." : slash == 0 ? "/" : item.dst.substr(0, slash));
-      }
+      if (item.kind != BulkKind::read && opt.clean && opt.atomic) clean_dir_once(dir_of(item.dst));
       t = open_transfer(cx, i, item, item_mem[i], staging_mem, note);
     } catch (...) {
       opened(nullptr);

@@ -41,12 +41,6 @@ int open_plain(const std::string& path, int flags, mode_t mode = 0) {
   return fd;
 }
 
-std::string dir_of(const std::string& path) {
-  const size_t slash = path.find_last_of('/');
-  if (slash == std::string::npos) return ".";
-  return slash == 0 ? "/" : path.substr(0, slash);
-}
-
 // The file and its backend for memory `mem`: device memory by compat_mode
 // (cuFile where it works), host memory always the POSIX path.
 void open_file(const TransferContext& cx, const std::string& path, const char* mode, const MemoryTarget& mem,

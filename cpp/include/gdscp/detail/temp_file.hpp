@@ -14,6 +14,10 @@ namespace gdscp::detail {
 
 inline constexpr std::string_view kTempSuffix = ".gdscp-tmp";
 
+// The directory of `path` as a temporary file beside it lands in: "." for a
+// bare name, "/" for a file at the root.
+std::string dir_of(const std::string& path);
+
 // Whether `name` (a file name, no directory) is one of ours.
 bool is_temporary_name(std::string_view name);
 

@@ -457,7 +457,6 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
   void run_worker(size_t index) {
     BulkWorker w;
     w.slot_size = slot_size;
-    w.slot_mem = staging_mem;
     if (staging_mem.device) w.device_slot = reinterpret_cast<char*>(opt.staging) + index * slot_size;
     for (;;) {
       if (auto t = open_split()) {

@@ -25,10 +25,6 @@ namespace {
 constexpr int64_t kFileMin = 1 << 20;
 constexpr size_t kVerifyBlock = 1u << 20;
 
-[[noreturn]] void fail_with(int err, const std::string& message, const std::string& path) {
-  throw Error(ErrorKind::os, err, message + ": " + std::strerror(err) + " (errno " + std::to_string(err) + ")", path);
-}
-
 [[noreturn]] void fail_state(const std::string& message, const std::string& path) {
   throw Error(ErrorKind::state, 0, message, path);
 }
@@ -51,7 +47,7 @@ void open_file(const TransferContext& cx, const std::string& path, const char* m
 }
 
 // The source of a read or copy: opened, its size found, the way to read it chosen.
-void open_source(const TransferContext& cx, Transfer& t, const std::string& path, bool need_file) {
+void open_source(const TransferContext& cx, Transfer& t, const std::string& path) {
   t.src_fd = open_plain(path, O_RDONLY);
   if (t.src_fd < 0) throw_os_error(errno, "cannot open", path);
   struct stat& st = t.src_stat;
@@ -80,7 +76,7 @@ void open_source(const TransferContext& cx, Transfer& t, const std::string& path
     t.offset = 0;
     t.size = t.src_sized ? length : -1;
   }
-  if (t.src_sized && (need_file || t.mem.device || t.size >= kFileMin))
+  if (t.src_sized && (t.mem.device || t.size >= kFileMin))
     open_file(cx, path, "r", t.mem, t.src_file, t.src_backends, t.src_backend);
 }
 
@@ -233,11 +229,12 @@ size_t read_some(int fd, char* p, size_t n, int64_t pos, const std::string& path
 
 // Compares `n` bytes that landed at `got` (memory `mem`) with a plain read of
 // the source at `off`.
-void verify_landed(Transfer& t, BulkWorker& w, const MemoryTarget& mem, const char* got, int64_t off, size_t n) {
+void verify_landed(Transfer& t, const MemoryTarget& mem, const char* got, int64_t off, size_t n) {
   if (!mem.device && n > 0 && fault::check(fault::Op::land)) const_cast<char*>(got)[0] ^= 0xFF;
   auto expect = BufferPool::aligned().acquire(kVerifyBlock);
-  auto landed = BufferPool::aligned().acquire(kVerifyBlock);
-  (void)w;
+  // Host memory is compared where it landed; device memory is copied back first.
+  BufferPool::Lease landed;
+  if (mem.device) landed = BufferPool::aligned().acquire(kVerifyBlock);
   for (size_t done = 0; done < n;) {
     const size_t k = std::min(kVerifyBlock, n - done);
     const int64_t at = off + static_cast<int64_t>(done);
@@ -335,7 +332,7 @@ std::shared_ptr<Transfer> open_transfer(const TransferContext& cx, size_t index,
   t->scratch = item.kind == BulkKind::copy || (item.kind == BulkKind::read && item.buf == 0);
   t->mem = t->scratch ? staging_mem : item_mem;
   if (item.kind != BulkKind::write) {
-    open_source(cx, *t, item.src, false);
+    open_source(cx, *t, item.src);
   } else {
     t->size = item.size;
   }
@@ -369,7 +366,7 @@ void move_chunk(const TransferContext& cx, Transfer& t, const Chunk& c, BulkWork
     if (item.kind == BulkKind::copy) {
       write_chunk(cx, t, t.mem, base, c.file_offset, n);
     } else if (cx.opt.verify) {
-      verify_landed(t, w, t.mem, base, c.file_offset, n);
+      verify_landed(t, t.mem, base, c.file_offset, n);
     }
   }
   t.bytes.fetch_add(n, std::memory_order_relaxed);
@@ -412,7 +409,7 @@ void move_sequential(const TransferContext& cx, Transfer& t, BulkWorker& w, std:
       landed = into;
       if (!t.mem.device) host = into;
     }
-    if (item.kind == BulkKind::read && cx.opt.verify && got > 0) verify_landed(t, w, t.mem, landed, pos, got);
+    if (item.kind == BulkKind::read && cx.opt.verify && got > 0) verify_landed(t, t.mem, landed, pos, got);
     if (item.kind != BulkKind::read && got > 0) {
       if (t.in_place) {
         if (!host) {

@@ -32,7 +32,6 @@ using BulkClock = std::chrono::steady_clock;
 struct BulkWorker {
   size_t slot_size = 0;
   char* device_slot = nullptr;  // its share of the caller's device staging, if there is one
-  MemoryTarget slot_mem;
   BufferPool::Lease host_lease;
   char* staging();  // slot_size bytes of staging: the device slot, else host memory
   char* host();     // slot_size bytes of host memory

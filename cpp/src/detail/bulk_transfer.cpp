@@ -315,11 +315,7 @@ Transfer::~Transfer() {
 void Transfer::fail(std::exception_ptr e) {
   std::lock_guard<std::mutex> lock(mutex);
   if (!error) error = e;
-}
-
-bool Transfer::failed() {
-  std::lock_guard<std::mutex> lock(mutex);
-  return error != nullptr;
+  has_error.store(true, std::memory_order_release);
 }
 
 std::shared_ptr<Transfer> open_transfer(const TransferContext& cx, size_t index, const BulkItem& item,

@@ -86,11 +86,13 @@ struct Transfer {
 
   std::mutex mutex;
   std::exception_ptr error;  // the first failure of any chunk
+  // Set with `error`: each chunk asks before it moves, without the lock.
+  std::atomic<bool> has_error{false};
   BulkClock::time_point start;
   double seconds = 0;
 
   void fail(std::exception_ptr e);
-  bool failed();
+  bool failed() const noexcept { return has_error.load(std::memory_order_acquire); }
   // The descriptor verify reads the source through.
   int source_fd() const { return src_file ? src_file->fd() : src_fd; }
 };

@@ -12,8 +12,7 @@ Dispatch plan_dispatch(int64_t offset, size_t size, const Settings& s) {
   d.chunk_size = effective_task_size(size, s.task_size, pool_size, s.min_task_size);
   d.chunks = split(offset, size, d.chunk_size);
   const size_t workers = std::min<size_t>(pool_size, d.chunks.size());
-  d.here = size < s.gds_threshold || workers <= 1;
-  d.tasks = d.here ? 1 : workers;
+  d.tasks = size < s.gds_threshold ? 1 : std::max<size_t>(workers, 1);
   return d;
 }
 
@@ -25,7 +24,7 @@ void run_tasks(const std::shared_ptr<Request>& req, const Dispatch& d, const std
       req->task_failed(std::current_exception());
     }
   };
-  if (d.here) {
+  if (d.tasks == 1) {
     task();
     return;
   }

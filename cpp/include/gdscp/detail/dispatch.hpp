@@ -17,8 +17,7 @@ namespace gdscp::detail {
 struct Dispatch {
   std::vector<Chunk> chunks;  // of [offset, offset + size), buffer offsets from the request's start
   size_t chunk_size = 0;      // effective_task_size for the pool's size now
-  size_t tasks = 1;           // the workers the request runs on
-  bool here = true;           // on the calling thread (then tasks == 1)
+  size_t tasks = 1;           // the workers the request runs on; 1: on the calling thread
 };
 
 // Small requests run on the calling thread, where a hand-off to a worker would

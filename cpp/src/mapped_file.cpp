@@ -5,18 +5,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 
-#include "gdscp/detail/buffer_pool.hpp"
 #include "gdscp/detail/device_pointer.hpp"
 #include "gdscp/detail/dispatch.hpp"
 #include "gdscp/detail/file.hpp"
 #include "gdscp/detail/mapped_read.hpp"
 #include "gdscp/detail/request.hpp"
+#include "gdscp/detail/staging.hpp"
 #include "gdscp/detail/work_queue.hpp"
 #include "gdscp/error.hpp"
-#include "gdscp/shim/cuda_driver.hpp"
 
 namespace gdscp {
 namespace detail {
@@ -63,67 +61,25 @@ void copy_piece(const Mapping& m, char* dst, const char* src, size_t n, int64_t 
                 " failed: the file no longer holds those bytes (it shrank after it was mapped)");
 }
 
-// Waits for this thread's default stream on every exit path: a staging buffer
-// must not go back to the pool while a copy out of it is in flight.
-class Drain {
- public:
-  explicit Drain(const CudaDriver& drv) : drv_(drv) {}
-  ~Drain() {
-    if (armed_) drv_.cuStreamSynchronize(CU_STREAM_PER_THREAD);
-  }
-  Drain(const Drain&) = delete;
-  Drain& operator=(const Drain&) = delete;
-  void wait() { drv_.check(drv_.cuStreamSynchronize(CU_STREAM_PER_THREAD), "cuStreamSynchronize"); }
-  void finish() {
-    armed_ = false;
-    wait();
-  }
-
- private:
-  const CudaDriver& drv_;
-  bool armed_ = true;
-};
-
-// Copies the chunks this worker claims from `work`. Device memory: each piece
-// of up to `bounce` bytes out of the mapping into one of two pinned buffers,
-// then to the GPU on this thread's default stream (CU_STREAM_PER_THREAD, which
-// needs no stream of its own), so that the next piece's copy out of the
-// mapping overlaps the previous one's copy to the GPU.
-size_t copy_chunks(const Mapping& m, const MemoryTarget& mem, char* base, ChunkQueue& work, size_t bounce,
+// Copies the chunks this worker claims from `work`: into host memory
+// directly; into device memory through the engine's pinned staging pipeline
+// (staging.hpp), each piece copied out of the mapping while the pieces before
+// it go to the GPU.
+size_t copy_chunks(const Mapping& m, const MemoryTarget& mem, char* base, ChunkQueue& work, const Settings& s,
                    detail::Request* req) {
+  if (mem.device) {
+    return detail::staged_upload(mem, base, work, s, req, [&m](char* dst, size_t n, int64_t at) {
+      copy_piece(m, dst, m.at(at), n, at);
+      return n;
+    });
+  }
   size_t total = 0;
   Chunk c;
-  if (!mem.device) {
-    while (work.next(c)) {
-      copy_piece(m, base + c.buf_offset, m.at(c.file_offset), c.size, c.file_offset);
-      total += c.size;
-      if (req) req->add_progress(c.size);
-    }
-    return total;
-  }
-  const CudaDriver& drv = CudaDriver::require();
-  ScopedContext scope(drv, mem.ctx);
-  detail::BufferPool::Lease bufs[2];
-  Drain drain(drv);
-  const auto dev = reinterpret_cast<CUdeviceptr>(base);
-  size_t piece_index = 0;
   while (work.next(c)) {
-    for (size_t done = 0; done < c.size; ++piece_index) {
-      const size_t n = std::min(bounce, c.size - done);
-      const size_t slot = piece_index % 2;
-      if (piece_index >= 2 && slot == 0) drain.wait();  // both buffers' copies are queued: let them run
-      if (!bufs[slot].get()) bufs[slot] = detail::BufferPool::pinned().acquire(bounce);
-      char* staging = static_cast<char*>(bufs[slot].get());
-      const int64_t at = c.file_offset + static_cast<int64_t>(done);
-      copy_piece(m, staging, m.at(at), n, at);
-      drv.check(drv.cuMemcpyHtoDAsync(dev + c.buf_offset + done, staging, n, CU_STREAM_PER_THREAD),
-                "cuMemcpyHtoDAsync");
-      done += n;
-      total += n;
-      if (req) req->add_progress(n);
-    }
+    copy_piece(m, base + c.buf_offset, m.at(c.file_offset), c.size, c.file_offset);
+    total += c.size;
+    if (req) req->add_progress(c.size);
   }
-  drain.finish();
   return total;
 }
 
@@ -222,7 +178,7 @@ size_t MappedFile::read(uintptr_t buf, bool device, size_t size, int64_t offset,
   if (size == 0) return 0;
   const MemoryTarget mem = target_for(buf, device);
   ChunkQueue one({Chunk{0, offset, size}}, size);
-  return copy_chunks(*m, mem, reinterpret_cast<char*>(buf), one, s.bounce_buffer_size, nullptr);
+  return copy_chunks(*m, mem, reinterpret_cast<char*>(buf), one, s, nullptr);
 }
 
 std::unique_ptr<Future> MappedFile::pread(uintptr_t buf, bool device, size_t size, int64_t offset,
@@ -233,9 +189,8 @@ std::unique_ptr<Future> MappedFile::pread(uintptr_t buf, bool device, size_t siz
   auto req = std::make_shared<detail::Request>(d.tasks, m);
   auto work = std::make_shared<ChunkQueue>(std::move(d.chunks), d.chunk_size, req->cancel_flag(), d.tasks);
   char* base = reinterpret_cast<char*>(buf);
-  const size_t bounce = s.bounce_buffer_size;
   // The request keeps the mapping alive until the last task ends.
-  detail::run_tasks(req, d, [m, mem, base, bounce, req, work] { return copy_chunks(*m, mem, base, *work, bounce, req.get()); });
+  detail::run_tasks(req, d, [m, mem, base, s, req, work] { return copy_chunks(*m, mem, base, *work, s, req.get()); });
   return std::make_unique<Future>(std::move(req));
 }
 

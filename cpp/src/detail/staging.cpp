@@ -76,8 +76,8 @@ struct Pipeline {
 
 }  // namespace
 
-size_t staged_read(const File& f, const MemoryTarget& mem, char* base, ChunkQueue& work, const Settings& s,
-                   Request* req) {
+size_t staged_upload(const MemoryTarget& mem, char* base, ChunkQueue& work, const Settings& s, Request* req,
+                     const StageFill& fill) {
   Pipeline pl(mem, s);
   const CudaDriver& drv = pl.drv;
   const auto dev = reinterpret_cast<CUdeviceptr>(base);
@@ -91,9 +91,7 @@ size_t staged_read(const File& f, const MemoryTarget& mem, char* base, ChunkQueu
     if (i >= pl.depth) drv.check(drv.cuEventSynchronize(pl.st.events[slot]), "cuEventSynchronize");
     if (!pl.bufs[slot].get()) pl.bufs[slot] = BufferPool::pinned().acquire(s.bounce_buffer_size);
     char* staging = static_cast<char*>(pl.bufs[slot].get());
-    // Not a mapped read: staging buffers are small, reused and still in the
-    // CPU cache, where pread's ordinary stores beat streaming ones.
-    const size_t got = read_range(f, staging, p.size, p.file_offset, s.direct_io, s.bounce_buffer_size);
+    const size_t got = fill(staging, p.size, p.file_offset);
     if (got < p.size) work.came_short(p, got);
     if (got > 0) {
       drv.check(drv.cuMemcpyHtoDAsync(dev + p.buf_offset, staging, got, pl.st.stream), "cuMemcpyHtoDAsync");
@@ -104,6 +102,15 @@ size_t staged_read(const File& f, const MemoryTarget& mem, char* base, ChunkQueu
   }
   pl.drain.finish();
   return total;
+}
+
+size_t staged_read(const File& f, const MemoryTarget& mem, char* base, ChunkQueue& work, const Settings& s,
+                   Request* req) {
+  // Not a mapped read: staging buffers are small, reused and still in the
+  // CPU cache, where pread's ordinary stores beat streaming ones.
+  return staged_upload(mem, base, work, s, req, [&f, &s](char* dst, size_t n, int64_t off) {
+    return read_range(f, dst, n, off, s.direct_io, s.bounce_buffer_size);
+  });
 }
 
 size_t staged_write(const File& f, const MemoryTarget& mem, const char* base, ChunkQueue& work, const Settings& s,

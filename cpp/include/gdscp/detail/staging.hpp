@@ -5,6 +5,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <functional>
 
 #include "gdscp/detail/device_pointer.hpp"
 #include "gdscp/detail/file.hpp"
@@ -14,10 +16,18 @@
 
 namespace gdscp::detail {
 
-// Reads the chunks this worker claims from `work` into device memory at
-// `base + chunk.buf_offset`: each piece from the file into a staging buffer,
-// then copied to the GPU. Returns the bytes read; `req`, when given, hears of
-// them as they land.
+// Fills `dst` with the `n` bytes of the source at `file_offset`; returns how
+// many it got (fewer only at the source's end).
+using StageFill = std::function<size_t(char* dst, size_t n, int64_t file_offset)>;
+
+// Moves the chunks this worker claims from `work` into device memory at
+// `base + chunk.buf_offset`: each piece `fill`ed into a staging buffer, then
+// copied to the GPU while the next piece fills. Returns the bytes moved;
+// `req`, when given, hears of them as they land.
+size_t staged_upload(const MemoryTarget& mem, char* base, ChunkQueue& work, const Settings& s, Request* req,
+                     const StageFill& fill);
+
+// staged_upload from the file: each piece read with read_range.
 size_t staged_read(const File& f, const MemoryTarget& mem, char* base, ChunkQueue& work, const Settings& s,
                    Request* req);
 

@@ -41,10 +41,10 @@ struct BulkItem {
   int64_t mtime_ns = 0;
 };
 
-// When data is made durable. file: each file fsynced on its worker. group: each
-// file's writeback started as it is written, then one syncfs per filesystem for
-// a batch of files before their renames. automatic: group for jobs of many
-// files, file otherwise. none: no fsync (the rename still comes last).
+// When data is made durable. file: each file fsynced on its worker. group: one
+// syncfs per filesystem for a batch of files (their own fsyncs for a batch of
+// a few) before their renames. automatic: group for jobs of many files, file
+// otherwise. none: no fsync (the rename still comes last).
 enum class BulkSync { none = 0, file = 1, group = 2, automatic = 3 };
 
 struct BulkOptions {

@@ -257,12 +257,13 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
       }
       return;
     }
-    std::map<dev_t, std::pair<int, std::exception_ptr>> filesystems;
-    for (auto& t : files) filesystems.emplace(t->dev, std::make_pair(t->dst_fd, nullptr));
+    // Each filesystem synced through (and named in errors by) its first file.
+    std::map<dev_t, std::pair<const Transfer*, std::exception_ptr>> filesystems;
+    for (auto& t : files) filesystems.emplace(t->dev, std::make_pair(t.get(), nullptr));
     for (auto& [dev, entry] : filesystems) {
-      if (::syncfs(entry.first) != 0) {
+      if (::syncfs(entry.first->dst_fd) != 0) {
         try {
-          throw_os_error(errno, "cannot sync the filesystem of", files.front()->dst);
+          throw_os_error(errno, "cannot sync the filesystem of", entry.first->dst);
         } catch (...) {
           entry.second = std::current_exception();
         }

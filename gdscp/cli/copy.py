@@ -25,7 +25,7 @@ from rich.table import Table
 
 from ..bulk import FileResult, clean_temporaries, copy_files
 from . import options
-from .atomic import commit, discard, forget, make_temp_link
+from .atomic import commit, discard, make_temp_link
 from .jobs import run_job
 from .output import EXIT_FAILURE, Failure, Output, describe
 from .progress import TransferProgress
@@ -251,11 +251,9 @@ class _Copier:
             if self.preserve:
                 os.utime(tmp, ns=(job.st.st_atime_ns, job.st.st_mtime_ns), follow_symlinks=False)
             commit(tmp, job.dst)
-        finally:
-            if os.path.lexists(tmp):
-                discard(tmp)
-            else:
-                forget(tmp)
+        except BaseException:
+            discard(tmp)
+            raise
 
 
 def _clean(dst: str) -> int:

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import functools
+
 __all__ = ["cufile_wheel_library"]
 
 
+# Once per process: the engine loads libcufile at its first use and ignores
+# later hints, while the look itself (an import that may fail, a library
+# search) costs tens of microseconds, more than opening a small file.
+@functools.lru_cache(maxsize=1)
 def cufile_wheel_library() -> str:
     """The nvidia-cufile wheel's libcufile, when cuda-pathfinder finds it; "" otherwise.
     The engine tries the system's libcufile.so.0 first and this path second."""

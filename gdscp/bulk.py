@@ -20,7 +20,7 @@ import os
 import time
 from typing import Any, Iterable, NamedTuple, Optional, Sequence, Union
 
-from . import _buffers, _core, _libs, defaults
+from . import _args, _buffers, _core, _libs, defaults
 
 __all__ = [
     "BulkJob",
@@ -75,10 +75,6 @@ class BulkProgress(NamedTuple):
     files_failed: int
     files_total: int
     finished: bool
-
-
-def _str(path: PathLike) -> str:
-    return os.fsdecode(os.fspath(path))
 
 
 class BulkJob:
@@ -231,7 +227,7 @@ def read_files(
     result says how many bytes came). Without ``buffers``: new arrays of each
     file's size, on GPU ``device`` or (None) in host memory, as ``job.arrays``.
     ``verify``: compare what landed with a plain read of each file."""
-    paths = [_str(p) for p in paths]
+    paths = [_args.path(p) for p in paths]
     arrays = None
     if buffers is None:
         from . import memory  # noqa: PLC0415
@@ -258,7 +254,7 @@ def stream_files(
     rest of it; a file that ends before its length fails. Files without a size
     (devices, FIFOs, procfs) are read front to back to their end. ``staging``:
     a device buffer to use instead of new memory on ``device``."""
-    paths = [_str(p) for p in paths]
+    paths = [_args.path(p) for p in paths]
     if ranges is not None and len(ranges) != len(paths):
         raise ValueError(f"{len(paths)} paths but {len(ranges)} ranges")
     address, keep, size = _staging(device, staging_size, staging)
@@ -285,7 +281,7 @@ def write_files(
     temporary file beside each, renamed into place once complete (and, with
     ``fsync``, durable); an existing file keeps its mode, a new one gets 0666
     less the umask. ``no_clobber``: an existing file is left alone ("skipped")."""
-    items, keep = _buffer_items(_WRITE, [_str(p) for p in paths], buffers)
+    items, keep = _buffer_items(_WRITE, [_args.path(p) for p in paths], buffers)
     options = _options(fsync=fsync, atomic=atomic, no_clobber=no_clobber, fail_fast=fail_fast)
     return BulkJob(items, options, keep)
 
@@ -312,7 +308,7 @@ def copy_files(
     ``sizes``: the sources' sizes if known, for ``progress()``'s total.
     ``staging``: a device buffer to copy through instead of new memory on
     ``device``."""
-    pairs = [(_str(s), _str(d)) for s, d in pairs]
+    pairs = [(_args.path(s), _args.path(d)) for s, d in pairs]
     if sizes is not None and len(sizes) != len(pairs):
         raise ValueError(f"{len(pairs)} pairs but {len(sizes)} sizes")
     address, keep, size = _staging(device, staging_size, staging)
@@ -336,11 +332,11 @@ def clean_temporaries(directory: PathLike) -> int:
     """Remove the temporary files that dead runs left in ``directory`` (those
     no live writer holds locked); the number removed. Jobs do this by
     themselves for each directory they write into."""
-    return _core.clean_temporaries(_str(directory))
+    return _core.clean_temporaries(_args.path(directory))
 
 
 def create_temporary(dst: PathLike) -> tuple[int, str]:
     """A new, empty temporary file beside ``dst``, locked for as long as the
     returned descriptor is open: ``(fd, path)``. Close the descriptor after
     renaming or removing the file."""
-    return _core.create_temporary(_str(dst))
+    return _core.create_temporary(_args.path(dst))

@@ -76,9 +76,6 @@ class GpuTarget:
         """Copy ``nbytes`` of the device buffer ``src`` into ``host``."""
         memory.download(src[:nbytes], host[:nbytes])
 
-    def free_memory(self) -> int:
-        return memory.device_memory(self.device)[0]
-
     def __enter__(self) -> "GpuTarget":
         if self._device is not None:
             self._device.__enter__()

@@ -6,7 +6,8 @@ held off from its creation until it is recorded), so that whatever interrupts
 a command, ``remove_pending()`` (run by ``Output.guard`` on the way out) finds
 and removes it. A temporary file is held locked while it is recorded
 (``gdscp.bulk.create_temporary``), so that another run cleaning the directory
-knows it is in use. Bulk jobs (copy, read) keep their own temporary files.
+knows it is in use. Bulk jobs (the files of ``gdscp copy``) keep their own
+temporary files.
 """
 
 from __future__ import annotations
@@ -16,23 +17,19 @@ import errno
 import os
 import signal
 import threading
-from typing import Callable, Iterator
+from typing import Iterator
 
 from ..bulk import TEMPORARY_SUFFIX, create_temporary
 
 __all__ = [
-    "TEMP_SUFFIX",
     "commit",
     "discard",
-    "forget",
     "fsync_dir",
     "make_temp",
     "make_temp_link",
     "remove_pending",
     "signals_held",
 ]
-
-TEMP_SUFFIX = TEMPORARY_SUFFIX
 
 # Temporary files this process made and has neither renamed nor removed yet,
 # with the descriptor that holds each one's lock (None for a symbolic link).
@@ -80,13 +77,6 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def _record(create: Callable[[], "tuple[str, int | None]"]) -> str:
-    with signals_held():
-        path, fd = create()
-        _pending[path] = fd
-    return path
-
-
 def _drop(tmp: str) -> None:
     fd = _pending.pop(tmp, None)
     if fd is not None:
@@ -96,30 +86,26 @@ def _drop(tmp: str) -> None:
 def make_temp(dst: str) -> str:
     """Create an empty, locked temporary file in ``dst``'s directory and return
     its path (``.NAME.XXXXXXXX.gdscp-tmp``), recorded for ``remove_pending()``."""
-
-    def create() -> "tuple[str, int | None]":
+    with signals_held():
         fd, tmp = create_temporary(os.path.abspath(dst))
-        return tmp, fd
-
-    return _record(create)
+        _pending[tmp] = fd
+    return tmp
 
 
 def make_temp_link(target: str, dst: str) -> str:
     """A symbolic link to ``target`` under a temporary name beside ``dst``, recorded
     for ``remove_pending()``."""
     directory = os.path.dirname(os.path.abspath(dst))
-
-    def create() -> "tuple[str, int | None]":
-        for _ in range(100):
-            tmp = os.path.join(directory, f".{os.path.basename(dst)}.{os.urandom(4).hex()}{TEMP_SUFFIX}")
+    for _ in range(100):
+        tmp = os.path.join(directory, f".{os.path.basename(dst)}.{os.urandom(4).hex()}{TEMPORARY_SUFFIX}")
+        with signals_held():
             try:
                 os.symlink(target, tmp)
             except FileExistsError:
                 continue
-            return tmp, None
-        raise FileExistsError(errno.EEXIST, "no free temporary name", directory)
-
-    return _record(create)
+            _pending[tmp] = None
+        return tmp
+    raise FileExistsError(errno.EEXIST, "no free temporary name", directory)
 
 
 def commit(tmp: str, dst: str) -> None:
@@ -136,11 +122,6 @@ def discard(tmp: str) -> None:
         except OSError:
             pass
         _drop(tmp)
-
-
-def forget(tmp: str) -> None:
-    """``tmp`` no longer exists under that name (renamed or linked elsewhere)."""
-    _drop(tmp)
 
 
 def remove_pending() -> None:

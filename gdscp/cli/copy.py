@@ -23,12 +23,11 @@ from typing import Annotated, Any, Iterator, Optional
 import typer
 from rich.table import Table
 
-from .. import defaults
 from ..bulk import FileResult, clean_temporaries, copy_files
 from . import options
-from .atomic import commit, discard, forget, make_temp_link
+from .atomic import commit, discard, make_temp_link
 from .jobs import run_job
-from .output import EXIT_FAILURE, Failure, Output, UsageError, describe
+from .output import EXIT_FAILURE, Failure, Output, describe
 from .progress import TransferProgress
 from .units import format_bytes, format_rate, format_seconds, gb_per_s
 
@@ -252,11 +251,9 @@ class _Copier:
             if self.preserve:
                 os.utime(tmp, ns=(job.st.st_atime_ns, job.st.st_mtime_ns), follow_symlinks=False)
             commit(tmp, job.dst)
-        finally:
-            if os.path.lexists(tmp):
-                discard(tmp)
-            else:
-                forget(tmp)
+        except BaseException:
+            discard(tmp)
+            raise
 
 
 def _clean(dst: str) -> int:
@@ -335,18 +332,14 @@ def copy(
         total = sum(j.st.st_size for j in files)
         if files:
             where = options.choose_memory(out, host, device)
-            if chunk_size is not None:
-                if chunk_size == 0:
-                    raise UsageError("--chunk-size must be at least 1 byte")
-                copier.staging_size = chunk_size * int(defaults.get("num_threads"))
-            copier.device = where
+            copier.staging_size = options.staging_size(chunk_size)
         else:
             where = None if host else device  # nothing to move through memory
-            if device is not None and not host:
+            if where is not None:
                 from .. import memory  # noqa: PLC0415 - only to check the GPU asked for
 
-                memory.check_device(device)
-            copier.device = where
+                memory.check_device(where)
+        copier.device = where
         if clean and os.path.isdir(dst):
             removed = _clean(dst)
             if removed:

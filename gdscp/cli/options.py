@@ -28,6 +28,7 @@ __all__ = [
     "choose_memory",
     "memory_name",
     "chunk_size",
+    "staging_size",
     "check_path",
     "count_option",
     "sources_and_destination",
@@ -188,12 +189,25 @@ def chunk_size(requested: Optional[int], largest: int, device: Optional[int], bu
     from .. import memory  # noqa: PLC0415
 
     if requested is not None:
-        if requested == 0:
-            raise UsageError("--chunk-size must be at least 1 byte")
+        _check_chunk_size(requested)
         return max(1, min(requested, largest)) if largest else 1
     cap = min(1 << 30, max(memory.available_bytes(device) // (8 * buffers), 16 << 20))
     cap -= cap % memory.PAGE_SIZE
     return max(1, min(largest, cap))
+
+
+def staging_size(requested: Optional[int]) -> Optional[int]:
+    """A bulk job's staging memory for ``--chunk-size``: one chunk per worker
+    (None without the option: the job's default)."""
+    if requested is None:
+        return None
+    _check_chunk_size(requested)
+    return requested * int(defaults.get("num_threads"))
+
+
+def _check_chunk_size(requested: int) -> None:
+    if requested == 0:
+        raise UsageError("--chunk-size must be at least 1 byte")
 
 
 def check_path(path: str, what: str = "path") -> str:

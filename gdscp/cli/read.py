@@ -16,7 +16,6 @@ from typing import Annotated, Any, Optional
 import typer
 from rich.table import Table
 
-from .. import defaults
 from ..bulk import FileResult, stream_files
 from . import options
 from .jobs import run_job
@@ -155,11 +154,7 @@ def read(
     with out.guard(), options.settings(threads, task_size, compat_mode):
         plan = _plan(files, offset or 0, length, verify)
         where = options.choose_memory(out, host, device)
-        staging_size = None
-        if chunk_size is not None:
-            if chunk_size == 0:
-                raise UsageError("--chunk-size must be at least 1 byte")
-            staging_size = chunk_size * int(defaults.get("num_threads"))
+        staging_size = options.staging_size(chunk_size)
         total = sum(f.length or 0 for f in plan)
 
         def failed(r: FileResult) -> None:

@@ -1,4 +1,5 @@
-"""Files that are not plain regular files, handled as cp and dd handle them.
+"""``gdscp write``'s destinations that are not plain regular files, handled as
+dd handles them (``gdscp copy`` and ``read`` leave theirs to the bulk engine).
 
 A destination that exists and is a device or FIFO is written in place, front
 to back, never replaced by a regular file. A write that could never fit where

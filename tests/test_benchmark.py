@@ -17,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from gdscp import memory
@@ -30,6 +31,7 @@ CEILINGS = {
     "pinned_h2d",
     "pinned_d2h",
     "host_memcpy",
+    "page_cache_read",
     "disk_direct_read",
     "disk_buffered_read",
     "disk_direct_write",
@@ -492,6 +494,60 @@ def test_direct_ceilings_move_the_whole_file(tmp_path):
     write = ceilings.direct_write_rate(str(tmp_path / "out"), 3 * MiB + 100, 2, 3)
     assert write["available"] and write["bytes"] == 3 * MiB
     assert os.path.getsize(tmp_path / "out") == 3 * MiB
+
+
+def test_direct_write_ceiling_writes_the_tools_bytes(tmp_path):
+    """The write ceiling writes the benchmark's own buffer (aligned: as is;
+    unaligned: a copy), so it moves what the tools move from the same memory."""
+    try:
+        os.close(os.open(tmp_path / "probe", os.O_WRONLY | os.O_CREAT | os.O_DIRECT, 0o600))
+    except OSError:
+        pytest.skip("this filesystem refuses O_DIRECT")
+    size = 3 * MiB + 4096
+    data = np.random.default_rng(5).integers(0, 256, size + 1, dtype=np.uint8)
+    for source in (memory.allocate(size), data[1:]):  # page-aligned, then misaligned by one byte
+        source[:] = data[1:]
+        out = tmp_path / "out"
+        write = ceilings.direct_write_rate(str(out), size, 2, 3, source)
+        assert write["available"] and write["runs"] == 3
+        assert out.read_bytes() == data[1:].tobytes()
+
+
+def test_page_cache_ceiling_reads_the_whole_file(tmp_path):
+    size = 2 * MiB + 4095
+    path = tmp_path / "data"
+    files.make_file(str(path), size, seed=4)
+    files.warm_cache(str(path))
+    for threads in (1, 3):
+        dst = np.zeros(size, dtype=np.uint8)
+        entry = ceilings.page_cache_read_rate(str(path), size, dst, threads, 2)
+        assert entry["available"] and entry["threads"] == threads and entry["runs"] == 2
+        assert dst.tobytes() == path.read_bytes()
+    assert not ceilings.page_cache_read_rate(str(path), 0, np.zeros(1, np.uint8), 2, 2)["available"]
+
+
+def test_ceilings_run_between_the_rounds_they_bound(tmp_path):
+    """A measurement's ceiling runs once after each round of the tools, so a
+    drifting disk weighs on both; other ceilings run once, before."""
+    seen = []
+    doc = runner.run_benchmark(
+        small(tmp_path, modes=["read", "write"], threads=[2], baselines=False),
+        progress=lambda d, t, s: seen.append(s),
+    )
+    order = [s for s in seen if "run " in s]
+    rounds = [[s for s in order if s.startswith("read hot:") and f"run {r}/3" in s] for r in (1, 2, 3)]
+    for steps in rounds:
+        assert steps[0].startswith("read hot: gdscp")
+        assert {s.split("ceiling: ")[1].split(",")[0] for s in steps[1:]} == {"host memory copy", "page cache into host memory"}
+    writes = [s for s in order if s.startswith("write:")]
+    assert [s.split(":")[1].strip().split(",")[0] for s in writes[:3]] == ["gdscp (2 threads)", "ceiling", "ceiling"]
+    assert any(s.startswith("ceiling: disk O_DIRECT read") for s in seen)  # no cold group: measured before
+    for name in ("host_memcpy", "page_cache_read", "disk_direct_write", "disk_buffered_write"):
+        entry = doc["ceilings"][name]
+        if entry.get("available"):
+            assert entry["runs"] == 3 and len(entry["seconds"]) == 3
+    hot = next(r for r in doc["summary"] if r["mode"] == "read" and r["cache"] == "hot")
+    assert hot["ceiling"]["name"] in ("host_memcpy", "page_cache_read")
 
 
 def test_default_threads_follow_the_cores():

@@ -14,6 +14,7 @@ from .ceilings import (
     direct_read_rate,
     direct_write_rate,
     host_memcpy_rate,
+    page_cache_read_rate,
     pinned_copy_rate,
 )
 from .config import MODES, BenchConfig, BenchConfigError, Plan, default_size, default_threads, resolve
@@ -48,6 +49,7 @@ __all__ = [
     "direct_write_rate",
     "drop_cache",
     "host_memcpy_rate",
+    "page_cache_read_rate",
     "make_file",
     "make_target",
     "pinned_copy_rate",

@@ -33,7 +33,7 @@ def ceiling_for(document: dict, mode: str, cache: Optional[str]) -> Optional[dic
     ceilings = document.get("ceilings", {})
     memory = document.get("config", {}).get("memory")
     if mode == "read" and cache == "hot":
-        names = ["pinned_h2d"] if memory == "gpu" else ["host_memcpy"]
+        names = ["pinned_h2d"] if memory == "gpu" else ["host_memcpy", "page_cache_read"]
     elif mode == "read" and cache == "cold":
         names = ["disk_direct_read", "disk_buffered_read"]
     elif mode == "write":

@@ -186,9 +186,13 @@ class Benchmark:
         return info
 
     # -- ceilings ------------------------------------------------------------------
-    def _ceiling_jobs(self) -> list[tuple[str, Callable[[], dict], str]]:
-        """(name, function, description) for each ceiling this run needs; the
-        functions look up the file paths when they are called."""
+    def _ceiling_jobs(self) -> list[tuple[str, Callable[[int], dict], str, Optional[tuple]]]:
+        """(name, function of the run count, description, measurement) for each
+        ceiling this run needs. ``measurement`` is the (mode, cache) whose figures
+        the ceiling bounds: such a ceiling is measured one run at a time between
+        the tools' runs of that measurement, so that a disk or memory bus whose
+        speed drifts during the run weighs on the ceiling and the tools alike.
+        The functions look up the file paths when they are called."""
         plan = self.plan
 
         def data() -> str:
@@ -203,22 +207,26 @@ class Benchmark:
         jobs: list = []
         if not plan.ceilings:
             return jobs
+        hot, cold, write = ("read", "hot"), ("read", "cold"), ("write", None)
         copy_bytes = min(plan.size, 1 << 30)
+        pinned_bytes = max(copy_bytes, 64 << 20)
         if plan.memory == "gpu":
             if reads:
                 jobs.append(
                     (
                         "pinned_h2d",
-                        lambda: ceil.pinned_copy_rate(max(copy_bytes, 64 << 20), plan.runs, "h2d", plan.device),
+                        lambda runs: ceil.pinned_copy_rate(pinned_bytes, runs, "h2d", plan.device),
                         "pinned host -> GPU copy",
+                        hot,
                     )
                 )
             if "write" in plan.modes:
                 jobs.append(
                     (
                         "pinned_d2h",
-                        lambda: ceil.pinned_copy_rate(max(copy_bytes, 64 << 20), plan.runs, "d2h", plan.device),
+                        lambda runs: ceil.pinned_copy_rate(pinned_bytes, runs, "d2h", plan.device),
                         "GPU -> pinned host copy",
+                        write,
                     )
                 )
         elif reads:
@@ -226,8 +234,17 @@ class Benchmark:
                 jobs.append(
                     (
                         "host_memcpy",
-                        (lambda t=threads: ceil.host_memcpy_rate(copy_bytes, t, plan.runs)),
+                        (lambda runs, t=threads: ceil.host_memcpy_rate(copy_bytes, t, runs)),
                         f"host memory copy, {threads_text(threads)}",
+                        hot,
+                    )
+                )
+                jobs.append(
+                    (
+                        "page_cache_read",
+                        (lambda runs, t=threads: ceil.page_cache_read_rate(data(), plan.size, self.host, t, runs)),
+                        f"page cache into host memory, {threads_text(threads)}",
+                        hot,
                     )
                 )
         if reads:
@@ -235,31 +252,35 @@ class Benchmark:
                 jobs.append(
                     (
                         "disk_direct_read",
-                        (lambda t=threads: ceil.direct_read_rate(data(), plan.size, t, plan.runs)),
+                        (lambda runs, t=threads: ceil.direct_read_rate(data(), plan.size, t, runs)),
                         f"disk O_DIRECT read, {threads_text(threads)}",
+                        cold,
                     )
                 )
             jobs.append(
                 (
                     "disk_buffered_read",
-                    lambda: ceil.buffered_read_rate(data(), plan.size, plan.runs),
+                    lambda runs: ceil.buffered_read_rate(data(), plan.size, runs),
                     "disk buffered read, cold",
+                    cold,
                 )
             )
         if "write" in plan.modes:
-            top = max(plan.threads)
-            jobs.append(
-                (
-                    "disk_direct_write",
-                    lambda: ceil.direct_write_rate(scratch(), plan.size, top, plan.runs),
-                    f"disk O_DIRECT write, {threads_text(top)}",
+            for threads in plan.threads:
+                jobs.append(
+                    (
+                        "disk_direct_write",
+                        (lambda runs, t=threads: ceil.direct_write_rate(scratch(), plan.size, t, runs, self.host)),
+                        f"disk O_DIRECT write, {threads_text(threads)}",
+                        write,
+                    )
                 )
-            )
             jobs.append(
                 (
                     "disk_buffered_write",
-                    lambda: ceil.buffered_write_rate(scratch(), plan.size, plan.runs),
+                    lambda runs: ceil.buffered_write_rate(scratch(), plan.size, runs),
                     "disk buffered write",
+                    write,
                 )
             )
         return jobs
@@ -283,8 +304,9 @@ class Benchmark:
             skip("pinned_d2h", "host-memory run: no GPU copy involved")
         else:
             skip("host_memcpy", "GPU run: the pinned copy rate is the ceiling")
+            skip("page_cache_read", "GPU run: the pinned copy rate is the ceiling")
         if not reads:
-            for name in ("pinned_h2d", "host_memcpy", "disk_direct_read", "disk_buffered_read"):
+            for name in ("pinned_h2d", "host_memcpy", "page_cache_read", "disk_direct_read", "disk_buffered_read"):
                 skip(name, "read mode was not measured")
         if "write" not in plan.modes:
             for name in ("pinned_d2h", "disk_direct_write", "disk_buffered_write"):
@@ -304,6 +326,20 @@ class Benchmark:
             {"threads": e["threads"], "gb_per_s": e["gb_per_s"], "seconds": e["seconds"]} for e in usable
         ]
         return best
+
+    @staticmethod
+    def _merge_runs(entries: list[dict]) -> dict:
+        """One ceiling (at one thread count) measured one run at a time: a single
+        entry holding every run. An unavailable run makes the whole entry so."""
+        for entry in entries:
+            if not entry.get("available"):
+                return entry
+        merged = dict(entries[0])
+        seconds = [s for e in entries for s in e["seconds"]]
+        merged["runs"] = len(seconds)
+        merged["seconds"] = seconds
+        merged["gb_per_s"] = spread(merged["bytes"] / s / GB for s in seconds)
+        return merged
 
     # -- measurements --------------------------------------------------------------
     def _record(self, tool: Tool, group: Group) -> dict:
@@ -399,7 +435,9 @@ class Benchmark:
         record["seconds"] = [round(s, 9) for s in seconds]
         return record
 
-    def _measure_group(self, group: Group, steps: _Steps) -> list[dict]:
+    def _measure_group(self, group: Group, steps: _Steps, ceiling_jobs: list, ceiling_runs: dict) -> list[dict]:
+        """The tools' runs of ``group``, round by round; after each round, one run
+        of each of ``ceiling_jobs`` (appended to ``ceiling_runs[job index]``)."""
         plan = self.plan
         assert self.files is not None
         tools = self.tools
@@ -431,6 +469,10 @@ class Benchmark:
                             raise
                         self._baseline_failed(tool, group, exc)
                 steps.finish()
+            for index, (_, job, description, _) in ceiling_jobs:
+                steps.start(f"{group.label}: ceiling: {description}, run {run + 1}/{plan.runs}")
+                ceiling_runs.setdefault(index, []).append(job(1))
+                steps.finish()
         return [self._finish(record, s) for record, s in zip(records, samples) if record["tool"] not in self.failed]
 
     def _baseline_failed(self, tool: Tool, group: Group, exc: Exception) -> None:
@@ -454,10 +496,16 @@ class Benchmark:
             self.host = self.buf if self.target.kind == "host" else np.empty(plan.size, dtype=np.uint8)
             self._make_tools()
             groups = groups_for(plan)
-            ceiling_jobs = self._ceiling_jobs()
-            # One step for the file, one per ceiling, one warm-up per hot group,
-            # one per timed run of each tool.
-            total = 1 + len(ceiling_jobs) + sum((g.cache == "hot") + plan.runs * len(self.tools) for g in groups)
+            jobs = list(enumerate(self._ceiling_jobs()))
+            measured_in = {(g.mode, g.cache) for g in groups}
+            upfront = [(i, job) for i, job in jobs if job[3] not in measured_in]
+            # One step for the file, one per ceiling measured up front, one
+            # warm-up per hot group, one per timed run of each tool and of each
+            # ceiling interleaved with the group.
+            total = 1 + len(upfront)
+            for g in groups:
+                beside = sum(job[3] == (g.mode, g.cache) for _, job in jobs)
+                total += (g.cache == "hot") + plan.runs * (len(self.tools) + beside)
             steps = _Steps(total, self._progress)
 
             steps.start(f"writing a {_size_text(plan.size)} test file in {plan.dir}")
@@ -468,18 +516,24 @@ class Benchmark:
             if plan.drop_cache:
                 self.cache_drop = drop_cache(self.files.data_path)
 
-            ceilings = self._ceilings_skipped()
-            measured: dict[str, list[dict]] = {}
-            for name, job, description in ceiling_jobs:
+            ceiling_runs: dict[int, list[dict]] = {}
+            for index, (_, job, description, _) in upfront:
                 steps.start(f"ceiling: {description}")
-                measured.setdefault(name, []).append(job())
+                ceiling_runs[index] = [job(plan.runs)]
                 steps.finish()
-            for name, entries in measured.items():
-                ceilings[name] = self._merge_by_threads(entries)
 
             results: list[dict] = []
             for group in groups:
-                results.extend(self._measure_group(group, steps))
+                beside = [(i, job) for i, job in jobs if job[3] == (group.mode, group.cache)]
+                results.extend(self._measure_group(group, steps, beside, ceiling_runs))
+
+            ceilings = self._ceilings_skipped()
+            measured: dict[str, list[dict]] = {}
+            for index, (name, _, _, _) in jobs:
+                if index in ceiling_runs:
+                    measured.setdefault(name, []).append(self._merge_runs(ceiling_runs[index]))
+            for name, entries in measured.items():
+                ceilings[name] = self._merge_by_threads(entries)
             results = [r for r in results if r["tool"] not in self.failed]
             steps.end()
 

@@ -89,6 +89,7 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
   std::vector<MemoryTarget> group_staging;
   std::vector<char*> group_base;
   std::vector<std::vector<size_t>> group_items;
+  std::vector<size_t> item_owner;  // the group whose GPU holds the item's buffer; `groups` if none
   std::unique_ptr<std::atomic<size_t>[]> group_next;
   std::unique_ptr<std::atomic<uint64_t>[]> group_moved;
   size_t items_left = 0;  // not yet claimed by any group (under split_mutex)
@@ -494,7 +495,7 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
       finish(t);
       return;
     }
-    if (t->chunks.size() > 1) t->share_chunks(groups);
+    if (t->chunks.size() > 1) t->share_chunks(groups, item_owner[i]);
     opened(t->chunks.size() > 1 ? t : nullptr);
     run_chunks(t, w);
   }
@@ -560,6 +561,7 @@ namespace {
 void assign_groups(BulkState& st, const std::vector<int>& devices, size_t big) {
   const size_t G = st.groups;
   st.group_items.assign(G, {});
+  st.item_owner.assign(st.items.size(), G);
   std::vector<uint64_t> load(G, 0);
   std::vector<size_t> count(G, 0);
   for (size_t i = 0; i < st.items.size(); ++i) {
@@ -568,13 +570,14 @@ void assign_groups(BulkState& st, const std::vector<int>& devices, size_t big) {
     if (item.buf != 0 && st.item_mem[i].device)
       for (size_t k = 0; k < devices.size(); ++k)
         if (devices[k] == st.item_mem[i].ordinal) g = k;
+    st.item_owner[i] = g;
     if (g == G) {
       g = 0;
       for (size_t k = 1; k < G; ++k)
         if (load[k] < load[g] || (load[k] == load[g] && count[k] < count[g])) g = k;
     }
     const uint64_t size = item.size > 0 ? static_cast<uint64_t>(item.size) : 0;
-    if (G > 1 && size > big) {
+    if (G > 1 && size > big && st.item_owner[i] == G) {
       for (size_t k = 0; k < G; ++k) load[k] += size / G;
     } else {
       load[g] += size;
@@ -591,6 +594,7 @@ void assign_groups(BulkState& st, const std::vector<int>& devices, size_t big) {
 // another's; whether all of them have peer access to one another.
 bool resolve_replicas(const BulkItem& item, const MemoryTarget& mem, std::vector<MemoryTarget>& out) {
   if (item.kind != BulkKind::read) throw_invalid("only a read can have replicas");
+  if (item.size == 0) return true;  // nothing to copy anywhere
   if (item.buf == 0 || !mem.device) throw_invalid("a read with replicas needs a device buffer to read into");
   if (item.size < 0) throw_invalid("a read with replicas needs its buffers' size");
   std::vector<MemoryTarget> all{mem};

@@ -16,6 +16,7 @@
 #include "gdscp/detail/staging.hpp"
 #include "gdscp/detail/work_queue.hpp"
 #include "gdscp/error.hpp"
+#include "gdscp/shim/cuda_driver.hpp"
 
 namespace gdscp::detail {
 namespace {
@@ -318,10 +319,15 @@ void Transfer::fail(std::exception_ptr e) {
   has_error.store(true, std::memory_order_release);
 }
 
-void Transfer::share_chunks(size_t groups) {
+void Transfer::share_chunks(size_t groups, size_t owner) {
   if (groups <= 1 || chunks.size() <= 1) return;
   group_begin.assign(groups + 1, chunks.size());
   group_next = std::make_unique<std::atomic<size_t>[]>(groups);
+  if (owner < groups) {
+    for (size_t k = 0; k <= owner; ++k) group_begin[k] = 0;
+    for (size_t k = 0; k < groups; ++k) group_next[k].store(group_begin[k]);
+    return;
+  }
   // Contiguous ranges of (nearly) equal bytes: every chunk but the last is full.
   uint64_t total = 0;
   for (const Chunk& c : chunks) total += c.size;
@@ -406,7 +412,11 @@ size_t move_replicated(const TransferContext& cx, Transfer& t, const Chunk& c, s
       if (j != k) copy_peer(mem_of(j), base_of(j), mem_of(k), base_of(k), got);
   } else {
     // No peer access: the same pinned host chunk copied to every GPU.
-    auto lease = BufferPool::pinned_near(t.mem.ordinal).acquire(c.size);
+    BufferPool::Lease lease;
+    {
+      ScopedContext scope(CudaDriver::require(), t.mem.ctx);  // pinned memory is allocated under a context
+      lease = BufferPool::pinned_near(t.mem.ordinal).acquire(c.size);
+    }
     char* host = static_cast<char*>(lease.get());
     got = pread_full(t.source_fd(), host, c.size, c.file_offset, item.src);
     for (size_t j = 0; j < ndest; ++j) copy_to_device(mem_of(j), base_of(j), host, got);

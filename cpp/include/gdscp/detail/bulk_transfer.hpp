@@ -112,8 +112,9 @@ struct Transfer {
   // The descriptor verify reads the source through.
   int source_fd() const { return src_file ? src_file->fd() : src_fd; }
 
-  // Cuts the chunks among `groups` groups by bytes (contiguous ranges).
-  void share_chunks(size_t groups);
+  // Cuts the chunks among `groups` groups by bytes (contiguous ranges); with
+  // `owner` < groups, all of them go to that group (its GPU holds the buffer).
+  void share_chunks(size_t groups, size_t owner);
   // The next chunk group `g` claims; chunks.size() once its share is gone.
   size_t claim(size_t g);
   // Whether group `g` has chunks left to claim.

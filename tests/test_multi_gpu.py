@@ -416,6 +416,20 @@ def scenario_command_line(folder):
                   "--chunk-size", "1M")
         assert doc["devices"] == [0, 1]
         assert np.array_equal(np.fromfile(out, dtype=np.uint8), gdscp.memory.pattern(5 * MiB, "random", 3))
+    # The multi-GPU benchmark, small: every workload, the host-side ceiling,
+    # and the ratios (the pinned ceilings need CuPy, absent here).
+    doc = run("benchmark", "--devices", "0,1", "--size", "3M", "--runs", "3", "--threads", "2,4", "--dir", folder)
+    assert doc["benchmark"] == "multi_gpu" and doc["devices"] == [0, 1] and doc["file_size"] == 3 * MiB
+    assert set(doc["results"]) == {"2", "4"}
+    for r in doc["results"].values():
+        assert set(r) == {"one_gpu", "replicate", "distinct", "distinct_one_pool"}
+        assert r["distinct"]["bytes"] == 6 * MiB and len(r["distinct"]["seconds"]) == 3
+    assert doc["ceilings"]["host_page_cache"]["available"] and doc["ceilings"]["host_page_cache"]["bytes"] == 6 * MiB
+    assert not doc["ceilings"]["pinned_h2d_all"]["available"]
+    ratios = doc["ratios"]
+    assert ratios["bound_gb_per_s"] == ratios["host_side_gb_per_s"] > 0
+    assert set(ratios["by_threads"]) == {"2", "4"}
+    assert [f for f in os.listdir(folder) if f.startswith(".gdscp-multi")] == []
     code, _, err = cli("read", paths[0], "--devices", "0,0")
     assert code == 2 and "GPU 0 is named twice" in err, err
     code, _, err = cli("read", paths[0], "--devices", "0,1", "--device", "0")

@@ -235,7 +235,7 @@ def read(
                 table.add_row("total", format_bytes(nbytes), format_seconds(seconds), format_rate(nbytes, seconds), "",
                               style="bold")
             captions = []
-            if spread and len(spread) > 1:
+            if spread and len(spread) > 1 and not replicate:
                 captions.append("per GPU: " + ", ".join(f"{d}: {format_bytes(n)}" for d, n in per_device.items()))
             if verify and ok:
                 captions.append("verified: every byte matches a plain read")

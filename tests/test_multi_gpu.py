@@ -259,6 +259,8 @@ def scenario_replicate_no_peer(folder):
     assert [a.device for a in job.arrays[0]] == [1, 0]
     for a in job.arrays[0]:
         assert bytes(gdscp.memory.to_host(a)) == data
+    per = job.device_bytes()  # every GPU's workers took a share of its chunks
+    assert per[0] > 0 and per[1] > 0 and per[0] + per[1] == len(data), per
     assert since(m, "cuMemcpyPeerAsync", lib="cuda") == []
     h2d = since(m, "cuMemcpyHtoDAsync", lib="cuda")
     assert sum(c.size for c in h2d) == 2 * len(data)

@@ -555,7 +555,8 @@ namespace detail {
 namespace {
 
 // The group each item is opened by: its buffer's GPU where that is one of the
-// job's devices, else the group with the fewest bytes so far. A file large
+// job's devices (not for a read with replicas), else the group with the fewest
+// bytes so far. A file large
 // enough to be cut into chunks counts a share against every group (its chunks
 // are shared out among them).
 void assign_groups(BulkState& st, const std::vector<int>& devices, size_t big) {
@@ -567,7 +568,8 @@ void assign_groups(BulkState& st, const std::vector<int>& devices, size_t big) {
   for (size_t i = 0; i < st.items.size(); ++i) {
     const BulkItem& item = st.items[i];
     size_t g = G;
-    if (item.buf != 0 && st.item_mem[i].device)
+    // A read with replicas lands on all its GPUs in turn: every group shares it.
+    if (item.buf != 0 && st.item_mem[i].device && item.replicas.empty())
       for (size_t k = 0; k < devices.size(); ++k)
         if (devices[k] == st.item_mem[i].ordinal) g = k;
     st.item_owner[i] = g;

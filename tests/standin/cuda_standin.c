@@ -815,7 +815,7 @@ static CUresult sc_cuDeviceCanAccessPeer(int* can, CUdevice dev, CUdevice peer) 
   NEED_INIT();
   if (dev < 0 || dev >= g_device_count || peer < 0 || peer >= g_device_count)
     return finish(&call, CUDA_ERROR_INVALID_DEVICE);
-  *can = dev != peer && g_peer_allowed;
+  *can = dev != peer && __atomic_load_n(&g_peer_allowed, __ATOMIC_RELAXED);
   return finish(&call, CUDA_SUCCESS);
 }
 
@@ -824,7 +824,7 @@ static CUresult sc_cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags) {
   NEED_CONTEXT();
   call.handle = (uint64_t)(uintptr_t)peer;
   if (flags != 0 || !valid_ctx(peer) || peer == t_current) return finish(&call, CUDA_ERROR_INVALID_VALUE);
-  if (!g_peer_allowed) return finish(&call, CUDA_ERROR_PEER_ACCESS_UNSUPPORTED);
+  if (!__atomic_load_n(&g_peer_allowed, __ATOMIC_RELAXED)) return finish(&call, CUDA_ERROR_PEER_ACCESS_UNSUPPORTED);
   int* on = &g_peer_enabled[t_current->device][peer->device];
   if (__atomic_exchange_n(on, 1, __ATOMIC_RELAXED)) return finish(&call, CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED);
   return finish(&call, CUDA_SUCCESS);
@@ -853,7 +853,7 @@ static CUresult sc_cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext dst_ctx, CUdevic
   }
   if (device_broken(src_ctx->device) || device_broken(dst_ctx->device))
     return finish(&call, CUDA_ERROR_ECC_UNCORRECTABLE);
-  if (g_peer_enabled[src_ctx->device][dst_ctx->device]) call.flags |= STANDIN_PINNED;
+  if (__atomic_load_n(&g_peer_enabled[src_ctx->device][dst_ctx->device], __ATOMIC_RELAXED)) call.flags |= STANDIN_PINNED;
   pthread_mutex_lock(&g_exec);
   struct CUstream_st* st = resolve_stream(stream);
   if (!st || st->device != t_current->device) {
@@ -947,7 +947,7 @@ STANDIN_EXPORT int gdscp_cuda_set_device_count(int n) {
 }
 
 /* Whether two devices can reach each other's memory (default: yes). */
-STANDIN_EXPORT void gdscp_cuda_set_peer(int allowed) { g_peer_allowed = allowed != 0; }
+STANDIN_EXPORT void gdscp_cuda_set_peer(int allowed) { __atomic_store_n(&g_peer_allowed, allowed != 0, __ATOMIC_RELAXED); }
 
 /* After `after` more copies touching `device` succeed, every further one fails
  * (CUDA_ERROR_ECC_UNCORRECTABLE); -1 heals it. */

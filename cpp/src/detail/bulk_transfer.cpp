@@ -375,6 +375,9 @@ std::shared_ptr<Transfer> open_transfer(const TransferContext& cx, size_t index,
       open_file(cx, t->tmp ? t->tmp.path() : t->dst, "r+", t->mem, t->dst_file, t->dst_backends, t->dst_backend);
   }
   if (!t->src_sized) t->sequential = true;
+  if (t->sequential && !t->replicas.empty())
+    fail_state("cannot replicate '" + item.src + "': it has no size (a FIFO or procfs file is read front to back)",
+               item.src);
   if (t->sequential) return t;
   // Chunks: through staging at most a slot each; into or out of the caller's
   // memory at most a task, split further so that every worker gets a share.

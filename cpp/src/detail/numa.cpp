@@ -17,7 +17,9 @@
 namespace gdscp::detail {
 namespace {
 
-constexpr int kMpolBind = 2;  // MPOL_BIND of linux/mempolicy.h
+// MPOL_PREFERRED of linux/mempolicy.h: the node's pages while it has free
+// memory, others after (MPOL_BIND would fail the fault instead).
+constexpr int kMpolPreferred = 1;
 constexpr int kMaxNodes = 1024;
 
 std::string sysfs_root() {
@@ -79,7 +81,7 @@ void* map_on_node(size_t size, int node) {
     mask[node / (8 * sizeof(unsigned long))] = 1ul << (node % (8 * sizeof(unsigned long)));
     // Best effort: where the kernel refuses (no such node), the pages go
     // where the touching thread runs.
-    ::syscall(SYS_mbind, p, size, kMpolBind, mask, static_cast<unsigned long>(kMaxNodes), 0u);
+    ::syscall(SYS_mbind, p, size, kMpolPreferred, mask, static_cast<unsigned long>(kMaxNodes), 0u);
   }
   std::memset(p, 0, size);  // first touch: the pages exist, on the node, before they are pinned
   return p;

@@ -13,7 +13,7 @@ namespace gdscp::detail {
 // GDSCP_SYSFS_ROOT (default /sys) lets tests give a machine of several nodes.
 int gpu_numa_node(int ordinal);
 
-// `size` bytes of anonymous memory whose pages are on `node` (bound with
+// `size` bytes of anonymous memory whose pages are on `node` (preferred with
 // mbind, then touched so they exist before a driver pins them); nullptr if
 // the memory could not be mapped. Free with unmap_on_node.
 void* map_on_node(size_t size, int node);

@@ -344,11 +344,17 @@ def scenario_device_errors(folder):
 def scenario_numa_staging(folder, sysfs):
     """On a machine of two NUMA nodes (a sysfs tree given through
     GDSCP_SYSFS_ROOT) each GPU's pinned staging is mapped on its node and
-    registered (cuMemHostRegister), not cuMemHostAlloc'ed; trim_pools
-    unregisters it."""
+    registered (cuMemHostRegister), not cuMemHostAlloc'ed, and its workers run
+    on the node's CPUs while the job lasts; trim_pools unregisters it."""
     os.makedirs(os.path.join(sysfs, "devices/system/node"))
     with open(os.path.join(sysfs, "devices/system/node/online"), "w") as f:
         f.write("0-1\n")
+    cpus = sorted(os.sched_getaffinity(0))
+    node_cpus = {0: cpus[-1], 1: cpus[0]}  # one CPU each (the same one on a machine of one)
+    for node, cpu in node_cpus.items():
+        os.makedirs(os.path.join(sysfs, f"devices/system/node/node{node}"))
+        with open(os.path.join(sysfs, f"devices/system/node/node{node}/cpulist"), "w") as f:
+            f.write(f"{cpu}\n")
     for d, node in ((0, 1), (1, 0)):
         bus = os.path.join(sysfs, f"bus/pci/devices/0000:{0x10 + d:02x}:00.0")
         os.makedirs(bus)
@@ -363,10 +369,28 @@ def scenario_numa_staging(folder, sysfs):
     assert [gdscp._core.gpu_numa_node(d) for d in (0, 1)] == [1, 0]
     sizes = [3 * MiB + 1, 3 * MiB + 2]
     paths, datas = _files(folder, sizes)
+    def pinned_threads() -> set:
+        """The Cpus_allowed_list of this process's threads that are not on every allowed CPU."""
+        out = set()
+        for tid in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{tid}/status") as f:
+                for line in f:
+                    if line.startswith("Cpus_allowed_list:"):
+                        out.add(line.split(":", 1)[1].strip())
+        return {c for c in out if len(os.sched_getaffinity(0)) > 1 and "-" not in c and "," not in c}
+
     with settings(compat_mode="on", num_threads=2, task_size=MiB):
         m = mark()
+        standin.cuda.gate("cuMemcpyHtoDAsync")
         job = gdscp.read_files(paths, devices=[0, 1])
+        assert standin.cuda.gate_wait()
+        # A worker stopped mid-copy runs on its GPU's node's CPU only.
+        bound = pinned_threads()
+        standin.cuda.release()
         assert [r.status for r in job.results()] == ["done", "done"]
+    if len(cpus) > 1:
+        assert bound and bound <= {str(cpus[0]), str(cpus[-1])}, bound
+        assert pinned_threads() == set()  # and back on every CPU once the job ended
     for a, data in zip(job.arrays, datas):
         assert bytes(gdscp.memory.to_host(a)) == data
     assert since(m, "cuMemHostAlloc", lib="cuda") == []

@@ -13,6 +13,7 @@
 #include <unordered_set>
 
 #include "gdscp/detail/bulk_transfer.hpp"
+#include "gdscp/detail/numa.hpp"
 #include "gdscp/detail/thread_pool.hpp"
 #include "gdscp/error.hpp"
 
@@ -89,6 +90,7 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
   std::vector<MemoryTarget> group_staging;
   std::vector<char*> group_base;
   std::vector<std::vector<size_t>> group_items;
+  std::vector<int> group_node;      // each group's GPU's NUMA node (-1: one node); empty without devices
   std::vector<size_t> item_owner;  // the group whose GPU holds the item's buffer; `groups` if none
   std::unique_ptr<std::atomic<size_t>[]> group_next;
   std::unique_ptr<std::atomic<uint64_t>[]> group_moved;
@@ -508,22 +510,27 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
     w.group_moved = &group_moved[w.group];
     w.staging_mem = group_staging[w.group];
     if (w.staging_mem.device) w.device_slot = group_base[w.group] + (index / groups) * slot_size;
-    for (;;) {
-      if (auto t = open_split(w.group)) {
-        run_chunks(t, w);
-        continue;
+    {
+      // On a machine of several NUMA nodes, a GPU's workers run on its node
+      // (restored before the job can be seen to end).
+      const NodeAffinity near(group_node.empty() ? -1 : group_node[w.group]);
+      for (;;) {
+        if (auto t = open_split(w.group)) {
+          run_chunks(t, w);
+          continue;
+        }
+        size_t i;
+        if (claim_item(w.group, i)) {
+          start_item(i, w);
+          continue;
+        }
+        // Nothing left to start: wait while an item not yet opened (by any
+        // group) may still turn into a file with chunks for this group.
+        std::unique_lock<std::mutex> lock(split_mutex);
+        auto idle = [&] { return opening == 0 && (items_left == 0 || cancelled.load()); };
+        split_cv.wait(lock, [&] { return has_split(w.group) || idle(); });
+        if (!has_split(w.group) && idle()) break;
       }
-      size_t i;
-      if (claim_item(w.group, i)) {
-        start_item(i, w);
-        continue;
-      }
-      // Nothing left to start: wait while an item not yet opened (by any
-      // group) may still turn into a file with chunks for this group.
-      std::unique_lock<std::mutex> lock(split_mutex);
-      auto idle = [&] { return opening == 0 && (items_left == 0 || cancelled.load()); };
-      split_cv.wait(lock, [&] { return has_split(w.group) || idle(); });
-      if (!has_split(w.group) && idle()) break;
     }
     w.host_lease.release();
     end_worker();
@@ -682,6 +689,8 @@ BulkJob::BulkJob(std::vector<BulkItem> items, const BulkOptions& options, const 
     }
   }
   detail::assign_groups(*st, options.devices, std::max(st->slot_size, s.task_size));
+  if (options.devices.size() > 1)
+    for (int d : options.devices) st->group_node.push_back(detail::gpu_numa_node(d));
   st->group = options.sync == BulkSync::group || (options.sync == BulkSync::automatic && writers >= detail::kGroupSyncFiles);
   st->running = workers;
   if (st->items.empty()) {

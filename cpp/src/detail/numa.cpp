@@ -1,5 +1,6 @@
 #include "gdscp/detail/numa.hpp"
 
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -89,6 +90,52 @@ void* map_on_node(size_t size, int node) {
 
 void unmap_on_node(void* p, size_t size) noexcept {
   if (p) ::munmap(p, size);
+}
+
+namespace {
+
+// The CPUs of `node` ("0-15,32-47"), within `allowed`; false if none.
+bool node_cpus(int node, const cpu_set_t& allowed, cpu_set_t& out) {
+  std::ifstream f(sysfs_root() + "/devices/system/node/node" + std::to_string(node) + "/cpulist");
+  std::string text;
+  if (!(f >> text)) return false;
+  CPU_ZERO(&out);
+  bool any = false;
+  for (size_t i = 0; i < text.size();) {
+    const size_t comma = text.find(',', i);
+    const std::string part = text.substr(i, comma == std::string::npos ? std::string::npos : comma - i);
+    const size_t dash = part.find('-');
+    const int lo = std::atoi(part.c_str());
+    const int hi = dash == std::string::npos ? lo : std::atoi(part.c_str() + dash + 1);
+    for (int c = lo; c <= hi && c < CPU_SETSIZE; ++c)
+      if (c >= 0 && CPU_ISSET(c, &allowed)) {
+        CPU_SET(c, &out);
+        any = true;
+      }
+    if (comma == std::string::npos) break;
+    i = comma + 1;
+  }
+  return any;
+}
+
+}  // namespace
+
+NodeAffinity::NodeAffinity(int node) {
+  static_assert(sizeof(saved_) >= sizeof(cpu_set_t), "room for a cpu_set_t");
+  if (node < 0) return;
+  cpu_set_t before, want;
+  if (::sched_getaffinity(0, sizeof before, &before) != 0) return;
+  if (!node_cpus(node, before, want)) return;
+  if (::sched_setaffinity(0, sizeof want, &want) != 0) return;
+  std::memcpy(saved_, &before, sizeof before);
+  bound_ = true;
+}
+
+NodeAffinity::~NodeAffinity() {
+  if (!bound_) return;
+  cpu_set_t before;
+  std::memcpy(&before, saved_, sizeof before);
+  ::sched_setaffinity(0, sizeof before, &before);
 }
 
 }  // namespace gdscp::detail

@@ -19,4 +19,21 @@ int gpu_numa_node(int ordinal);
 void* map_on_node(size_t size, int node);
 void unmap_on_node(void* p, size_t size) noexcept;
 
+// Runs the calling thread on `node`'s CPUs (sysfs cpulist, within the
+// process's own affinity) for the life of the object, then restores its
+// affinity: a bulk job's worker for a GPU copies the page cache into that
+// GPU's staging from the GPU's own socket. Nothing for node -1.
+class NodeAffinity {
+ public:
+  explicit NodeAffinity(int node);
+  ~NodeAffinity();
+  NodeAffinity(const NodeAffinity&) = delete;
+  NodeAffinity& operator=(const NodeAffinity&) = delete;
+  bool bound() const noexcept { return bound_; }
+
+ private:
+  bool bound_ = false;
+  unsigned char saved_[128] = {};  // the thread's cpu_set_t before (1024 CPUs)
+};
+
 }  // namespace gdscp::detail

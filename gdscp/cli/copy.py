@@ -341,7 +341,7 @@ def copy(
         copier.devices = spread
         if files:
             where = options.choose_memory(out, host, device) if spread is None else spread[0]
-            copier.staging_size = options.staging_size(chunk_size)
+            copier.staging_size = options.staging_size(chunk_size, len(spread) if spread else 1)
         else:
             where = None if host else device  # nothing to move through memory
             if where is not None:

@@ -247,13 +247,14 @@ def chunk_size(requested: Optional[int], largest: int, device: Optional[int], bu
     return max(1, min(largest, cap))
 
 
-def staging_size(requested: Optional[int]) -> Optional[int]:
-    """A bulk job's staging memory for ``--chunk-size``: one chunk per worker
-    (None without the option: the job's default)."""
+def staging_size(requested: Optional[int], gpus: int = 1) -> Optional[int]:
+    """A bulk job's staging memory for ``--chunk-size``, per GPU when spread
+    over ``gpus``: one chunk per worker of a GPU's share of the threads (None
+    without the option: the job's default)."""
     if requested is None:
         return None
     _check_chunk_size(requested)
-    return requested * int(defaults.get("num_threads"))
+    return requested * max(1, int(defaults.get("num_threads")) // gpus)
 
 
 def _check_chunk_size(requested: int) -> None:

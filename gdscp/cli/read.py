@@ -181,7 +181,7 @@ def read(
                 if f.stream or not stat.S_ISREG(os.stat(f.path).st_mode):
                     raise UsageError(f"--replicate needs regular files; '{f.path}' is not one")
         where = options.choose_memory(out, host, device) if spread is None else spread[0]
-        staging_size = options.staging_size(chunk_size)
+        staging_size = options.staging_size(chunk_size, len(spread) if spread else 1)
         total = sum(f.length or 0 for f in plan)
 
         def failed(r: FileResult) -> None:

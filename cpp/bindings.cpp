@@ -164,6 +164,7 @@ NB_MODULE(_core, m) {
   m.def("set_num_threads", &gdscp::set_num_threads, "n"_a, release());
   m.def("num_threads", &gdscp::num_threads);
   m.def("trim_pools", &gdscp::trim_pools, release());
+  m.def("gpu_numa_node", &gdscp::gpu_numa_node, "ordinal"_a, release());
   m.def("stream_synchronize", &gdscp::stream_synchronize, "stream"_a, release());
   m.def("stream_copy", &stream_copy, "dst"_a, "src"_a);
   m.def("host_buffer", &gdscp::bindings::host_buffer, "obj"_a, "writable"_a);

@@ -61,17 +61,24 @@ void define_bulk(nb::module_& m) {
       .def_rw("preserve", &BulkOptions::preserve)
       .def_rw("staging", &BulkOptions::staging)
       .def_rw("staging_size", &BulkOptions::staging_size)
+      .def_rw("devices", &BulkOptions::devices)
+      .def_rw("stagings", &BulkOptions::stagings)
       .def_rw("cufile_library", &BulkOptions::cufile_library);
 
   nb::class_<BulkJob>(m, "BulkJob")
       .def(
           "__init__",
-          [](BulkJob* self, const std::vector<ItemTuple>& items, const BulkOptions& options, const Settings& s) {
+          [](BulkJob* self, const std::vector<ItemTuple>& items, const BulkOptions& options, const Settings& s,
+             const std::vector<std::pair<size_t, std::vector<uintptr_t>>>& replicas) {
             std::vector<BulkItem> converted = to_items(items);
+            for (const auto& [i, ptrs] : replicas) {
+              if (i >= converted.size()) throw nb::index_error("replicas name an item that does not exist");
+              converted[i].replicas = ptrs;
+            }
             const ReleaseGil unlocked;
             new (self) BulkJob(std::move(converted), options, s);
           },
-          "items"_a, "options"_a, "settings"_a)
+          "items"_a, "options"_a, "settings"_a, "replicas"_a = std::vector<std::pair<size_t, std::vector<uintptr_t>>>{})
       .def("wait", &BulkJob::wait_for, "timeout"_a, release())
       .def("done", &BulkJob::done)
       .def("cancel", &BulkJob::cancel)
@@ -87,6 +94,7 @@ void define_bulk(nb::module_& m) {
              for (const BulkResult& r : job.results()) out.append(result_tuple(r));
              return out;
            })
+      .def("group_bytes", &BulkJob::group_bytes)
       .def("failures", [](const BulkJob& job) {
         nb::list out;
         for (const auto& [i, r] : job.failures()) out.append(nb::make_tuple(i, result_tuple(r)));

@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers
     from . import defaults
     from ._errors import ArgumentError, CudaError, CuFileError, EnvironmentVariableError
     from .buffer import bounce_buffer_free, memory_deregister, memory_register
-    from .bulk import BulkJob, copy_files, read_files, write_files
+    from .bulk import BulkJob, copy_files, read_files, replicate, write_files
     from .cufile import CuFile, IOFuture, IOFutureStream
     from .defaults import CompatMode
     from .mmap import Mmap
@@ -57,6 +57,7 @@ _HOME = {
     "memory_deregister": "buffer",
     "memory_register": "buffer",
     "read_files": "bulk",
+    "replicate": "bulk",
     "stream_deregister": "stream",
     "stream_register": "stream",
     "write_files": "bulk",

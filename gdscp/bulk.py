@@ -8,6 +8,11 @@ through staging memory of a bounded size (GPU memory with ``device=N``, host
 memory otherwise), whatever the number of files. A destination name only ever
 shows a complete, durable file (docs/durability.md).
 
+``devices=[0, 1]`` (or ``"all"``) spreads a job over several GPUs: each has
+its own workers, staging and streams; files are shared out by bytes and a
+large file's chunks among all of them. ``replicate`` (or ``read_files(...,
+replicate=True)``) reads a file once into every GPU named (docs/multi-gpu.md).
+
     job = gdscp.copy_files([("a.bin", "/mnt/a.bin"), ("b.bin", "/mnt/b.bin")], device=0)
     job.wait()                        # Ctrl-C while waiting cancels the job
     for r in job.results():
@@ -31,6 +36,7 @@ __all__ = [
     "copy_files",
     "create_temporary",
     "read_files",
+    "replicate",
     "stream_files",
     "write_files",
 ]
@@ -83,11 +89,13 @@ class BulkJob:
     As a context manager it waits on exit, and cancels first when the block
     raised. ``arrays``: the buffers ``read_files`` made, in order."""
 
-    def __init__(self, items: list[tuple], options: Any, keep: Any = None, arrays: Optional[list] = None):
+    def __init__(self, items: list[tuple], options: Any, keep: Any = None, arrays: Optional[list] = None,
+                 replicas: Optional[list[tuple[int, list[int]]]] = None):
         self._items = items
         self._keep = keep  # the buffers and staging, alive until the workers are done
         self.arrays = arrays
-        self._job = _core.BulkJob(items, options, defaults._settings)
+        self.devices: Optional[list[int]] = list(options.devices) or None
+        self._job = _core.BulkJob(items, options, defaults._settings, replicas or [])
 
     def wait(self, timeout: Optional[float] = None) -> bool:
         """Wait until every file has ended (or ``timeout`` seconds); True once
@@ -145,6 +153,13 @@ class BulkJob:
         """The files that failed so far, in the order they failed."""
         return [self._result(i, raw) for i, raw in self._job.failures()]
 
+    def device_bytes(self) -> dict[int, int]:
+        """Bytes moved so far by each GPU's workers, for a job over ``devices``
+        (empty for a job without them)."""
+        if not self.devices:
+            return {}
+        return dict(zip(self.devices, self._job.group_bytes()))
+
     def __enter__(self) -> "BulkJob":
         return self
 
@@ -180,6 +195,68 @@ def _options(
     if not defaults.is_compat_mode_preferred():
         options.cufile_library = _libs.cufile_wheel_library()
     return options
+
+
+def device_list(devices: Any) -> list[int]:
+    """The GPUs a job spreads over: ``"all"``, or ordinals (an int, or a
+    sequence of them, each at most once); every one checked usable."""
+    from . import memory  # noqa: PLC0415
+
+    if isinstance(devices, str):
+        if devices.strip().lower() != "all":
+            raise ValueError(f"devices must be 'all' or GPU numbers, not {devices!r}")
+        status = memory.gpu_available()
+        if not status:
+            raise memory.DeviceError(f"devices='all' needs a GPU: {status.reason}")
+        return list(range(status.count))
+    if isinstance(devices, int) or hasattr(devices, "__index__"):
+        devices = [devices]
+    out = [_args.integer(d, "device") for d in devices]
+    if not out:
+        raise ValueError("devices must name at least one GPU")
+    for d in out:
+        if out.count(d) > 1:
+            raise ValueError(f"GPU {d} is named twice in devices")
+        memory.check_device(d)
+    return out
+
+
+def _devices(device: Optional[int], devices: Any) -> Optional[list[int]]:
+    """``devices`` as a list, or None for a job on ``device`` alone (or host memory)."""
+    if devices is None:
+        return None
+    if device is not None:
+        raise ValueError("give device or devices, not both")
+    return device_list(devices)
+
+
+def _spread_staging(devices: list[int], staging_size: Optional[int], options: Any) -> list:
+    """Staging of ``staging_size`` bytes on each GPU, set on ``options``; what keeps it alive."""
+    from . import memory  # noqa: PLC0415
+
+    size = int(staging_size or _DEFAULT_STAGING)
+    keep, addresses = [], []
+    for d in devices:
+        array = memory.allocate(size, d)
+        b = _buffers.resolve(array, writable=True)
+        keep.append((array, b.keep))
+        addresses.append(b.ptr)
+    options.devices = devices
+    options.stagings = addresses
+    options.staging_size = size
+    return keep
+
+
+def _balanced(sizes: list[int], devices: list[int]) -> list[int]:
+    """A GPU for each of ``sizes``: the largest first, each to the GPU with the
+    fewest bytes so far (ties: the first)."""
+    load = {d: 0 for d in devices}
+    where = [devices[0]] * len(sizes)
+    for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
+        d = min(devices, key=lambda d: load[d])
+        where[i] = d
+        load[d] += sizes[i]
+    return where
 
 
 def _staging(device: Optional[int], staging_size: Optional[int], staging: Any = None) -> tuple[int, Any, int]:
@@ -219,6 +296,8 @@ def read_files(
     buffers: Optional[Sequence[Any]] = None,
     *,
     device: Optional[int] = None,
+    devices: Any = None,
+    replicate: bool = False,
     fail_fast: bool = False,
     verify: bool = False,
 ) -> BulkJob:
@@ -226,16 +305,70 @@ def read_files(
     than its buffer fills it, a shorter one leaves the rest as it was and its
     result says how many bytes came). Without ``buffers``: new arrays of each
     file's size, on GPU ``device`` or (None) in host memory, as ``job.arrays``.
-    ``verify``: compare what landed with a plain read of each file."""
+    ``devices``: GPUs (or "all") to spread the files over, balanced by bytes,
+    each GPU's files read by its own workers. ``replicate`` (with ``devices``):
+    every file into every GPU named, read from storage once; ``job.arrays[i]``
+    is then the list of file i's arrays, one per GPU in ``devices`` order (with
+    ``buffers``, ``buffers[i]`` is such a list). ``verify``: compare what landed
+    with a plain read of each file."""
     paths = [_args.path(p) for p in paths]
-    arrays = None
-    if buffers is None:
-        from . import memory  # noqa: PLC0415
+    spread = _devices(device, devices)
+    if replicate and spread is None:
+        raise ValueError("replicate needs devices: the GPUs to read each file into")
+    from . import memory  # noqa: PLC0415
 
-        arrays = [memory.allocate(os.stat(p).st_size, device) for p in paths]
+    arrays = None
+    replicas: list[tuple[int, list[int]]] = []
+    keep_more: list = []
+    if replicate:
+        assert spread is not None
+        if buffers is None:
+            arrays = [[memory.allocate(os.stat(p).st_size, d) for d in spread] for p in paths]
+            buffers = arrays
+        if len(buffers) != len(paths):
+            raise ValueError(f"{len(paths)} paths but {len(buffers)} buffers")
+        firsts = []
+        for i, group in enumerate(buffers):
+            group = list(group)
+            if len(group) != len(spread):
+                raise ValueError(f"replicate: file {i} has {len(group)} buffers for {len(spread)} devices")
+            resolved = [_buffers.resolve(b, writable=True) for b in group]
+            if any(not b.device for b in resolved):
+                raise ValueError("replicate: every buffer must be device memory")
+            if len({b.nbytes for b in resolved}) != 1:
+                raise ValueError(f"replicate: file {i}'s buffers differ in size")
+            keep_more.append([b.keep for b in resolved])
+            firsts.append(group[0])
+            if len(group) > 1 and resolved[0].nbytes:
+                replicas.append((i, [b.ptr for b in resolved[1:]]))
+        buffers = firsts
+    elif buffers is None:
+        if spread is None:
+            arrays = [memory.allocate(os.stat(p).st_size, device) for p in paths]
+        else:
+            sizes = [os.stat(p).st_size for p in paths]
+            arrays = [memory.allocate(n, d) for n, d in zip(sizes, _balanced(sizes, spread))]
         buffers = arrays
     items, keep = _buffer_items(_READ, paths, buffers)
-    return BulkJob(items, _options(fail_fast=fail_fast, verify=verify), keep, arrays)
+    options = _options(fail_fast=fail_fast, verify=verify)
+    if spread is not None:
+        options.devices = spread
+    return BulkJob(items, options, (keep, keep_more), arrays, replicas)
+
+
+def replicate(path: PathLike, devices: Any = "all", *, verify: bool = False) -> list:
+    """The file at ``path`` in every GPU of ``devices`` (ordinals or "all"),
+    read from storage once and copied GPU to GPU (over NVLink where there is
+    one; through host memory where the GPUs cannot reach each other): one array
+    per GPU, in ``devices`` order. Raises ``OSError`` or ``gdscp.Error`` naming
+    the file if it fails."""
+    job = read_files([path], devices=devices, replicate=True, verify=verify)
+    result = job.results()[0]
+    if result.status != "done":
+        if result.errno is not None:
+            raise OSError(result.errno, result.error, result.source)
+        raise RuntimeError(result.error or f"reading '{result.source}' was {result.status}")
+    return job.arrays[0]
 
 
 def stream_files(
@@ -243,6 +376,7 @@ def stream_files(
     *,
     ranges: Optional[Sequence[tuple[int, Optional[int]]]] = None,
     device: Optional[int] = None,
+    devices: Any = None,
     verify: bool = False,
     fail_fast: bool = False,
     staging_size: Optional[int] = None,
@@ -253,11 +387,16 @@ def stream_files(
     measures it. ``ranges``: ``(offset, length)`` per file, length None for the
     rest of it; a file that ends before its length fails. Files without a size
     (devices, FIFOs, procfs) are read front to back to their end. ``staging``:
-    a device buffer to use instead of new memory on ``device``."""
+    a device buffer to use instead of new memory on ``device``. ``devices``:
+    GPUs (or "all") to spread the files and their chunks over, each with
+    ``staging_size`` bytes of staging of its own."""
     paths = [_args.path(p) for p in paths]
     if ranges is not None and len(ranges) != len(paths):
         raise ValueError(f"{len(paths)} paths but {len(ranges)} ranges")
-    address, keep, size = _staging(device, staging_size, staging)
+    spread = _devices(device, devices)
+    if spread is not None and staging is not None:
+        raise ValueError("staging is one buffer; with devices each GPU gets staging of its own")
+    address, keep, size = _staging(None if spread else device, staging_size, staging)
     items = []
     for i, path in enumerate(paths):
         offset, length = (0, None) if ranges is None else ranges[i]
@@ -265,6 +404,8 @@ def stream_files(
         items.append((_READ, path, "", 0, False, -1 if length is None else int(length), int(offset), exact, -1,
                       True, False, 0, 0))
     options = _options(fail_fast=fail_fast, verify=verify, staging=address, staging_size=size)
+    if spread is not None:
+        keep = _spread_staging(spread, staging_size, options)
     return BulkJob(items, options, keep)
 
 
@@ -276,13 +417,18 @@ def write_files(
     atomic: bool = True,
     no_clobber: bool = False,
     fail_fast: bool = False,
+    devices: Any = None,
 ) -> BulkJob:
     """Write each buffer (host or device memory) to its file. ``atomic``: a
     temporary file beside each, renamed into place once complete (and, with
     ``fsync``, durable); an existing file keeps its mode, a new one gets 0666
-    less the umask. ``no_clobber``: an existing file is left alone ("skipped")."""
+    less the umask. ``no_clobber``: an existing file is left alone ("skipped").
+    ``devices``: the GPUs (or "all") whose buffers these are; each GPU's
+    files are written by its own workers, through staging near it."""
     items, keep = _buffer_items(_WRITE, [_args.path(p) for p in paths], buffers)
     options = _options(fsync=fsync, atomic=atomic, no_clobber=no_clobber, fail_fast=fail_fast)
+    if devices is not None:
+        options.devices = device_list(devices)
     return BulkJob(items, options, keep)
 
 
@@ -290,6 +436,7 @@ def copy_files(
     pairs: Iterable[tuple[PathLike, PathLike]],
     *,
     device: Optional[int] = None,
+    devices: Any = None,
     fsync: bool = True,
     no_clobber: bool = False,
     preserve: bool = False,
@@ -307,11 +454,15 @@ def copy_files(
     copy, read from storage, with its source before it takes the name.
     ``sizes``: the sources' sizes if known, for ``progress()``'s total.
     ``staging``: a device buffer to copy through instead of new memory on
-    ``device``."""
+    ``device``. ``devices``: GPUs (or "all") to spread the files and their
+    chunks over, each with ``staging_size`` bytes of staging of its own."""
     pairs = [(_args.path(s), _args.path(d)) for s, d in pairs]
     if sizes is not None and len(sizes) != len(pairs):
         raise ValueError(f"{len(pairs)} pairs but {len(sizes)} sizes")
-    address, keep, size = _staging(device, staging_size, staging)
+    spread = _devices(device, devices)
+    if spread is not None and staging is not None:
+        raise ValueError("staging is one buffer; with devices each GPU gets staging of its own")
+    address, keep, size = _staging(None if spread else device, staging_size, staging)
     items = [
         (_COPY, src, dst, 0, False, -1 if sizes is None else int(sizes[i]), 0, False, -1, not preserve, False, 0, 0)
         for i, (src, dst) in enumerate(pairs)
@@ -325,6 +476,8 @@ def copy_files(
         staging=address,
         staging_size=size,
     )
+    if spread is not None:
+        keep = _spread_staging(spread, staging_size, options)
     return BulkJob(items, options, keep)
 
 

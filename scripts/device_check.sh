@@ -2,7 +2,7 @@
 # What a GPU machine runs, in calls of at most 10 minutes each: build gdscp,
 # then the named steps. Logs and JSON go to $OUT (default ./device-out).
 #
-#   bash scripts/device_check.sh [tests] [bench] [many] [sweep]    (default: tests)
+#   bash scripts/device_check.sh [tests] [bench] [many] [sweep] [multi]    (default: tests)
 #
 # tests and bench each take most of ten minutes on an H200 machine with 16 vCPUs:
 # run them in separate calls (many fits beside tests).
@@ -14,6 +14,11 @@
 #          into the GPU (gdscp's bulk read against per-file loops, KvikIO's too),
 #          and a tree of 5,000 files of 1-64 KiB copied (gdscp copy -r against cp -r + sync)
 #   sweep  scripts/gpu_sweep.py, the settings grid behind the defaults
+#   multi  two or more GPUs: the multi-GPU tests (tests/test_multi_gpu.py, the
+#          stand-in scenarios and the real two-GPU test), then
+#          gdscp benchmark --devices all --size 4G --json (distinct hot files into
+#          the GPUs, one file replicated against one GPU, with the host-side and
+#          aggregate PCIe ceilings and the target ratios) -> multi.json
 #
 # KvikIO wheels placed in .whl/ (e.g. kvikio-cu13 and libkvikio-cu13) are
 # installed to /tmp/site, so that the benchmark measures KvikIO beside gdscp.
@@ -24,8 +29,8 @@ OUT=${OUT:-$repo/device-out}
 mkdir -p "$OUT"
 steps=" ${*:-tests} "
 for step in $steps; do
-  [[ $step == tests || $step == bench || $step == many || $step == sweep ]] \
-    || { echo "unknown step: $step (tests, bench, many, sweep)" >&2; exit 2; }
+  [[ $step == tests || $step == bench || $step == many || $step == sweep || $step == multi ]] \
+    || { echo "unknown step: $step (tests, bench, many, sweep, multi)" >&2; exit 2; }
 done
 export PYTHONUNBUFFERED=1
 export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda-13.0}
@@ -96,6 +101,30 @@ if [[ $steps == *" sweep "* ]]; then
   timeout "$(limit 300)" python3 "$repo/scripts/gpu_sweep.py" "$OUT/sweep.json" --dir /tmp \
     >"$OUT/sweep.log" 2>&1 || rc=1
   tail -40 "$OUT/sweep.log"
+fi
+
+if [[ $steps == *" multi "* ]]; then
+  echo "== multi"
+  GDSCP_REQUIRE_GPU=1 GDSCP_REQUIRE_STANDIN=1 timeout "$(limit 120)" python3 -m pytest -q -p no:cacheprovider \
+    "$repo/tests/test_multi_gpu.py" >"$OUT/multi-tests.log" 2>&1 || rc=1
+  grep -E "^(FAILED|ERROR|SKIPPED)|passed|failed" "$OUT/multi-tests.log" | tail -15
+  timeout "$(limit 300)" gdscp benchmark --devices all --size 4G --dir /tmp --json \
+    >"$OUT/multi.json" 2>"$OUT/multi.err" || rc=1
+  python3 - "$OUT/multi.json" <<'PY' | tee "$OUT/multi-summary.txt"
+import json, sys
+doc = json.load(open(sys.argv[1]))
+r = doc["ratios"]
+print(f"devices {doc['devices']}, files of {doc['file_size'] >> 20} MiB, numa {doc['machine'].get('numa')}")
+for name, c in doc["ceilings"].items():
+    print(f"  {name:18} {c['gb_per_s']['median'] if c.get('available') else '-':>8} GB/s  {c.get('what') or c.get('reason')}")
+print(f"  bound min(host side, aggregate PCIe) = {r['bound_gb_per_s']} GB/s")
+for t, q in r["by_threads"].items():
+    res = doc["results"][t]
+    med = {k: v["gb_per_s"]["median"] for k, v in res.items()}
+    print(f"  threads {t}: {med}; distinct {q['distinct_share_of_bound']:.2f} of bound (>= 0.9: "
+          f"{q['distinct_meets_target']}), replicate {q['replicate_over_one_gpu']:.2f}x one GPU (<= 1.15: "
+          f"{q['replicate_meets_target']})")
+PY
 fi
 
 echo "== done in $(( $(date +%s) - start ))s, rc=$rc"

@@ -28,7 +28,7 @@ root="${GDSCP_SANITIZE_ROOT:-/tmp}"
 python="${PYTHON:-python3}"
 wanted=(tests/test_cufile.py tests/test_concurrency.py tests/test_reliability.py tests/test_mapped_reads.py tests/test_plan.py
         tests/test_kvikio_api.py
-        tests/test_cufile_standin.py tests/test_bulk.py)
+        tests/test_cufile_standin.py tests/test_bulk.py tests/test_multi_gpu.py)
 # `gdscp copy` under signals is a test of the command line, not of the engine,
 # and costs the most under the sanitizers: left out (-k below).
 tests=()

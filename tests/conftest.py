@@ -49,10 +49,22 @@ def pytest_report_header(config):
     return f"gdscp GPU: {'yes' if available else 'no'} ({reason}); GPU tests {policy}"
 
 
+@functools.lru_cache(maxsize=None)
+def gpu_count() -> int:
+    """How many CUDA devices CuPy sees (0 without a usable GPU)."""
+    if not has_gpu():
+        return 0
+    import cupy
+
+    return cupy.cuda.runtime.getDeviceCount()
+
+
 def pytest_runtest_setup(item):
     if item.get_closest_marker("gpu") is None:
         return
     available, reason = gpu_status()
+    if available and item.get_closest_marker("multi_gpu") is not None and gpu_count() < 2:
+        pytest.skip(f"needs two GPUs: {reason}")
     if available:
         return
     if require_gpu():

@@ -13,6 +13,7 @@
 #include <unordered_set>
 
 #include "gdscp/detail/bulk_transfer.hpp"
+#include "gdscp/detail/numa.hpp"
 #include "gdscp/detail/thread_pool.hpp"
 #include "gdscp/error.hpp"
 
@@ -80,8 +81,20 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
   BulkOptions opt;
   Settings s;
   std::vector<MemoryTarget> item_mem;
-  MemoryTarget staging_mem;
+  std::vector<std::vector<MemoryTarget>> replica_mem;  // per item: what its replicas are
+  std::vector<char> replica_peer;                      // per item: all its GPUs have peer access
   unsigned workers = 1;
+  // One group of workers per GPU (one group without devices): its staging,
+  // the items it opens (balanced by bytes), and the bytes it moved.
+  size_t groups = 1;
+  std::vector<MemoryTarget> group_staging;
+  std::vector<char*> group_base;
+  std::vector<std::vector<size_t>> group_items;
+  std::vector<int> group_node;      // each group's GPU's NUMA node (-1: one node); empty without devices
+  std::vector<size_t> item_owner;  // the group whose GPU holds the item's buffer; `groups` if none
+  std::unique_ptr<std::atomic<size_t>[]> group_next;
+  std::unique_ptr<std::atomic<uint64_t>[]> group_moved;
+  size_t items_left = 0;  // not yet claimed by any group (under split_mutex)
   size_t slot_size = 0;
   bool group = false;
 
@@ -90,7 +103,6 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
   std::vector<size_t> failed_order;  // indexes of failed items, in the order they failed
 
   std::atomic<bool> cancelled{false};
-  std::atomic<size_t> next_item{0};
   std::atomic<uint64_t> bytes_done{0};
   std::atomic<size_t> files_done{0};
   std::atomic<size_t> files_failed{0};
@@ -377,11 +389,48 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
   }
 
   // -- workers ---------------------------------------------------------------
-  std::shared_ptr<Transfer> open_split() {
+  // Whether a file cut into chunks still has chunks for group `g`. Under split_mutex.
+  bool has_split(size_t g) const {
+    for (const auto& t : splits)
+      if (t->has_chunks(g)) return true;
+    return false;
+  }
+
+  std::shared_ptr<Transfer> open_split(size_t g) {
     std::lock_guard<std::mutex> lock(split_mutex);
-    while (!splits.empty() && splits.front()->next.load() >= splits.front()->chunks.size())
-      splits.erase(splits.begin());
-    return splits.empty() ? nullptr : splits.front();
+    auto spent = [this](const std::shared_ptr<Transfer>& t) {
+      for (size_t k = 0; k < groups; ++k)
+        if (t->has_chunks(k)) return false;
+      return true;
+    };
+    splits.erase(std::remove_if(splits.begin(), splits.end(), spent), splits.end());
+    for (const auto& t : splits)
+      if (t->has_chunks(g)) return t;
+    return nullptr;
+  }
+
+  // The next item of group `g` to open, counted as opening until start_item
+  // says what it became; false when the group has none left (or the job was
+  // cancelled).
+  bool claim_item(size_t g, size_t& i) {
+    if (cancelled.load()) return false;
+    {
+      std::lock_guard<std::mutex> lock(split_mutex);
+      ++opening;
+    }
+    const size_t k = group_next[g].fetch_add(1);
+    const bool claimed = k < group_items[g].size();
+    {
+      std::lock_guard<std::mutex> lock(split_mutex);
+      if (claimed) --items_left;
+      else --opening;
+    }
+    if (!claimed) {
+      split_cv.notify_all();
+      return false;
+    }
+    i = group_items[g][k];
+    return true;
   }
 
   // Claims chunks of `t` until none is left; after a failure or a cancel the
@@ -389,11 +438,11 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
   void run_chunks(const std::shared_ptr<Transfer>& t, BulkWorker& w) {
     const TransferContext cx = context();
     for (;;) {
-      const size_t i = t->next.fetch_add(1);
+      const size_t i = t->claim(w.group);
       if (i >= t->chunks.size()) return;
       if (!cancelled.load(std::memory_order_relaxed) && !t->failed()) {
         try {
-          move_chunk(cx, *t, t->chunks[i], w, bytes_done);
+          move_chunk(cx, *t, i, w, bytes_done);
         } catch (...) {
           t->fail(std::current_exception());
         }
@@ -402,11 +451,8 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
     }
   }
 
+  // Item `i`, claimed (and counted as opening) by claim_item.
   void start_item(size_t i, BulkWorker& w) {
-    {
-      std::lock_guard<std::mutex> lock(split_mutex);
-      ++opening;
-    }
     auto opened = [this](std::shared_ptr<Transfer> split) {
       {
         std::lock_guard<std::mutex> lock(split_mutex);
@@ -422,7 +468,7 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
     try {
       const TransferContext cx = context();
       if (item.kind != BulkKind::read && opt.clean && opt.atomic) clean_dir_once(dir_of(item.dst));
-      t = open_transfer(cx, i, item, item_mem[i], staging_mem, note);
+      t = open_transfer(cx, i, item, item_mem[i], group_staging[w.group], replica_mem[i], replica_peer[i] != 0, note);
     } catch (...) {
       opened(nullptr);
       fail(i, std::current_exception());
@@ -451,30 +497,40 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
       finish(t);
       return;
     }
+    if (t->chunks.size() > 1) t->share_chunks(groups, item_owner[i]);
     opened(t->chunks.size() > 1 ? t : nullptr);
     run_chunks(t, w);
   }
 
+  // Worker `index` of the job: group index % groups, the (index / groups)th of its group.
   void run_worker(size_t index) {
     BulkWorker w;
     w.slot_size = slot_size;
-    if (staging_mem.device) w.device_slot = reinterpret_cast<char*>(opt.staging) + index * slot_size;
-    for (;;) {
-      if (auto t = open_split()) {
-        run_chunks(t, w);
-        continue;
+    w.group = index % groups;
+    w.group_moved = &group_moved[w.group];
+    w.staging_mem = group_staging[w.group];
+    if (w.staging_mem.device) w.device_slot = group_base[w.group] + (index / groups) * slot_size;
+    {
+      // On a machine of several NUMA nodes, a GPU's workers run on its node
+      // (restored before the job can be seen to end).
+      const NodeAffinity near(group_node.empty() ? -1 : group_node[w.group]);
+      for (;;) {
+        if (auto t = open_split(w.group)) {
+          run_chunks(t, w);
+          continue;
+        }
+        size_t i;
+        if (claim_item(w.group, i)) {
+          start_item(i, w);
+          continue;
+        }
+        // Nothing left to start: wait while an item not yet opened (by any
+        // group) may still turn into a file with chunks for this group.
+        std::unique_lock<std::mutex> lock(split_mutex);
+        auto idle = [&] { return opening == 0 && (items_left == 0 || cancelled.load()); };
+        split_cv.wait(lock, [&] { return has_split(w.group) || idle(); });
+        if (!has_split(w.group) && idle()) break;
       }
-      if (cancelled.load()) break;
-      const size_t i = next_item.fetch_add(1);
-      if (i < items.size()) {
-        start_item(i, w);
-        continue;
-      }
-      // Nothing left to start: wait while an item being opened may still turn
-      // into a file to share.
-      std::unique_lock<std::mutex> lock(split_mutex);
-      split_cv.wait(lock, [&] { return opening == 0 || !splits.empty(); });
-      if (splits.empty() && opening == 0) break;
     }
     w.host_lease.release();
     end_worker();
@@ -502,12 +558,83 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
 
 }  // namespace detail
 
+namespace detail {
+namespace {
+
+// The group each item is opened by: its buffer's GPU where that is one of the
+// job's devices (not for a read with replicas), else the group with the fewest
+// bytes so far. A file large
+// enough to be cut into chunks counts a share against every group (its chunks
+// are shared out among them).
+void assign_groups(BulkState& st, const std::vector<int>& devices, size_t big) {
+  const size_t G = st.groups;
+  st.group_items.assign(G, {});
+  st.item_owner.assign(st.items.size(), G);
+  std::vector<uint64_t> load(G, 0);
+  std::vector<size_t> count(G, 0);
+  for (size_t i = 0; i < st.items.size(); ++i) {
+    const BulkItem& item = st.items[i];
+    size_t g = G;
+    // A read with replicas lands on all its GPUs in turn: every group shares it.
+    if (item.buf != 0 && st.item_mem[i].device && item.replicas.empty())
+      for (size_t k = 0; k < devices.size(); ++k)
+        if (devices[k] == st.item_mem[i].ordinal) g = k;
+    st.item_owner[i] = g;
+    if (g == G) {
+      g = 0;
+      for (size_t k = 1; k < G; ++k)
+        if (load[k] < load[g] || (load[k] == load[g] && count[k] < count[g])) g = k;
+    }
+    const uint64_t size = item.size > 0 ? static_cast<uint64_t>(item.size) : 0;
+    if (G > 1 && size > big && st.item_owner[i] == G) {
+      for (size_t k = 0; k < G; ++k) load[k] += size / G;
+    } else {
+      load[g] += size;
+    }
+    ++count[g];
+    st.group_items[g].push_back(i);
+  }
+  st.group_next = std::make_unique<std::atomic<size_t>[]>(G);
+  st.group_moved = std::make_unique<std::atomic<uint64_t>[]>(G);
+  st.items_left = st.items.size();
+}
+
+// A read's replicas: device memory on other GPUs than its buffer's and one
+// another's; whether all of them have peer access to one another.
+bool resolve_replicas(const BulkItem& item, const MemoryTarget& mem, std::vector<MemoryTarget>& out) {
+  if (item.kind != BulkKind::read) throw_invalid("only a read can have replicas");
+  if (item.size == 0) return true;  // nothing to copy anywhere
+  if (item.buf == 0 || !mem.device) throw_invalid("a read with replicas needs a device buffer to read into");
+  if (item.size < 0) throw_invalid("a read with replicas needs its buffers' size");
+  std::vector<MemoryTarget> all{mem};
+  for (uintptr_t p : item.replicas) {
+    if (p == 0 && item.size > 0) throw_invalid("a replica needs a device buffer");
+    const MemoryTarget m = resolve_device_pointer(p);
+    if (!m.device) throw_invalid("a replica must be device memory");
+    for (const MemoryTarget& seen : all)
+      if (seen.ordinal == m.ordinal)
+        throw_invalid("replicas must be on distinct GPUs (GPU " + std::to_string(m.ordinal) + " twice)");
+    all.push_back(m);
+    out.push_back(m);
+  }
+  bool peer = true;
+  for (const MemoryTarget& a : all)
+    for (const MemoryTarget& b : all)
+      if (&a != &b && !enable_peer_access(a, b)) peer = false;
+  return peer;
+}
+
+}  // namespace
+}  // namespace detail
+
 BulkJob::BulkJob(std::vector<BulkItem> items, const BulkOptions& options, const Settings& s) {
   auto st = std::make_shared<detail::BulkState>(std::move(items), options, s);
   st->umask = detail::read_umask();
   size_t writers = 0;
   bool staging_needed = false;
   st->item_mem.resize(st->items.size());
+  st->replica_mem.resize(st->items.size());
+  st->replica_peer.assign(st->items.size(), 1);
   for (size_t i = 0; i < st->items.size(); ++i) {
     const BulkItem& item = st->items[i];
     if (item.kind == BulkKind::read && item.src.empty()) throw_invalid("a read needs a source file");
@@ -516,23 +643,54 @@ BulkJob::BulkJob(std::vector<BulkItem> items, const BulkOptions& options, const 
     if (item.kind == BulkKind::write && (item.size < 0 || (item.size > 0 && item.buf == 0)))
       throw_invalid("a write needs a buffer and its size");
     if (item.buf != 0 && item.device) st->item_mem[i] = detail::resolve_device_pointer(item.buf);
+    if (!item.replicas.empty())
+      st->replica_peer[i] = detail::resolve_replicas(item, st->item_mem[i], st->replica_mem[i]) ? 1 : 0;
     if (item.kind != BulkKind::read) ++writers;
     if (item.kind == BulkKind::copy || (item.kind == BulkKind::read && item.buf == 0)) staging_needed = true;
     if (item.size > 0) st->bytes_total += static_cast<uint64_t>(item.size);
   }
+  const size_t G = std::max<size_t>(1, options.devices.size());
+  st->groups = G;
+  for (size_t a = 0; a < options.devices.size(); ++a)
+    for (size_t b = a + 1; b < options.devices.size(); ++b)
+      if (options.devices[a] == options.devices[b])
+        throw_invalid("GPU " + std::to_string(options.devices[a]) + " is named twice");
+  if (!options.stagings.empty() && options.stagings.size() != options.devices.size())
+    throw_invalid("give one staging region per device (" + std::to_string(options.devices.size()) + "), not " +
+                  std::to_string(options.stagings.size()));
+  if (G > 1 && options.staging != 0) throw_invalid("with several devices, give their staging in `stagings`");
   detail::ThreadPool& pool = detail::ThreadPool::process_default();
-  unsigned workers = std::max(1u, pool.size());
-  workers = static_cast<unsigned>(std::min<size_t>(workers, std::max<size_t>(1, options.staging_size / detail::kMinSlot)));
+  const unsigned threads = std::max(1u, pool.size());
+  if (threads < G)
+    throw_invalid("spreading a job over " + std::to_string(G) + " GPUs needs at least as many worker threads (there " +
+                  (threads == 1 ? "is 1)" : "are " + std::to_string(threads) + ")"));
+  // Each group's workers share its staging; every group has as many.
+  size_t per_group = std::max<size_t>(1, threads / G);
+  per_group = std::min<size_t>(per_group, std::max<size_t>(1, options.staging_size / detail::kMinSlot));
+  const unsigned workers = static_cast<unsigned>(per_group * G);
   st->workers = workers;
-  // Each worker's share of the staging, whole pages where there are any:
-  // never more than the staging given (device staging is the caller's memory).
-  const size_t share = std::max<size_t>(1, options.staging_size / workers);
+  // Each worker's share of its group's staging, whole pages where there are
+  // any: never more than the staging given (device staging is the caller's memory).
+  const size_t share = std::max<size_t>(1, options.staging_size / per_group);
   st->slot_size = share >= 4096 ? detail::round_down(share, 4096) : share;
   st->slot_size = std::min(st->slot_size, std::max(detail::kMinSlot, s.task_size));
-  if (options.staging != 0 && staging_needed) {
-    st->staging_mem = detail::resolve_device_pointer(options.staging);
-    if (!st->staging_mem.device) throw_invalid("the staging memory given must be device memory");
+  st->group_staging.assign(G, {});
+  st->group_base.assign(G, nullptr);
+  if (staging_needed) {
+    for (size_t g = 0; g < G; ++g) {
+      const uintptr_t base = options.stagings.empty() ? (g == 0 ? options.staging : 0) : options.stagings[g];
+      if (base == 0) continue;
+      st->group_staging[g] = detail::resolve_device_pointer(base);
+      st->group_base[g] = reinterpret_cast<char*>(base);
+      if (!st->group_staging[g].device) throw_invalid("the staging memory given must be device memory");
+      if (!options.devices.empty() && st->group_staging[g].ordinal != options.devices[g])
+        throw_invalid("the staging for GPU " + std::to_string(options.devices[g]) + " is on GPU " +
+                      std::to_string(st->group_staging[g].ordinal));
+    }
   }
+  detail::assign_groups(*st, options.devices, std::max(st->slot_size, s.task_size));
+  if (options.devices.size() > 1)
+    for (int d : options.devices) st->group_node.push_back(detail::gpu_numa_node(d));
   st->group = options.sync == BulkSync::group || (options.sync == BulkSync::automatic && writers >= detail::kGroupSyncFiles);
   st->running = workers;
   if (st->items.empty()) {
@@ -589,6 +747,12 @@ std::vector<std::pair<size_t, BulkResult>> BulkJob::failures() const {
   std::vector<std::pair<size_t, BulkResult>> out;
   for (size_t i : state_->failed_order)
     if (state_->results[i].status == BulkStatus::failed) out.emplace_back(i, state_->results[i]);
+  return out;
+}
+
+std::vector<uint64_t> BulkJob::group_bytes() const {
+  std::vector<uint64_t> out(state_->groups);
+  for (size_t g = 0; g < out.size(); ++g) out[g] = state_->group_moved[g].load();
   return out;
 }
 

@@ -1,6 +1,7 @@
 #include "gdscp/runtime.hpp"
 
 #include "gdscp/detail/buffer_pool.hpp"
+#include "gdscp/detail/numa.hpp"
 #include "gdscp/detail/thread_pool.hpp"
 #include "gdscp/shim/cuda_driver.hpp"
 
@@ -9,7 +10,9 @@ namespace gdscp {
 void set_num_threads(unsigned n) { detail::ThreadPool::process_default().resize(n); }
 unsigned num_threads() { return detail::ThreadPool::process_default().size(); }
 
-size_t trim_pools() { return detail::BufferPool::pinned().trim() + detail::BufferPool::aligned().trim(); }
+size_t trim_pools() { return detail::BufferPool::trim_pinned() + detail::BufferPool::aligned().trim(); }
+
+int gpu_numa_node(int ordinal) { return detail::gpu_numa_node(ordinal); }
 
 void stream_synchronize(uintptr_t stream) {
   const CudaDriver& drv = CudaDriver::require();

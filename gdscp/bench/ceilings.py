@@ -11,6 +11,11 @@
   file copied with streaming stores. With ``host_memcpy`` it bounds hot reads
   into host memory: the page cache may be held in larger pages than anonymous
   memory, so copying out of it can beat copying between two host buffers.
+* ``host_page_cache`` (``page_cache_rate``): hot files read with pread into
+  page-locked buffers by every core at once, no GPU copy: the host side's
+  ceiling for any hot read into GPUs through staging, however many GPUs.
+* ``pinned_h2d_all`` (``multi_pinned_copy_rate``): pinned host -> GPU copies
+  on every GPU named at once: the aggregate PCIe ceiling.
 * ``disk_direct_read`` / ``disk_buffered_read``: the disk itself, cold, with
   ``O_DIRECT`` (our own reader: aligned mmap buffers, 16 MiB requests (less
   on small files, so every thread has work), several threads) and through the
@@ -45,6 +50,8 @@ __all__ = [
     "pinned_copy_rate",
     "host_memcpy_rate",
     "page_cache_read_rate",
+    "page_cache_rate",
+    "multi_pinned_copy_rate",
     "direct_read_rate",
     "buffered_read_rate",
     "direct_write_rate",
@@ -139,6 +146,111 @@ def pinned_copy_rate(nbytes: int, runs: int, direction: str = "h2d", device: int
     except Exception as exc:
         return unavailable(f"CUDA copy failed ({type(exc).__name__}: {exc})", what)
     return _figure(what, nbytes, seconds, None)
+
+
+def _host_buffers(count: int, nbytes: int) -> tuple[list, str]:
+    """``count`` page-locked buffers (CuPy's pinned memory) where CuPy works,
+    else page-aligned host memory touched beforehand (the same copy for the
+    CPU: pinning only keeps the pages in place); and which it was."""
+    try:
+        import cupyx
+
+        bufs = [cupyx.empty_pinned((nbytes,), dtype=np.uint8) for _ in range(count)]
+        kind = "pinned buffers"
+    except Exception:  # noqa: BLE001 - no CuPy or no GPU: plain memory
+        bufs = [np.frombuffer(mmap.mmap(-1, nbytes), dtype=np.uint8) for _ in range(count)]
+        kind = "pre-faulted host buffers (no CuPy to pin them)"
+    for b in bufs:
+        b.fill(0)
+    return bufs, kind
+
+
+def page_cache_rate(paths: Sequence[str], threads: int, runs: int, request: int = 4 << 20) -> dict:
+    """Hot files (read once first) copied out of the page cache by ``threads``
+    threads at once, each with its own ``request``-byte page-locked buffer,
+    reused as staging is: pread only, no GPU copy. The bytes of all files per
+    run; chunks handed out across the files from one counter."""
+    what = f"pread of hot files into {{kind}}, {_mib(request)} requests, {threads_text(threads)}"
+    sizes = [os.path.getsize(p) for p in paths]
+    total = sum(sizes)
+    if total == 0:
+        return unavailable("the files are empty", what.format(kind="page-locked buffers"))
+    for p in paths:
+        from .files import warm_cache
+
+        warm_cache(p)
+    chunks = [(i, off) for i, n in enumerate(sizes) for off in range(0, n, request)]
+    bufs, kind = _host_buffers(threads, request)
+    fds = [os.open(p, os.O_RDONLY) for p in paths]
+    try:
+        seconds = []
+        with ThreadPoolExecutor(max_workers=threads) as pool:
+            for i in range(runs + 1):
+                lock = threading.Lock()
+                cursor = [0]
+
+                def work(t: int) -> int:
+                    view = memoryview(bufs[t]).cast("B")
+                    moved = 0
+                    while True:
+                        with lock:
+                            k = cursor[0]
+                            cursor[0] += 1
+                        if k >= len(chunks):
+                            return moved
+                        f, off = chunks[k]
+                        moved += os.preadv(fds[f], [view[: min(request, sizes[f] - off)]], off)
+
+                start = time.perf_counter()
+                moved = sum(pool.map(work, range(threads)))
+                if i:
+                    seconds.append(time.perf_counter() - start)
+                if moved != total:
+                    return unavailable(f"read {moved} of {total} bytes: the files changed", what.format(kind=kind))
+    finally:
+        for fd in fds:
+            os.close(fd)
+    return _figure(what.format(kind=kind), total, seconds, threads, files=len(paths))
+
+
+def multi_pinned_copy_rate(nbytes: int, runs: int, devices: Sequence[int]) -> dict:
+    """Pinned host -> GPU copies of ``nbytes`` on every GPU of ``devices`` at
+    once (one pinned buffer and stream per GPU, allocated with that GPU
+    current), timed from the first issue to the last copy's end on the host:
+    the aggregate rate, all bytes over the wall time."""
+    what = f"cudaMemcpyAsync pinned host -> GPU on GPUs {', '.join(map(str, devices))} at once, CuPy"
+    try:
+        import cupy
+        import cupyx
+    except Exception as exc:
+        return unavailable(f"cupy is not importable ({type(exc).__name__}: {exc})", what)
+    runtime = cupy.cuda.runtime
+    try:
+        sides = []
+        for d in devices:
+            with cupy.cuda.Device(d):
+                host = cupyx.empty_pinned((nbytes,), dtype=np.uint8)
+                host.fill(1)
+                sides.append((d, host, cupy.empty(nbytes, dtype=cupy.uint8), cupy.cuda.Stream(non_blocking=True)))
+        seconds = []
+        for i in range(runs + 1):
+            start = time.perf_counter()
+            for d, host, dev, stream in sides:
+                with cupy.cuda.Device(d):
+                    runtime.memcpyAsync(dev.data.ptr, host.ctypes.data, nbytes, runtime.memcpyHostToDevice, stream.ptr)
+            for d, _host, _dev, stream in sides:
+                with cupy.cuda.Device(d):
+                    stream.synchronize()
+            if i:
+                seconds.append(time.perf_counter() - start)
+        del sides
+        for d in devices:
+            with cupy.cuda.Device(d):
+                cupy.get_default_memory_pool().free_all_blocks()
+        cupy.get_default_pinned_memory_pool().free_all_blocks()
+    except Exception as exc:
+        return unavailable(f"CUDA copy failed ({type(exc).__name__}: {exc})", what)
+    return _figure(what, nbytes * len(devices), seconds, None, devices=list(devices))
 
 
 def host_memcpy_rate(nbytes: int, threads: int, runs: int) -> dict:

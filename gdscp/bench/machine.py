@@ -123,6 +123,21 @@ def _with_kernel_driver(info: dict) -> dict:
     return info
 
 
+def _numa() -> dict:
+    """The NUMA nodes online, and the node each GPU's pinned staging is placed
+    on (-1: one node, or sysfs does not say)."""
+    try:
+        with open("/sys/devices/system/node/online") as f:
+            online = f.read().strip()
+    except OSError:
+        online = None
+    info: dict = {"online": online, "gpu_nodes": {}}
+    cuda = _core.cuda_info()
+    if cuda["available"]:
+        info["gpu_nodes"] = {str(g["index"]): _core.gpu_numa_node(g["index"]) for g in cuda["gpus"]}
+    return info
+
+
 def describe_machine(directory: str, device: Optional[int] = None) -> dict:
     """CPU, memory, GPUs (through CuPy, when importable), OS and the filesystem of ``directory``."""
     try:
@@ -136,5 +151,6 @@ def describe_machine(directory: str, device: Optional[int] = None) -> dict:
         "os": {"system": platform.system(), "release": platform.release(), "machine": platform.machine()},
         "python": platform.python_version(),
         "filesystem": filesystem_of(directory),
+        "numa": _numa(),
         "nvidia_fs": _core.nvidia_fs_present(),
     }

@@ -386,6 +386,7 @@ def benchmark(
         ),
     ] = Path("."),
     device: options.Device = None,
+    devices: options.Devices = None,
     host: options.Host = False,
     task_size: options.TaskSize = None,
     compat_mode: options.CompatModeOpt = None,
@@ -436,9 +437,21 @@ def benchmark(
 
     Example: gdscp benchmark --size 4G --drop-cache --json > bench.json
 
+    With --devices 0,1 (or all): one hot file per GPU loaded into the GPUs
+    at once, and one hot file replicated onto every GPU against loading it
+    onto one, beside the host-side ceiling (every core reading the page cache
+    into pinned memory) and the aggregate pinned PCIe rate, with the ratios
+    the multi-GPU targets are stated in (docs/multi-gpu.md).
+
     Example: gdscp benchmark --files 5000 --file-size 1K-64K
+
+    Example: gdscp benchmark --devices 0,1 --size 4G --json > multi.json
     """
     out = Output("benchmark", json=json, quiet=quiet, debug=debug)
+    if devices is not None:
+        with out.guard(), options.settings(None, task_size, compat_mode):
+            _multi_benchmark(out, devices, host, device, size, threads, runs, directory)
+        return
     if files is not None or file_size is not None:
         with out.guard(), options.settings(None, task_size, compat_mode):
             _files_benchmark(out, files, file_size, mode, threads, runs, directory, host, device, json)
@@ -465,6 +478,56 @@ def benchmark(
         if plot_file is not None:  # after the result, so a failing plot loses no figures
             plot(document, os.fspath(plot_file))
             out.note(f"plot written to {plot_file}")
+
+
+def _multi_benchmark(out: Output, devices: str, host: bool, device: Optional[int], size: Optional[str],
+                     threads: Optional[str], runs: int, directory: Path) -> None:
+    from ..bench.multi import MultiConfig, run_multi_benchmark  # noqa: PLC0415
+
+    spread = options.choose_devices(host, device, devices)
+    assert spread is not None
+    if len(spread) < 2:
+        raise UsageError(f"--devices {devices}: the multi-GPU benchmark needs at least two GPUs")
+    if runs < 3:
+        raise UsageError(f"--runs: at least 3 (got {runs})")
+    config = MultiConfig(
+        devices=spread,
+        size=_size("--size", size),
+        runs=runs,
+        dir=os.fspath(directory),
+        threads=None if threads is None else _list("--threads", threads, _count),
+    )
+    with _Bar(out) as bar:
+        document = run_multi_benchmark(config, progress=bar, warn=out.warn)
+    out.result({"command": "benchmark", "ok": True, **document}, lambda: _multi_render(document))
+
+
+def _multi_render(doc: dict) -> Group:
+    ratios = doc["ratios"]
+    table = _table(f"hot files into GPUs {', '.join(map(str, doc['devices']))} ({_size_label(doc['file_size'])} each)")
+    for name in ("threads", "one GPU", "replicate", "distinct", "one pool", "of bound", "replicate / one"):
+        table.add_column(name, justify="right")
+    for threads, r in doc["results"].items():
+        q = ratios["by_threads"][threads]
+        table.add_row(threads, *(_num(r[k]["gb_per_s"]["median"]) for k in ("one_gpu", "replicate", "distinct",
+                                                                           "distinct_one_pool")),
+                      _pct(q["distinct_share_of_bound"]), _times(q["replicate_over_one_gpu"]))
+    ceilings = _table("ceilings measured in this run")
+    ceilings.add_column("ceiling")
+    ceilings.add_column("GB/s", justify="right")
+    ceilings.add_column("how")
+    for name, entry in doc["ceilings"].items():
+        if entry.get("available"):
+            ceilings.add_row(name, _num(entry["gb_per_s"]["median"]), entry["what"])
+        else:
+            ceilings.add_row(name, "-", entry.get("reason", ""))
+    bound = ratios["bound_gb_per_s"]
+    legend = (f"GB/s medians of {doc['runs']} runs. distinct: one file per GPU, spread over the GPUs; one pool: the same "
+              f"without --devices; of bound: distinct over min(host side, aggregate PCIe) = "
+              f"{_num(bound) if bound else '-'} GB/s (target >= {ratios['distinct_target']:.0%}); "
+              f"replicate / one: time to load the file onto every GPU over onto one "
+              f"(target <= {ratios['replicate_target']}x).")
+    return Group(table, "", ceilings, "", legend)
 
 
 def _measure(out: Output, run: Callable[..., dict], config: Any) -> dict:

@@ -83,6 +83,8 @@ class _Copier:
         self.created_dirs: set[str] = set()
         self.failed_dirs: list[str] = []
         self.device: Optional[int] = None
+        self.devices: Optional[list[int]] = None
+        self.device_bytes: dict[int, int] = {}
         self.staging_size: Optional[int] = None
 
     # -- planning -------------------------------------------------------------------
@@ -190,7 +192,8 @@ class _Copier:
     def _copy_files(self, files: list[tuple[_Job, _Record]], progress: TransferProgress) -> None:
         job = copy_files(
             [(j.src, j.dst) for j, _ in files],
-            device=self.device,
+            device=None if self.devices else self.device,
+            devices=self.devices,
             no_clobber=self.no_clobber,
             preserve=self.preserve,
             verify=self.verify,
@@ -209,7 +212,10 @@ class _Copier:
             record.status = "failed"
             self.out.error(record.error)
 
-        for (_, record), result in zip(files, run_job(job, progress, failed)):
+        results = run_job(job, progress, failed)
+        for d, n in job.device_bytes().items():
+            self.device_bytes[d] = self.device_bytes.get(d, 0) + n
+        for (_, record), result in zip(files, results):
             record.bytes, record.seconds = result.bytes, result.seconds
             record.read_backend, record.write_backend = result.read_backend, result.write_backend
             if result.status == "done":
@@ -298,6 +304,7 @@ def copy(
         ),
     ] = False,
     device: options.Device = None,
+    devices: options.Devices = None,
     host: options.Host = False,
     chunk_size: options.ChunkSize = None,
     threads: options.Threads = None,
@@ -330,9 +337,11 @@ def copy(
         jobs = copier.plan(srcs, dst)
         files = [j for j in jobs if j.kind == "file"]
         total = sum(j.st.st_size for j in files)
+        spread = options.choose_devices(host, device, devices)
+        copier.devices = spread
         if files:
-            where = options.choose_memory(out, host, device)
-            copier.staging_size = options.staging_size(chunk_size)
+            where = options.choose_memory(out, host, device) if spread is None else spread[0]
+            copier.staging_size = options.staging_size(chunk_size, len(spread) if spread else 1)
         else:
             where = None if host else device  # nothing to move through memory
             if where is not None:
@@ -359,6 +368,8 @@ def copy(
             "ok": not failed,
             "memory": "host" if where is None else "gpu",
             "device": where,
+            "devices": spread,
+            "device_bytes": {str(d): n for d, n in copier.device_bytes.items()} if spread else None,
             "copied": len(copied),
             "skipped": len(skipped),
             "failed": len(failed),
@@ -371,7 +382,8 @@ def copy(
         }
 
         def render() -> Table:
-            table = Table(title=f"copy through {options.memory_name(where)}", title_justify="left")
+            name = options.memory_name(where) if spread is None else options.devices_name(spread)
+            table = Table(title=f"copy through {name}", title_justify="left")
             for name in ("copied", "skipped", "failed", "bytes", "time", "rate"):
                 table.add_column(name, justify="right")
             table.add_row(str(len(copied)), str(len(skipped)), str(len(failed)), format_bytes(nbytes),

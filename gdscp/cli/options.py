@@ -19,6 +19,7 @@ __all__ = [
     "TaskSize",
     "CompatModeOpt",
     "Device",
+    "Devices",
     "Host",
     "ChunkSize",
     "Json",
@@ -26,6 +27,8 @@ __all__ = [
     "Debug",
     "settings",
     "choose_memory",
+    "choose_devices",
+    "devices_name",
     "memory_name",
     "chunk_size",
     "staging_size",
@@ -97,6 +100,31 @@ Device = Annotated[
         parser=count_option(0),
         metavar="N",
         help="GPU to use (default: GPU 0, or host memory when there is no usable GPU).",
+        rich_help_panel=_MEMORY,
+    ),
+]
+def devices_option(text: str) -> str:
+    """Typer ``parser=`` for --devices: "all", or GPU numbers separated by commas."""
+    text = str(text).strip()
+    if text.lower() == "all":
+        return "all"
+    parts = [p.strip() for p in text.split(",")]
+    if not parts or any(not p.isdigit() for p in parts):
+        raise typer.BadParameter(f"{text!r} is not 'all' or GPU numbers separated by commas (0,1)")
+    numbers = [int(p) for p in parts]
+    for n in numbers:
+        if numbers.count(n) > 1:
+            raise typer.BadParameter(f"GPU {n} is named twice")
+    return ",".join(str(n) for n in numbers)
+
+
+Devices = Annotated[
+    Optional[str],
+    typer.Option(
+        "--devices",
+        parser=devices_option,
+        metavar="LIST",
+        help="Spread the work over these GPUs (0,1 or all), each with its own staging and streams.",
         rich_help_panel=_MEMORY,
     ),
 ]
@@ -177,6 +205,29 @@ def choose_memory(out: Output, host: bool, device: Optional[int]) -> Optional[in
     return None
 
 
+def choose_devices(host: bool, device: Optional[int], devices: Optional[str]) -> Optional[list[int]]:
+    """The GPUs that --devices names (None without it), each checked usable;
+    a usage error with --host or --device, or for a GPU that cannot be used."""
+    if devices is None:
+        return None
+    if host:
+        raise UsageError("--host and --devices exclude each other")
+    if device is not None:
+        raise UsageError("--device and --devices exclude each other")
+    from .. import memory  # noqa: PLC0415
+    from ..bulk import device_list  # noqa: PLC0415
+
+    try:
+        return device_list("all" if devices == "all" else [int(d) for d in devices.split(",")])
+    except (ValueError, memory.DeviceError) as exc:
+        raise UsageError(f"--devices {devices}: {exc}") from None
+
+
+def devices_name(devices: list[int]) -> str:
+    """"GPUs 0, 1", for messages."""
+    return "GPU " + str(devices[0]) if len(devices) == 1 else "GPUs " + ", ".join(str(d) for d in devices)
+
+
 def memory_name(device: Optional[int]) -> str:
     """"GPU 0" or "host memory", for messages."""
     return "host memory" if device is None else f"GPU {device}"
@@ -196,13 +247,14 @@ def chunk_size(requested: Optional[int], largest: int, device: Optional[int], bu
     return max(1, min(largest, cap))
 
 
-def staging_size(requested: Optional[int]) -> Optional[int]:
-    """A bulk job's staging memory for ``--chunk-size``: one chunk per worker
-    (None without the option: the job's default)."""
+def staging_size(requested: Optional[int], gpus: int = 1) -> Optional[int]:
+    """A bulk job's staging memory for ``--chunk-size``, per GPU when spread
+    over ``gpus``: one chunk per worker of a GPU's share of the threads (None
+    without the option: the job's default)."""
     if requested is None:
         return None
     _check_chunk_size(requested)
-    return requested * int(defaults.get("num_threads"))
+    return requested * max(1, int(defaults.get("num_threads")) // gpus)
 
 
 def _check_chunk_size(requested: int) -> None:

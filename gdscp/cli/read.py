@@ -3,7 +3,10 @@
 The files go in one bulk job (gdscp.bulk.stream_files) through staging
 memory on the GPU (or in host memory): many in flight at once, large ones
 split among the workers, the bytes dropped once they have landed (and, with
---verify, been compared with a plain read of the file)."""
+--verify, been compared with a plain read of the file). With --devices the
+job is spread over several GPUs, each with its own staging; with
+--replicate each file is loaded whole into every GPU named (gdscp.replicate:
+read once, copied GPU to GPU), and dropped once measured (docs/multi-gpu.md)."""
 
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ from typing import Annotated, Any, Optional
 import typer
 from rich.table import Table
 
-from ..bulk import FileResult, stream_files
+from ..bulk import FileResult, read_files, stream_files
 from . import options
 from .jobs import run_job
 from .output import EXIT_FAILURE, Failure, Output, UsageError
@@ -132,6 +135,16 @@ def read(
         bool, typer.Option("--verify", help="Compare the bytes loaded with a plain read of each file.")
     ] = False,
     device: options.Device = None,
+    devices: options.Devices = None,
+    replicate: Annotated[
+        bool,
+        typer.Option(
+            "--replicate",
+            help="With --devices: load each whole file into every GPU named, read from storage once and copied "
+            "GPU to GPU (each needs the file's size free on every GPU).",
+            rich_help_panel="Memory",
+        ),
+    ] = False,
     host: options.Host = False,
     chunk_size: options.ChunkSize = None,
     threads: options.Threads = None,
@@ -148,13 +161,27 @@ def read(
     one that fails does not stop the others. Without a
     GPU, or with --host, the files are read into host memory instead.
 
+    With --devices 0,1 (or all) the files and large files' chunks are
+    shared out among the GPUs by bytes, each GPU with its own staging and
+    streams; the table shows what each GPU moved. With --replicate each file
+    is loaded whole into every GPU named, read from storage once.
+
     Example: gdscp read /data/shard-*.bin --device 1 --verify
     """
     out = Output("read", json=json, quiet=quiet, debug=debug)
     with out.guard(), options.settings(threads, task_size, compat_mode):
         plan = _plan(files, offset or 0, length, verify)
-        where = options.choose_memory(out, host, device)
-        staging_size = options.staging_size(chunk_size)
+        spread = options.choose_devices(host, device, devices)
+        if replicate:
+            if spread is None:
+                raise UsageError("--replicate needs --devices: the GPUs to load each file into")
+            if offset or length is not None:
+                raise UsageError("--replicate loads whole files; it cannot be used with --offset or --length")
+            for f in plan:
+                if f.stream or not stat.S_ISREG(os.stat(f.path).st_mode):
+                    raise UsageError(f"--replicate needs regular files; '{f.path}' is not one")
+        where = options.choose_memory(out, host, device) if spread is None else spread[0]
+        staging_size = options.staging_size(chunk_size, len(spread) if spread else 1)
         total = sum(f.length or 0 for f in plan)
 
         def failed(r: FileResult) -> None:
@@ -163,15 +190,21 @@ def read(
 
         with TransferProgress(out.stderr, total, len(plan), "read", enabled=out.show_progress) as progress:
             start = time.perf_counter()
-            job = stream_files(
-                [f.path for f in plan],
-                ranges=[(f.offset, f.length) for f in plan],
-                device=where,
-                verify=verify,
-                staging_size=staging_size,
-            )
+            if replicate:
+                job = read_files([f.path for f in plan], devices=spread, replicate=True, verify=verify)
+            else:
+                job = stream_files(
+                    [f.path for f in plan],
+                    ranges=[(f.offset, f.length) for f in plan],
+                    device=None if spread else where,
+                    devices=spread,
+                    verify=verify,
+                    staging_size=staging_size,
+                )
             results = run_job(job, progress, failed)
             seconds = time.perf_counter() - start
+            per_device = job.device_bytes()
+            del job  # the replicas' GPU memory
 
         ok = all(r.status == "done" for r in results)
         nbytes = sum(r.bytes for r in results)
@@ -180,6 +213,9 @@ def read(
             "ok": ok,
             "memory": "host" if where is None else "gpu",
             "device": where,
+            "devices": spread,
+            "replicate": replicate,
+            "device_bytes": {str(d): n for d, n in per_device.items()} if spread else None,
             "files": [f.result(r, where, verify) for f, r in zip(plan, results)],
             "bytes": nbytes,
             "seconds": seconds,
@@ -188,7 +224,8 @@ def read(
         }
 
         def render() -> Table:
-            table = Table(title=f"read into {options.memory_name(where)}", title_justify="left")
+            name = options.memory_name(where) if spread is None else options.devices_name(spread)
+            table = Table(title=f"{'replicated' if replicate else 'read'} into {name}", title_justify="left")
             for name in ("file", "bytes", "time", "rate", "backend"):
                 table.add_column(name, justify="right" if name in ("bytes", "time", "rate") else "left")
             for f in data["files"]:
@@ -197,8 +234,12 @@ def read(
             if len(plan) > 1:
                 table.add_row("total", format_bytes(nbytes), format_seconds(seconds), format_rate(nbytes, seconds), "",
                               style="bold")
+            captions = []
+            if spread and len(spread) > 1 and not replicate:
+                captions.append("per GPU: " + ", ".join(f"{d}: {format_bytes(n)}" for d, n in per_device.items()))
             if verify and ok:
-                table.caption = "verified: every byte matches a plain read"
+                captions.append("verified: every byte matches a plain read")
+            table.caption = "; ".join(captions) or None
             return table
 
         out.result(data, render)

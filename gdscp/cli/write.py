@@ -85,6 +85,7 @@ def write(
         typer.Option("--verify", help="Read the file back and check every byte (past the page cache, once fsynced)."),
     ] = False,
     device: options.Device = None,
+    devices: options.Devices = None,
     host: options.Host = False,
     chunk_size: options.ChunkSize = None,
     threads: options.Threads = None,
@@ -102,6 +103,8 @@ def write(
     chunks, the next chunk filled while the previous one is written; the bytes
     depend only on pattern, seed and position, so they are the same however the
     file was written. Without a GPU, or with --host, host memory is used.
+    With --devices 0,1 (or all) the pieces are filled and written from the
+    GPUs in turn, two buffers on each.
 
     Example: gdscp write /data/test.bin --size 10G --pattern random --seed 7 --verify
     """
@@ -121,12 +124,18 @@ def write(
         check_room(path, size, special)
         # fsync means nothing to a character device or FIFO.
         synced = fsync and (special is None or stat.S_ISBLK(special.st_mode))
-        where = options.choose_memory(out, host, device)
-        chunk = options.chunk_size(chunk_size, size, where, 2)
+        spread = options.choose_devices(host, device, devices)
+        where = options.choose_memory(out, host, device) if spread is None else spread[0]
+        gpus = spread or [where]
+        chunk = options.chunk_size(chunk_size, size, where, 2 * len(gpus))
         npieces = -(-size // chunk)
-        nslots = min(2, npieces)
-        buffer = memory.allocate(chunk * nslots, where)
-        slots = [buffer[i * chunk : (i + 1) * chunk] for i in range(nslots)]
+        nslots = min(2 * len(gpus), npieces)
+        if spread is None:
+            buffer = memory.allocate(chunk * nslots, where)
+            slots = [buffer[i * chunk : (i + 1) * chunk] for i in range(nslots)]
+        else:
+            # Slot i on GPU gpus[i % n]: consecutive pieces come from the GPUs in turn.
+            slots = [memory.allocate(chunk, gpus[i % len(gpus)]) for i in range(nslots)]
         kind = pattern.value
         filled = [False] * nslots
 
@@ -161,7 +170,7 @@ def write(
                         for k in range(npieces):
                             pos = k * chunk
                             n = min(chunk, size - pos)
-                            slot = k % 2
+                            slot = k % nslots
                             if len(pending) == nslots:
                                 _finish(progress, pending.popleft(), path)
                             if k:
@@ -208,13 +217,15 @@ def write(
             "fsync": synced,
             "memory": "host" if where is None else "gpu",
             "device": where,
+            "devices": spread,
             "backend": backend,
             "backend_reason": reason,
             "verified": verify,
         }
 
         def render() -> Table:
-            table = Table(title=f"write from {options.memory_name(where)}", title_justify="left")
+            name = options.memory_name(where) if spread is None else options.devices_name(spread)
+            table = Table(title=f"write from {name}", title_justify="left")
             for name in ("file", "bytes", "time", "rate", "backend"):
                 table.add_column(name, justify="right" if name in ("bytes", "time", "rate") else "left")
             table.add_row(path, format_bytes(size), format_seconds(seconds), format_rate(size, seconds), backend)

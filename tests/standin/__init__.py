@@ -326,6 +326,8 @@ class Cuda(_Lib):
         self._fn("primary_context", ctypes.c_void_p, [ctypes.c_int])
         self._fn("retains", ctypes.c_long, [ctypes.c_int])
         self._fn("initialized", ctypes.c_int, [])
+        self._fn("set_peer", None, [ctypes.c_int])
+        self._fn("break_device", None, [ctypes.c_int, ctypes.c_long])
 
     def alloc(self, nbytes: int, device: int = 0, *, context: bool = True) -> "DeviceBuffer":
         """``nbytes`` of "device memory" on ``device``, 4 KiB-aligned. Without

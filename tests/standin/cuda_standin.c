@@ -52,6 +52,7 @@ enum { KIND_NONE = 0, KIND_DEVICE = 1, KIND_PINNED = 2 };
 /* gdscp_cuda_alloc flags */
 #define ALLOC_NO_CONTEXT 0x1 /* CU_POINTER_ATTRIBUTE_CONTEXT is NULL, as for VMM and pool memory */
 #define ALLOC_BY_TEST 0x100  /* made by gdscp_cuda_alloc, not cuMemAlloc: cuMemFree must not free it */
+#define ALLOC_REGISTERED 0x200 /* the caller's memory, pinned by cuMemHostRegister: never freed here */
 
 typedef struct {
   uintptr_t base;
@@ -113,18 +114,37 @@ static int range_kind(uintptr_t ptr, size_t n, allocation* out) {
 }
 
 static int remove_allocation(uintptr_t base, int kind) {
-  int found = 0;
+  int found = 0, registered = 0;
   pthread_mutex_lock(&g_alloc_mutex);
   for (size_t i = 0; i < g_alloc_len; ++i) {
     if (g_allocs[i].base == base && g_allocs[i].kind == kind) {
+      registered = (g_allocs[i].flags & ALLOC_REGISTERED) != 0;
       g_allocs[i] = g_allocs[--g_alloc_len];
       found = 1;
       break;
     }
   }
   pthread_mutex_unlock(&g_alloc_mutex);
-  if (found) free((void*)base);
+  if (found && !registered) free((void*)base);
   return found;
+}
+
+/* The caller's memory [p, p + size) recorded as pinned (cuMemHostRegister). */
+static int add_registered(void* p, size_t size, int device) {
+  pthread_mutex_lock(&g_alloc_mutex);
+  if (g_alloc_len == g_alloc_cap) {
+    size_t cap = g_alloc_cap ? 2 * g_alloc_cap : 64;
+    allocation* grown = realloc(g_allocs, cap * sizeof *grown);
+    if (!grown) {
+      pthread_mutex_unlock(&g_alloc_mutex);
+      return 0;
+    }
+    g_allocs = grown;
+    g_alloc_cap = cap;
+  }
+  g_allocs[g_alloc_len++] = (allocation){(uintptr_t)p, size, KIND_PINNED, device, ALLOC_REGISTERED};
+  pthread_mutex_unlock(&g_alloc_mutex);
+  return 1;
 }
 
 /* -- streams, events and the work queued on them ------------------------------- */
@@ -241,6 +261,10 @@ static void enqueue(struct CUstream_st* s, void (*run)(void*), void* arg, uintpt
   X(CUDA_ERROR_LAUNCH_FAILED, "unspecified launch failure") \
   X(CUDA_ERROR_NOT_SUPPORTED, "operation not supported") \
   X(CUDA_ERROR_ECC_UNCORRECTABLE, "uncorrectable ECC error encountered") \
+  X(CUDA_ERROR_PEER_ACCESS_UNSUPPORTED, "peer access is not supported between these two devices") \
+  X(CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED, "peer access is already enabled") \
+  X(CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, "part or all of the requested memory range is already mapped") \
+  X(CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED, "pointer does not correspond to a registered memory region") \
   X(CUDA_ERROR_UNKNOWN, "unknown error")
 
 /* Every call starts here: logged, and failing if a failure was injected. */
@@ -298,6 +322,11 @@ static CUresult finish(standin_call* c, CUresult r) {
   X(cuStreamSynchronize)                \
   X(cuEventCreate)                      \
   X(cuEventRecord)                      \
+  X(cuDeviceCanAccessPeer)              \
+  X(cuCtxEnablePeerAccess)              \
+  X(cuMemcpyPeerAsync)                  \
+  X(cuMemHostRegister)                  \
+  X(cuMemHostUnregister)                \
   X(cuEventSynchronize)
 /* Each stand-in has exactly the type cuda.h declares for the name (a
  * mismatch does not compile): the ABI the engine calls it with. */
@@ -492,6 +521,8 @@ static CUresult sc_cuMemFreeHost(void* p) {
   return finish(&call, CUDA_SUCCESS);
 }
 
+static int device_broken(int device);
+
 typedef struct {
   char* dst;
   const char* src;
@@ -528,6 +559,7 @@ static CUresult queue_copy(standin_call* call, CUdeviceptr dev, void* host, size
     return finish(call, CUDA_ERROR_INVALID_VALUE);
   }
   if (range_kind((uintptr_t)host, n, NULL) == KIND_PINNED) call->flags |= STANDIN_PINNED;
+  if (device_broken(a.device)) return finish(call, CUDA_ERROR_ECC_UNCORRECTABLE);
   pthread_mutex_lock(&g_exec);
   struct CUstream_st* s = resolve_stream(stream);
   if (!s || s->device != t_current->device) {
@@ -764,6 +796,107 @@ static CUresult sc_cuMemcpyDtoH(void* dst, CUdeviceptr src, size_t n) {
   return sync_copy(&call, src, dst, n, 0);
 }
 
+/* -- several devices: peer access, peer copies, registered host memory ---------- */
+static int g_peer_allowed = 1;                        /* cuDeviceCanAccessPeer's answer for two devices */
+static int g_peer_enabled[MAX_DEVICES][MAX_DEVICES];  /* [from][to]: cuCtxEnablePeerAccess done */
+static long g_broken_after[MAX_DEVICES] = {-1, -1, -1, -1, -1, -1, -1, -1};
+
+/* A device made to fail (gdscp_cuda_break_device): true once its copies fail. */
+static int device_broken(int device) {
+  long left = __atomic_load_n(&g_broken_after[device], __ATOMIC_RELAXED);
+  if (left < 0) return 0;
+  if (left == 0) return 1;
+  __atomic_sub_fetch(&g_broken_after[device], 1, __ATOMIC_RELAXED);
+  return 0;
+}
+
+static CUresult sc_cuDeviceCanAccessPeer(int* can, CUdevice dev, CUdevice peer) {
+  BEGIN(cuDeviceCanAccessPeer);
+  NEED_INIT();
+  if (dev < 0 || dev >= g_device_count || peer < 0 || peer >= g_device_count)
+    return finish(&call, CUDA_ERROR_INVALID_DEVICE);
+  *can = dev != peer && __atomic_load_n(&g_peer_allowed, __ATOMIC_RELAXED);
+  return finish(&call, CUDA_SUCCESS);
+}
+
+static CUresult sc_cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags) {
+  BEGIN(cuCtxEnablePeerAccess);
+  NEED_CONTEXT();
+  call.handle = (uint64_t)(uintptr_t)peer;
+  if (flags != 0 || !valid_ctx(peer) || peer == t_current) return finish(&call, CUDA_ERROR_INVALID_VALUE);
+  if (!__atomic_load_n(&g_peer_allowed, __ATOMIC_RELAXED)) return finish(&call, CUDA_ERROR_PEER_ACCESS_UNSUPPORTED);
+  int* on = &g_peer_enabled[t_current->device][peer->device];
+  if (__atomic_exchange_n(on, 1, __ATOMIC_RELAXED)) return finish(&call, CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED);
+  return finish(&call, CUDA_SUCCESS);
+}
+
+/* Logged with STANDIN_PINNED when the copy could go directly (peer access
+ * enabled from the source's context to the destination's): the tests tell the
+ * direct path from the driver's staged one by it. */
+static CUresult sc_cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src, CUcontext src_ctx, size_t n,
+                                     CUstream stream) {
+  BEGIN(cuMemcpyPeerAsync);
+  NEED_CONTEXT();
+  call.ptr = dst;
+  call.host = src; /* the source, a device pointer here */
+  call.size = n;
+  call.handle = (uint64_t)(uintptr_t)stream;
+  call.flags |= STANDIN_DEFERRED;
+  if (!valid_ctx(dst_ctx) || !valid_ctx(src_ctx)) return finish(&call, CUDA_ERROR_INVALID_CONTEXT);
+  allocation d, s;
+  const int dk = range_kind((uintptr_t)dst, n, &d), sk = range_kind((uintptr_t)src, n, &s);
+  if (dk != KIND_DEVICE || sk != KIND_DEVICE || d.device != dst_ctx->device || s.device != src_ctx->device) {
+    standin_misuse("cuMemcpyPeerAsync: [0x%llx, +%zu) on device %d from [0x%llx, +%zu) on device %d do not match "
+                   "their contexts", (unsigned long long)dst, n, dst_ctx->device, (unsigned long long)src, n,
+                   src_ctx->device);
+    return finish(&call, CUDA_ERROR_INVALID_VALUE);
+  }
+  if (device_broken(src_ctx->device) || device_broken(dst_ctx->device))
+    return finish(&call, CUDA_ERROR_ECC_UNCORRECTABLE);
+  if (__atomic_load_n(&g_peer_enabled[src_ctx->device][dst_ctx->device], __ATOMIC_RELAXED)) call.flags |= STANDIN_PINNED;
+  pthread_mutex_lock(&g_exec);
+  struct CUstream_st* st = resolve_stream(stream);
+  if (!st || st->device != t_current->device) {
+    pthread_mutex_unlock(&g_exec);
+    standin_misuse("cuMemcpyPeerAsync: stream %p is not a stream of the current context", (void*)stream);
+    return finish(&call, CUDA_ERROR_INVALID_HANDLE);
+  }
+  copy_args* c = malloc(sizeof *c);
+  *c = (copy_args){(char*)(uintptr_t)dst, (const char*)(uintptr_t)src, n, (uintptr_t)dst, -1};
+  enqueue(st, run_copy, c, 0, 0);
+  pthread_mutex_unlock(&g_exec);
+  return finish(&call, CUDA_SUCCESS);
+}
+
+static CUresult sc_cuMemHostRegister(void* p, size_t size, unsigned int flags) {
+  BEGIN(cuMemHostRegister);
+  NEED_CONTEXT();
+  call.host = (uint64_t)(uintptr_t)p;
+  call.size = size;
+  (void)flags;
+  if (!p || size == 0) return finish(&call, CUDA_ERROR_INVALID_VALUE);
+  if (find_allocation((uintptr_t)p, NULL) != KIND_NONE || find_allocation((uintptr_t)p + size - 1, NULL) != KIND_NONE)
+    return finish(&call, CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED);
+  return finish(&call, add_registered(p, size, t_current->device) ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY);
+}
+
+static CUresult sc_cuMemHostUnregister(void* p) {
+  BEGIN(cuMemHostUnregister);
+  NEED_CONTEXT();
+  call.host = (uint64_t)(uintptr_t)p;
+  allocation a;
+  pthread_mutex_lock(&g_exec);
+  if (find_allocation((uintptr_t)p, &a) != KIND_PINNED || a.base != (uintptr_t)p || !(a.flags & ALLOC_REGISTERED)) {
+    pthread_mutex_unlock(&g_exec);
+    return finish(&call, CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED);
+  }
+  if (host_memory_in_use(a.base, a.size))
+    standin_misuse("cuMemHostUnregister(%p) while a copy queued on a stream still uses it", p);
+  remove_allocation(a.base, KIND_PINNED);
+  pthread_mutex_unlock(&g_exec);
+  return finish(&call, CUDA_SUCCESS);
+}
+
 /* -- the one exported driver entry point ---------------------------------------- */
 typedef struct {
   const char* name;
@@ -811,6 +944,15 @@ STANDIN_EXPORT int gdscp_cuda_set_device_count(int n) {
   if (g_initialized || n < 1 || n > MAX_DEVICES) return -1;
   g_device_count = n;
   return 0;
+}
+
+/* Whether two devices can reach each other's memory (default: yes). */
+STANDIN_EXPORT void gdscp_cuda_set_peer(int allowed) { __atomic_store_n(&g_peer_allowed, allowed != 0, __ATOMIC_RELAXED); }
+
+/* After `after` more copies touching `device` succeed, every further one fails
+ * (CUDA_ERROR_ECC_UNCORRECTABLE); -1 heals it. */
+STANDIN_EXPORT void gdscp_cuda_break_device(int device, long after) {
+  if (device >= 0 && device < MAX_DEVICES) __atomic_store_n(&g_broken_after[device], after, __ATOMIC_RELAXED);
 }
 
 /* "Device memory" of `device`: 4 KiB-aligned host memory that the driver

@@ -39,6 +39,11 @@ struct BulkItem {
   bool set_times = false;  // write, copy: give the file these access and modification times
   int64_t atime_ns = 0;
   int64_t mtime_ns = 0;
+  // read into device memory: more buffers of `size` bytes, each on another
+  // GPU, that get the same bytes. The file is read once; each chunk lands on
+  // one of the GPUs (in turn) and is copied from there to the others, GPU to
+  // GPU where they have peer access, else from the same pinned host chunk.
+  std::vector<uintptr_t> replicas;
 };
 
 // When data is made durable. file: each file fsynced on its worker. group: one
@@ -62,6 +67,14 @@ struct BulkOptions {
   // (`staging_size` bytes) when given, else host memory the engine allocates.
   uintptr_t staging = 0;
   size_t staging_size = 64u << 20;
+  // Several GPUs: the workers are split into one group per GPU in `devices`
+  // (ordinals), each with its own staging (`stagings[g]`, `staging_size`
+  // bytes of device memory on devices[g], when given) and its own streams.
+  // Each file is given to one group, balanced by bytes (a file with a buffer
+  // goes to its buffer's GPU); the chunks of a file large enough to be cut are
+  // shared out among all the groups by bytes. Empty: one group, as above.
+  std::vector<int> devices;
+  std::vector<uintptr_t> stagings;
   // Where libcufile is, if the system has none (as for Handle).
   std::string cufile_library;
 };
@@ -114,6 +127,9 @@ class BulkJob {
   std::vector<BulkResult> results() const;
   // (index, result) of the items that failed so far.
   std::vector<std::pair<size_t, BulkResult>> failures() const;
+  // Bytes moved by each group's workers (one entry per BulkOptions::devices,
+  // or one for a job without devices).
+  std::vector<uint64_t> group_bytes() const;
 
  private:
   std::shared_ptr<detail::BulkState> state_;

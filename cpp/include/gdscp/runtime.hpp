@@ -16,6 +16,10 @@ unsigned num_threads();
 // Frees the idle pinned and aligned staging buffers; the bytes freed.
 size_t trim_pools();
 
+// The NUMA node nearest GPU `ordinal`, where pinned staging for it is placed;
+// -1 on a machine of one node, or where sysfs does not say.
+int gpu_numa_node(int ordinal);
+
 // Waits for the work queued on a CUDA stream (a CUstream as an integer).
 void stream_synchronize(uintptr_t stream);
 

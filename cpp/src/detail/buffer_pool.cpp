@@ -4,6 +4,7 @@
 #include <new>
 
 #include "gdscp/detail/device_pointer.hpp"
+#include "gdscp/detail/numa.hpp"
 #include "gdscp/error.hpp"
 #include "gdscp/shim/cuda_driver.hpp"
 
@@ -37,6 +38,14 @@ void* BufferPool::allocate(size_t size) {
   if (kind_ == Kind::pinned) {
     const CudaDriver& drv = CudaDriver::require();
     void* p = nullptr;
+    if (node_ >= 0) {
+      p = map_on_node(size, node_);
+      if (!p) throw std::bad_alloc();
+      const CUresult r = drv.cuMemHostRegister(p, size, CU_MEMHOSTREGISTER_PORTABLE);
+      if (r != CUDA_SUCCESS) unmap_on_node(p, size);
+      drv.check(r, "cuMemHostRegister (pinned staging buffer)");
+      return p;
+    }
     drv.check(drv.cuMemHostAlloc(&p, size, CU_MEMHOSTALLOC_PORTABLE), "cuMemHostAlloc (pinned staging buffer)");
     return p;
   }
@@ -45,22 +54,30 @@ void* BufferPool::allocate(size_t size) {
   return p;
 }
 
-void BufferPool::deallocate(void* ptr) noexcept {
+void BufferPool::deallocate(void* ptr, size_t size) noexcept {
   if (kind_ == Kind::pinned) {
     const CudaDriver* drv = CudaDriver::get();
     if (!drv) return;
+    auto release = [&] {
+      if (node_ < 0) {
+        drv->cuMemFreeHost(ptr);
+        return;
+      }
+      drv->cuMemHostUnregister(ptr);
+      unmap_on_node(ptr, size);
+    };
     CUcontext current = nullptr;
     if (drv->cuCtxGetCurrent(&current) == CUDA_SUCCESS && current == nullptr) {
       // Portable pinned memory may be freed under any context, but some context
       // must be current: borrow GPU 0's primary one.
       try {
         ScopedContext scope(*drv, primary_context(0));
-        drv->cuMemFreeHost(ptr);
+        release();
       } catch (...) {
       }
       return;
     }
-    drv->cuMemFreeHost(ptr);
+    release();
   } else {
     std::free(ptr);
   }
@@ -92,7 +109,7 @@ void BufferPool::give_back(void* ptr, size_t size) noexcept {
     }
     allocated_ -= size;
   }
-  deallocate(ptr);
+  deallocate(ptr, size);
 }
 
 size_t BufferPool::trim() {
@@ -105,7 +122,7 @@ size_t BufferPool::trim() {
     allocated_ -= freed;
   }
   for (auto& [size, list] : idle)
-    for (void* p : list) deallocate(p);
+    for (void* p : list) deallocate(p, size);
   return freed;
 }
 
@@ -119,6 +136,32 @@ BufferPool& BufferPool::pinned() {
   // the driver's own teardown.
   static BufferPool* pool = new BufferPool(Kind::pinned);
   return *pool;
+}
+
+namespace {
+// The pools of pinned memory on one NUMA node, by node; leaked, as pinned().
+std::mutex g_node_mutex;
+std::unordered_map<int, BufferPool*> g_node_pools;
+}  // namespace
+
+BufferPool& BufferPool::pinned_near(int ordinal) {
+  const int node = gpu_numa_node(ordinal);
+  if (node < 0) return pinned();
+  std::lock_guard<std::mutex> lock(g_node_mutex);
+  BufferPool*& pool = g_node_pools[node];
+  if (!pool) pool = new BufferPool(Kind::pinned, node);
+  return *pool;
+}
+
+size_t BufferPool::trim_pinned() {
+  size_t freed = pinned().trim();
+  std::vector<BufferPool*> pools;
+  {
+    std::lock_guard<std::mutex> lock(g_node_mutex);
+    for (auto& [node, pool] : g_node_pools) pools.push_back(pool);
+  }
+  for (BufferPool* pool : pools) freed += pool->trim();
+  return freed;
 }
 
 BufferPool& BufferPool::aligned() {

@@ -16,6 +16,7 @@
 #include "gdscp/detail/staging.hpp"
 #include "gdscp/detail/work_queue.hpp"
 #include "gdscp/error.hpp"
+#include "gdscp/shim/cuda_driver.hpp"
 
 namespace gdscp::detail {
 namespace {
@@ -318,15 +319,51 @@ void Transfer::fail(std::exception_ptr e) {
   has_error.store(true, std::memory_order_release);
 }
 
+void Transfer::share_chunks(size_t groups, size_t owner) {
+  if (groups <= 1 || chunks.size() <= 1) return;
+  group_begin.assign(groups + 1, chunks.size());
+  group_next = std::make_unique<std::atomic<size_t>[]>(groups);
+  if (owner < groups) {
+    for (size_t k = 0; k <= owner; ++k) group_begin[k] = 0;
+    for (size_t k = 0; k < groups; ++k) group_next[k].store(group_begin[k]);
+    return;
+  }
+  // Contiguous ranges of (nearly) equal bytes: every chunk but the last is full.
+  uint64_t total = 0;
+  for (const Chunk& c : chunks) total += c.size;
+  uint64_t seen = 0;
+  size_t g = 0;
+  group_begin[0] = 0;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    while (g + 1 < groups && seen * groups >= total * (g + 1)) group_begin[++g] = i;
+    seen += chunks[i].size;
+  }
+  for (size_t k = 0; k < groups; ++k) group_next[k].store(group_begin[k]);
+}
+
+size_t Transfer::claim(size_t g) {
+  if (!group_next) return next.fetch_add(1);
+  const size_t i = group_next[g].fetch_add(1);
+  return i < group_begin[g + 1] ? i : chunks.size();
+}
+
+bool Transfer::has_chunks(size_t g) const {
+  if (!group_next) return next.load() < chunks.size();
+  return group_next[g].load() < group_begin[g + 1];
+}
+
 std::shared_ptr<Transfer> open_transfer(const TransferContext& cx, size_t index, const BulkItem& item,
                                         const MemoryTarget& item_mem, const MemoryTarget& staging_mem,
-                                        std::string& note) {
+                                        const std::vector<MemoryTarget>& replica_mem, bool peer, std::string& note) {
   auto t = std::make_shared<Transfer>();
   t->index = index;
   t->item = &item;
   t->start = BulkClock::now();
   t->scratch = item.kind == BulkKind::copy || (item.kind == BulkKind::read && item.buf == 0);
   t->mem = t->scratch ? staging_mem : item_mem;
+  for (size_t r = 0; r < item.replicas.size(); ++r)
+    t->replicas.push_back({reinterpret_cast<char*>(item.replicas[r]), replica_mem[r]});
+  t->peer = peer;
   if (item.kind != BulkKind::write) {
     open_source(cx, *t, item.src);
   } else {
@@ -338,6 +375,9 @@ std::shared_ptr<Transfer> open_transfer(const TransferContext& cx, size_t index,
       open_file(cx, t->tmp ? t->tmp.path() : t->dst, "r+", t->mem, t->dst_file, t->dst_backends, t->dst_backend);
   }
   if (!t->src_sized) t->sequential = true;
+  if (t->sequential && !t->replicas.empty())
+    fail_state("cannot replicate '" + item.src + "': it has no size (a FIFO or procfs file is read front to back)",
+               item.src);
   if (t->sequential) return t;
   // Chunks: through staging at most a slot each; into or out of the caller's
   // memory at most a task, split further so that every worker gets a share.
@@ -349,28 +389,77 @@ std::shared_ptr<Transfer> open_transfer(const TransferContext& cx, size_t index,
   return t;
 }
 
-void move_chunk(const TransferContext& cx, Transfer& t, const Chunk& c, BulkWorker& w, std::atomic<uint64_t>& moved) {
+namespace {
+
+// The memory a worker moves `t`'s bytes through: its group's staging for a
+// transfer through staging, else the item's buffer.
+const MemoryTarget& memory_of(const Transfer& t, const BulkWorker& w) {
+  return t.scratch && w.staging_mem.device ? w.staging_mem : t.mem;
+}
+
+// One chunk of a read with replicas: into every GPU's buffer, read once.
+size_t move_replicated(const TransferContext& cx, Transfer& t, const Chunk& c, size_t index) {
   const BulkItem& item = *t.item;
+  const size_t ndest = t.replicas.size() + 1;
+  auto base_of = [&](size_t k) {
+    return (k == 0 ? reinterpret_cast<char*>(item.buf) : t.replicas[k - 1].base) + c.buf_offset;
+  };
+  auto mem_of = [&](size_t k) -> const MemoryTarget& { return k == 0 ? t.mem : t.replicas[k - 1].mem; };
+  size_t got;
+  if (t.peer) {
+    // Lands on the GPUs in turn (every GPU's PCIe link carries a share), then
+    // GPU to GPU over NVLink or PCIe peer to peer.
+    const size_t k = index % ndest;
+    got = read_chunk(cx, t, mem_of(k), base_of(k), c.file_offset, c.size);
+    for (size_t j = 0; j < ndest; ++j)
+      if (j != k) copy_peer(mem_of(j), base_of(j), mem_of(k), base_of(k), got);
+  } else {
+    // No peer access: the same pinned host chunk copied to every GPU.
+    BufferPool::Lease lease;
+    {
+      ScopedContext scope(CudaDriver::require(), t.mem.ctx);  // pinned memory is allocated under a context
+      lease = BufferPool::pinned_near(t.mem.ordinal).acquire(c.size);
+    }
+    char* host = static_cast<char*>(lease.get());
+    got = pread_full(t.source_fd(), host, c.size, c.file_offset, item.src);
+    for (size_t j = 0; j < ndest; ++j) copy_to_device(mem_of(j), base_of(j), host, got);
+  }
+  if (got < c.size && item.exact) truncated(t, c.file_offset + static_cast<int64_t>(got));
+  if (cx.opt.verify)
+    for (size_t j = 0; j < ndest; ++j) verify_landed(t, mem_of(j), base_of(j), c.file_offset, got);
+  return got;
+}
+
+}  // namespace
+
+void move_chunk(const TransferContext& cx, Transfer& t, size_t index, BulkWorker& w, std::atomic<uint64_t>& moved) {
+  const Chunk& c = t.chunks[index];
+  const BulkItem& item = *t.item;
+  const MemoryTarget& mem = memory_of(t, w);
   size_t n = c.size;
-  if (item.kind == BulkKind::write) {
-    write_chunk(cx, t, t.mem, reinterpret_cast<const char*>(item.buf) + c.buf_offset, c.file_offset, n);
+  if (!t.replicas.empty()) {
+    n = move_replicated(cx, t, c, index);
+  } else if (item.kind == BulkKind::write) {
+    write_chunk(cx, t, mem, reinterpret_cast<const char*>(item.buf) + c.buf_offset, c.file_offset, n);
   } else {
     char* base = t.scratch ? w.staging() : reinterpret_cast<char*>(item.buf) + c.buf_offset;
-    const size_t got = read_chunk(cx, t, t.mem, base, c.file_offset, n);
+    const size_t got = read_chunk(cx, t, mem, base, c.file_offset, n);
     if (got < n && (item.kind == BulkKind::copy || item.exact)) truncated(t, c.file_offset + static_cast<int64_t>(got));
     n = got;
     if (item.kind == BulkKind::copy) {
-      write_chunk(cx, t, t.mem, base, c.file_offset, n);
+      write_chunk(cx, t, mem, base, c.file_offset, n);
     } else if (cx.opt.verify) {
-      verify_landed(t, t.mem, base, c.file_offset, n);
+      verify_landed(t, mem, base, c.file_offset, n);
     }
   }
   t.bytes.fetch_add(n, std::memory_order_relaxed);
   moved.fetch_add(n, std::memory_order_relaxed);
+  if (w.group_moved) w.group_moved->fetch_add(n, std::memory_order_relaxed);
 }
 
 void move_sequential(const TransferContext& cx, Transfer& t, BulkWorker& w, std::atomic<uint64_t>& moved) {
   const BulkItem& item = *t.item;
+  const MemoryTarget& mem = memory_of(t, w);
   const int64_t limit = t.size;  // -1: to the end of the source
   int64_t done = 0;
   for (;;) {
@@ -386,42 +475,43 @@ void move_sequential(const TransferContext& cx, Transfer& t, BulkWorker& w, std:
     if (item.kind == BulkKind::write) {
       landed = reinterpret_cast<const char*>(item.buf) + done;
       got = want;
-      if (!t.mem.device) host = landed;
+      if (!mem.device) host = landed;
     } else if (!t.src_sized) {
       // No size: read(2) front to back into host memory, then into place.
-      char* into = t.mem.device ? w.host() : t.scratch ? w.staging() : reinterpret_cast<char*>(item.buf) + done;
+      char* into = mem.device ? w.host() : t.scratch ? w.staging() : reinterpret_cast<char*>(item.buf) + done;
       got = read_some(t.src_fd, into, want, pos, item.src);
       host = into;
-      if (t.mem.device && item.kind == BulkKind::read) {
+      if (mem.device && item.kind == BulkKind::read) {
         char* dev = t.scratch ? w.staging() : reinterpret_cast<char*>(item.buf) + done;
-        copy_to_device(t.mem, dev, into, got);
+        copy_to_device(mem, dev, into, got);
         landed = dev;
       } else {
         landed = into;
       }
     } else {
       char* into = t.scratch ? w.staging() : reinterpret_cast<char*>(item.buf) + done;
-      got = read_chunk(cx, t, t.mem, into, pos, want);
+      got = read_chunk(cx, t, mem, into, pos, want);
       landed = into;
-      if (!t.mem.device) host = into;
+      if (!mem.device) host = into;
     }
-    if (item.kind == BulkKind::read && cx.opt.verify && got > 0) verify_landed(t, t.mem, landed, pos, got);
+    if (item.kind == BulkKind::read && cx.opt.verify && got > 0) verify_landed(t, mem, landed, pos, got);
     if (item.kind != BulkKind::read && got > 0) {
       if (t.in_place) {
         if (!host) {
-          copy_to_host(t.mem, w.host(), landed, got);
+          copy_to_host(mem, w.host(), landed, got);
           host = w.host();
         }
         write_all(t.dst_fd, host, got, done, t.dst);
-      } else if (host && t.mem.device) {
+      } else if (host && mem.device) {
         pwrite_full(t.dst_fd, host, got, done, t.dst);  // bytes of an unsized source, still in host memory
       } else {
-        write_chunk(cx, t, t.mem, landed, done, got);
+        write_chunk(cx, t, mem, landed, done, got);
       }
     }
     done += static_cast<int64_t>(got);
     t.bytes.fetch_add(got, std::memory_order_relaxed);
     moved.fetch_add(got, std::memory_order_relaxed);
+    if (w.group_moved) w.group_moved->fetch_add(got, std::memory_order_relaxed);
     if (got < want) {
       if (t.src_sized && item.kind == BulkKind::copy) truncated(t, pos + static_cast<int64_t>(got));
       break;  // end of the source

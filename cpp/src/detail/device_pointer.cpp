@@ -1,6 +1,7 @@
 #include "gdscp/detail/device_pointer.hpp"
 
 #include <cstdio>
+#include <map>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -27,6 +28,30 @@ CUcontext primary_context(int ordinal) {
   drv.check(drv.cuDeviceGet(&dev, ordinal), "cuDeviceGet");
   drv.check(drv.cuDevicePrimaryCtxRetain(&contexts[ordinal], dev), "cuDevicePrimaryCtxRetain");
   return contexts[ordinal];
+}
+
+bool enable_peer_access(const MemoryTarget& from, const MemoryTarget& to) {
+  if (!from.device || !to.device || from.ordinal == to.ordinal || !from.ctx || !to.ctx) return false;
+  const CudaDriver& drv = CudaDriver::require();
+  static std::mutex mutex;
+  static std::map<std::pair<CUcontext, CUcontext>, bool> known;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = known.find({from.ctx, to.ctx});
+  if (it != known.end()) return it->second;
+  CUdevice a{}, b{};
+  int can = 0;
+  drv.check(drv.cuDeviceGet(&a, from.ordinal), "cuDeviceGet");
+  drv.check(drv.cuDeviceGet(&b, to.ordinal), "cuDeviceGet");
+  drv.check(drv.cuDeviceCanAccessPeer(&can, a, b), "cuDeviceCanAccessPeer");
+  bool ok = false;
+  if (can) {
+    ScopedContext scope(drv, from.ctx);
+    const CUresult r = drv.cuCtxEnablePeerAccess(to.ctx, 0);
+    // Enabled already (by CuPy, or another library in the process) is enabled.
+    ok = r == CUDA_SUCCESS || r == CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED;
+  }
+  known[{from.ctx, to.ctx}] = ok;
+  return ok;
 }
 
 MemoryTarget resolve_device_pointer(uintptr_t ptr) {

@@ -89,7 +89,7 @@ size_t staged_upload(const MemoryTarget& mem, char* base, ChunkQueue& work, cons
   for (size_t i = 0; pieces.next(p); ++i) {
     const size_t slot = i % pl.depth;
     if (i >= pl.depth) drv.check(drv.cuEventSynchronize(pl.st.events[slot]), "cuEventSynchronize");
-    if (!pl.bufs[slot].get()) pl.bufs[slot] = BufferPool::pinned().acquire(s.bounce_buffer_size);
+    if (!pl.bufs[slot].get()) pl.bufs[slot] = BufferPool::pinned_near(mem.ordinal).acquire(s.bounce_buffer_size);
     char* staging = static_cast<char*>(pl.bufs[slot].get());
     const size_t got = fill(staging, p.size, p.file_offset);
     if (got < p.size) work.came_short(p, got);
@@ -122,7 +122,7 @@ size_t staged_write(const File& f, const MemoryTarget& mem, const char* base, Ch
   const size_t piece = write_piece_size(s.bounce_buffer_size, work.chunk_size());
   PieceStream pieces(work, piece, /*stagger=*/false);
   auto issue_copy = [&](size_t slot) {
-    if (!pl.bufs[slot].get()) pl.bufs[slot] = BufferPool::pinned().acquire(piece);
+    if (!pl.bufs[slot].get()) pl.bufs[slot] = BufferPool::pinned_near(mem.ordinal).acquire(piece);
     const Chunk& p = pending[slot];
     drv.check(drv.cuMemcpyDtoHAsync(pl.bufs[slot].get(), dev + p.buf_offset, p.size, pl.st.stream),
               "cuMemcpyDtoHAsync");
@@ -161,6 +161,15 @@ void copy_to_host(const MemoryTarget& mem, void* dst, const char* src, size_t n)
   Pipeline pl(mem, Settings{});
   pl.drv.check(pl.drv.cuMemcpyDtoHAsync(dst, reinterpret_cast<CUdeviceptr>(src), n, pl.st.stream),
                "cuMemcpyDtoHAsync");
+  pl.drain.finish();
+}
+
+void copy_peer(const MemoryTarget& dst_mem, char* dst, const MemoryTarget& src_mem, const char* src, size_t n) {
+  if (n == 0) return;
+  Pipeline pl(src_mem, Settings{});
+  pl.drv.check(pl.drv.cuMemcpyPeerAsync(reinterpret_cast<CUdeviceptr>(dst), dst_mem.ctx,
+                                        reinterpret_cast<CUdeviceptr>(src), src_mem.ctx, n, pl.st.stream),
+               "cuMemcpyPeerAsync");
   pl.drain.finish();
 }
 

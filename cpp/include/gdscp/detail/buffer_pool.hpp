@@ -30,7 +30,9 @@ class BufferPool {
     size_t size_ = 0;
   };
 
-  explicit BufferPool(Kind kind) : kind_(kind) {}
+  // `node` >= 0: pinned buffers whose pages are on that NUMA node (mapped
+  // there, then registered with cuMemHostRegister, portable as well).
+  explicit BufferPool(Kind kind, int node = -1) : kind_(kind), node_(node) {}
   ~BufferPool();  // frees what is idle; a lease outliving the pool is a bug
 
   // A buffer of exactly `size` bytes, reused when one is idle. Pinned buffers
@@ -43,13 +45,19 @@ class BufferPool {
 
   static BufferPool& pinned();
   static BufferPool& aligned();
+  // The pinned pool for staging to or from GPU `ordinal`: its NUMA node's on
+  // a machine of several nodes, else pinned().
+  static BufferPool& pinned_near(int ordinal);
+  // trim() of every pinned pool.
+  static size_t trim_pinned();
 
  private:
   void give_back(void* ptr, size_t size) noexcept;
   void* allocate(size_t size);
-  void deallocate(void* ptr) noexcept;
+  void deallocate(void* ptr, size_t size) noexcept;
 
   Kind kind_;
+  int node_ = -1;
   mutable std::mutex mutex_;
   std::unordered_map<size_t, std::vector<void*>> idle_;
   size_t allocated_ = 0;

@@ -32,6 +32,9 @@ using BulkClock = std::chrono::steady_clock;
 struct BulkWorker {
   size_t slot_size = 0;
   char* device_slot = nullptr;  // its share of the caller's device staging, if there is one
+  MemoryTarget staging_mem;     // what device_slot is (device, context)
+  size_t group = 0;             // its group: the GPU it stages through (BulkOptions::devices)
+  std::atomic<uint64_t>* group_moved = nullptr;  // the group's bytes moved
   BufferPool::Lease host_lease;
   char* staging();  // slot_size bytes of staging: the device slot, else host memory
   char* host();     // slot_size bytes of host memory
@@ -80,9 +83,22 @@ struct Transfer {
   int64_t offset = 0;
   int64_t size = 0;
   std::vector<Chunk> chunks;
-  std::atomic<size_t> next{0};
+  std::atomic<size_t> next{0};  // one group: the next chunk to claim
+  // Several groups: group g claims chunks [group_begin[g], group_begin[g + 1])
+  // through group_next[g] (empty with one group).
+  std::vector<size_t> group_begin;
+  std::unique_ptr<std::atomic<size_t>[]> group_next;
   std::atomic<size_t> left{0};
   std::atomic<uint64_t> bytes{0};
+
+  // A read with replicas: the other GPUs' buffers (the item's own is
+  // `mem` at item->buf), and whether every pair of them has peer access.
+  struct Replica {
+    char* base;
+    MemoryTarget mem;
+  };
+  std::vector<Replica> replicas;
+  bool peer = true;
 
   std::mutex mutex;
   std::exception_ptr error;  // the first failure of any chunk
@@ -95,6 +111,14 @@ struct Transfer {
   bool failed() const noexcept { return has_error.load(std::memory_order_acquire); }
   // The descriptor verify reads the source through.
   int source_fd() const { return src_file ? src_file->fd() : src_fd; }
+
+  // Cuts the chunks among `groups` groups by bytes (contiguous ranges); with
+  // `owner` < groups, all of them go to that group (its GPU holds the buffer).
+  void share_chunks(size_t groups, size_t owner);
+  // The next chunk group `g` claims; chunks.size() once its share is gone.
+  size_t claim(size_t g);
+  // Whether group `g` has chunks left to claim.
+  bool has_chunks(size_t g) const;
 };
 
 // Everything the job knows that opening and moving need.
@@ -109,12 +133,15 @@ struct TransferContext {
 
 // Opens the item's endpoints and plans its chunks. Returns null with `note`
 // set when the item is skipped (an existing destination under no_clobber).
+// `replica_mem`: what item.replicas are; `peer`: whether they and the item's
+// buffer all have peer access to one another.
 std::shared_ptr<Transfer> open_transfer(const TransferContext& cx, size_t index, const BulkItem& item,
                                         const MemoryTarget& item_mem, const MemoryTarget& staging_mem,
-                                        std::string& note);
+                                        const std::vector<MemoryTarget>& replica_mem, bool peer, std::string& note);
 
 // Moves one chunk (its bytes counted into t.bytes and `moved`); throws.
-void move_chunk(const TransferContext& cx, Transfer& t, const Chunk& c, BulkWorker& w, std::atomic<uint64_t>& moved);
+// `index`: the chunk's place in t.chunks (replicas land on the GPUs in turn).
+void move_chunk(const TransferContext& cx, Transfer& t, size_t index, BulkWorker& w, std::atomic<uint64_t>& moved);
 
 // Moves a sequential transfer front to back on this worker; throws.
 void move_sequential(const TransferContext& cx, Transfer& t, BulkWorker& w, std::atomic<uint64_t>& moved);

@@ -24,4 +24,9 @@ MemoryTarget resolve_device_pointer(uintptr_t ptr);
 // The GPU's primary context, retained once for the life of the process.
 CUcontext primary_context(int ordinal);
 
+// Lets `from`'s context reach `to`'s memory directly (cuCtxEnablePeerAccess,
+// once per pair of contexts for the process); false where the two GPUs
+// cannot (no NVLink or PCIe peer to peer between them) or are the same.
+bool enable_peer_access(const MemoryTarget& from, const MemoryTarget& to);
+
 }  // namespace gdscp::detail

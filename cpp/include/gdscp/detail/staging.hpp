@@ -42,4 +42,9 @@ size_t staged_write(const File& f, const MemoryTarget& mem, const char* base, Ch
 void copy_to_device(const MemoryTarget& mem, char* dst, const void* src, size_t n);
 void copy_to_host(const MemoryTarget& mem, void* dst, const char* src, size_t n);
 
+// A blocking copy of `n` bytes from one GPU's memory to another's
+// (cuMemcpyPeerAsync on the source's stream): over NVLink or PCIe peer to peer
+// where peer access is enabled, else staged through host memory by the driver.
+void copy_peer(const MemoryTarget& dst_mem, char* dst, const MemoryTarget& src_mem, const char* src, size_t n);
+
 }  // namespace gdscp::detail

@@ -38,7 +38,12 @@ namespace gdscp {
   X(cuStreamSynchronize)        \
   X(cuEventCreate)              \
   X(cuEventRecord)              \
-  X(cuEventSynchronize)
+  X(cuEventSynchronize)         \
+  X(cuDeviceCanAccessPeer)      \
+  X(cuCtxEnablePeerAccess)      \
+  X(cuMemcpyPeerAsync)          \
+  X(cuMemHostRegister)          \
+  X(cuMemHostUnregister)
 
 class CudaDriver {
  public:

@@ -1,0 +1,141 @@
+#include "gdscp/detail/numa.hpp"
+
+#include <sched.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "gdscp/shim/cuda_driver.hpp"
+
+namespace gdscp::detail {
+namespace {
+
+// MPOL_PREFERRED of linux/mempolicy.h: the node's pages while it has free
+// memory, others after (MPOL_BIND would fail the fault instead).
+constexpr int kMpolPreferred = 1;
+constexpr int kMaxNodes = 1024;
+
+std::string sysfs_root() {
+  const char* root = std::getenv("GDSCP_SYSFS_ROOT");
+  return root && *root ? root : "/sys";
+}
+
+// How many NUMA nodes are online ("0-1", "0,2-3"); 1 if sysfs does not say.
+int online_nodes() {
+  std::ifstream f(sysfs_root() + "/devices/system/node/online");
+  std::string text;
+  if (!(f >> text)) return 1;
+  int count = 0;
+  for (size_t i = 0; i < text.size();) {
+    const size_t comma = text.find(',', i);
+    const std::string part = text.substr(i, comma == std::string::npos ? std::string::npos : comma - i);
+    const size_t dash = part.find('-');
+    const int lo = std::atoi(part.c_str());
+    const int hi = dash == std::string::npos ? lo : std::atoi(part.c_str() + dash + 1);
+    count += hi >= lo ? hi - lo + 1 : 0;
+    if (comma == std::string::npos) break;
+    i = comma + 1;
+  }
+  return count > 0 ? count : 1;
+}
+
+int read_node(int ordinal) {
+  const CudaDriver* drv = CudaDriver::get();
+  if (!drv || online_nodes() < 2) return -1;
+  CUdevice dev{};
+  char bus[32] = {};
+  if (drv->cuDeviceGet(&dev, ordinal) != CUDA_SUCCESS || drv->cuDeviceGetPCIBusId(bus, sizeof bus, dev) != CUDA_SUCCESS)
+    return -1;
+  std::string id(bus);
+  for (char& c : id) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  std::ifstream f(sysfs_root() + "/bus/pci/devices/" + id + "/numa_node");
+  int node = -1;
+  if (!(f >> node) || node < 0 || node >= kMaxNodes) return -1;
+  return node;
+}
+
+}  // namespace
+
+int gpu_numa_node(int ordinal) {
+  if (ordinal < 0) return -1;
+  static std::mutex mutex;
+  static std::vector<int> nodes;  // -2: not read yet
+  std::lock_guard<std::mutex> lock(mutex);
+  if (nodes.size() <= static_cast<size_t>(ordinal)) nodes.resize(ordinal + 1, -2);
+  if (nodes[ordinal] == -2) nodes[ordinal] = read_node(ordinal);
+  return nodes[ordinal];
+}
+
+void* map_on_node(size_t size, int node) {
+  void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return nullptr;
+  if (node >= 0) {
+    unsigned long mask[kMaxNodes / (8 * sizeof(unsigned long))] = {};
+    mask[node / (8 * sizeof(unsigned long))] = 1ul << (node % (8 * sizeof(unsigned long)));
+    // Best effort: where the kernel refuses (no such node), the pages go
+    // where the touching thread runs.
+    ::syscall(SYS_mbind, p, size, kMpolPreferred, mask, static_cast<unsigned long>(kMaxNodes), 0u);
+  }
+  std::memset(p, 0, size);  // first touch: the pages exist, on the node, before they are pinned
+  return p;
+}
+
+void unmap_on_node(void* p, size_t size) noexcept {
+  if (p) ::munmap(p, size);
+}
+
+namespace {
+
+// The CPUs of `node` ("0-15,32-47"), within `allowed`; false if none.
+bool node_cpus(int node, const cpu_set_t& allowed, cpu_set_t& out) {
+  std::ifstream f(sysfs_root() + "/devices/system/node/node" + std::to_string(node) + "/cpulist");
+  std::string text;
+  if (!(f >> text)) return false;
+  CPU_ZERO(&out);
+  bool any = false;
+  for (size_t i = 0; i < text.size();) {
+    const size_t comma = text.find(',', i);
+    const std::string part = text.substr(i, comma == std::string::npos ? std::string::npos : comma - i);
+    const size_t dash = part.find('-');
+    const int lo = std::atoi(part.c_str());
+    const int hi = dash == std::string::npos ? lo : std::atoi(part.c_str() + dash + 1);
+    for (int c = lo; c <= hi && c < CPU_SETSIZE; ++c)
+      if (c >= 0 && CPU_ISSET(c, &allowed)) {
+        CPU_SET(c, &out);
+        any = true;
+      }
+    if (comma == std::string::npos) break;
+    i = comma + 1;
+  }
+  return any;
+}
+
+}  // namespace
+
+NodeAffinity::NodeAffinity(int node) {
+  static_assert(sizeof(saved_) >= sizeof(cpu_set_t), "room for a cpu_set_t");
+  if (node < 0) return;
+  cpu_set_t before, want;
+  if (::sched_getaffinity(0, sizeof before, &before) != 0) return;
+  if (!node_cpus(node, before, want)) return;
+  if (::sched_setaffinity(0, sizeof want, &want) != 0) return;
+  std::memcpy(saved_, &before, sizeof before);
+  bound_ = true;
+}
+
+NodeAffinity::~NodeAffinity() {
+  if (!bound_) return;
+  cpu_set_t before;
+  std::memcpy(&before, saved_, sizeof before);
+  ::sched_setaffinity(0, sizeof before, &before);
+}
+
+}  // namespace gdscp::detail

@@ -1,0 +1,501 @@
+"""Jobs over several GPUs, end to end, on the libcuda/libcufile stand-ins with
+two or three emulated devices (tests/standin): files and large files' chunks
+shared out among the GPUs by bytes, each through its own staging; one file
+read once into every GPU (replicate), GPU to GPU where peers reach each other
+and from one pinned host chunk where they do not; a GPU failing mid-job; and
+pinned staging placed on the NUMA node sysfs names for each GPU.
+
+Each scenario runs in a child process (as in test_cufile_standin.py) and
+checks bytes against the files, and the calls the engine made against the
+stand-ins' logs. The tests at the end need two real GPUs and skip with fewer.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+import standin
+from conftest import random_bytes
+from test_cufile_standin import file_bytes, folder, go, mark, new_file, settings, since, standin_build, without_cupy
+
+__all__ = ["folder", "go", "standin_build"]  # fixtures, imported for this module's tests
+
+MiB = 1 << 20
+KiB = 1 << 10
+CUDA_ERROR_ECC_UNCORRECTABLE = 214
+STANDIN_PINNED = 0x2  # on cuMemcpyPeerAsync: peer access was enabled (a direct copy)
+
+# Sizes at the edges: empty, one byte, a page less and more, and files cut
+# into chunks (1 MiB staging slots below).
+EDGE_SIZES = [0, 1, 4095, 4097, 3 * MiB + 5, 9 * MiB + 1]
+
+
+# ==========================================================================
+# the tests
+# ==========================================================================
+def test_stream_reads_share_a_large_file_among_gpus_by_bytes(go):
+    go(scenario_stream_balanced, devices=3)
+
+
+def test_reads_into_arrays_spread_over_gpus(go):
+    go(scenario_read_files_spread, devices=3)
+
+
+def test_copies_through_several_gpus_are_byte_exact(go):
+    go(scenario_copies_spread, devices=2)
+
+
+def test_writes_from_several_gpus_are_byte_exact(go):
+    go(scenario_writes_spread, devices=3)
+
+
+@pytest.mark.parametrize("compat", ["on", "off"])
+def test_replicate_reads_once_and_copies_gpu_to_gpu(go, compat):
+    go(scenario_replicate_peer, devices=3, compat=compat)
+
+
+def test_replicate_without_peer_access_fans_out_one_host_chunk(go):
+    go(scenario_replicate_no_peer, devices=2)
+
+
+def test_a_gpu_failing_mid_copy_leaves_no_partial_destination(go):
+    go(scenario_gpu_fails_mid_copy, devices=2)
+
+
+def test_bad_device_lists_are_clear_errors(go):
+    go(scenario_device_errors, devices=2)
+
+
+def test_pinned_staging_goes_to_the_gpus_numa_node(go, tmp_path):
+    go(scenario_numa_staging, devices=2, sysfs=str(tmp_path / "sys"))
+
+
+def test_command_line_devices_and_replicate(go):
+    go(scenario_command_line, devices=2)
+
+
+# ==========================================================================
+# scenarios (child processes)
+# ==========================================================================
+def _files(folder: str, sizes: list[int], prefix: str = "f") -> tuple[list[str], list[bytes]]:
+    paths, datas = [], []
+    for i, n in enumerate(sizes):
+        data = random_bytes(n, seed=100 + i)
+        paths.append(new_file(folder, f"{prefix}{i}.bin", data))
+        datas.append(data)
+    return paths, datas
+
+
+def _device_of_ctx(ctx: int, count: int) -> int:
+    for d in range(count):
+        if standin.cuda.primary_context(d) == ctx:
+            return d
+    raise AssertionError(f"context {ctx:#x} is no device's primary context")
+
+
+def scenario_stream_balanced(folder):
+    """One 64 MiB file through 1 MiB slots on three GPUs: its 64 chunks are
+    cut into three ranges of nearly equal bytes, each moved by its GPU's
+    workers into that GPU's staging; every byte lands (and is compared)."""
+    import gdscp
+    import gdscp.bulk
+    import gdscp.memory
+
+    without_cupy()
+    data = random_bytes(64 * MiB, seed=7)
+    path = new_file(folder, "big.bin", data)
+    with settings(compat_mode="on", num_threads=6, task_size=MiB):
+        m = mark()
+        job = gdscp.bulk.stream_files([path], devices=[0, 1, 2], staging_size=2 * MiB, verify=True)
+        (r,) = job.results()
+    assert r.status == "done" and r.bytes == len(data), r
+    per = job.device_bytes()
+    assert sorted(per) == [0, 1, 2] and sum(per.values()) == len(data)
+    # Contiguous ranges of whole chunks: 22, 21 and 21 of them.
+    assert sorted(per.values()) == [21 * MiB, 21 * MiB, 22 * MiB], per
+    # Each GPU's bytes went up its own context's streams, into its own staging.
+    landed = {0: 0, 1: 0, 2: 0}
+    for c in since(m, "cuMemcpyHtoDAsync", lib="cuda"):
+        assert c.result == 0
+        landed[_device_of_ctx(c.ctx, 3)] += c.size
+    assert landed == per, (landed, per)
+
+
+def scenario_read_files_spread(folder):
+    """read_files(devices=...) without buffers: one array per file, on the GPU
+    with the fewest bytes so far (largest first), each holding its file."""
+    import gdscp
+    import gdscp.bulk
+    import gdscp.memory
+
+    without_cupy()
+    sizes = [5 * MiB + 3, 0, 1, 4095, 4097, 2 * MiB, 3 * MiB + 1]
+    paths, datas = _files(folder, sizes)
+    with settings(task_size=MiB):
+        job = gdscp.read_files(paths, devices="all")
+        results = job.results()
+    assert [r.status for r in results] == ["done"] * len(sizes)
+    assert [r.bytes for r in results] == sizes
+    want_devices = gdscp.bulk._balanced(sizes, [0, 1, 2])
+    assert [a.device for a in job.arrays] == want_devices
+    assert set(want_devices) == {0, 1, 2}
+    for a, data in zip(job.arrays, datas):
+        assert bytes(gdscp.memory.to_host(a)) == data
+    # Each file was read by its GPU's workers.
+    per = job.device_bytes()
+    for d in range(3):
+        assert per[d] == sum(n for n, w in zip(sizes, want_devices) if w == d)
+
+
+def scenario_copies_spread(folder):
+    """copy_files(devices=[0, 1]): small files to one GPU or the other, the
+    large ones' chunks through both; every destination byte-exact."""
+    import gdscp
+    import gdscp.bulk
+    import gdscp.memory
+
+    without_cupy()
+    sizes = EDGE_SIZES + [17 * MiB + 9]
+    paths, datas = _files(folder, sizes)
+    dsts = [os.path.join(folder, f"copy{i}.bin") for i in range(len(sizes))]
+    for compat in ("on", "off"):
+        for d in dsts:
+            if os.path.exists(d):
+                os.unlink(d)
+        with settings(compat_mode=compat, num_threads=4, task_size=MiB):
+            job = gdscp.copy_files(list(zip(paths, dsts)), devices=[0, 1], staging_size=2 * MiB, sizes=sizes)
+            results = job.results()
+        assert [r.status for r in results] == ["done"] * len(sizes), [r.error for r in results]
+        for d, data in zip(dsts, datas):
+            assert file_bytes(d) == data
+        per = job.device_bytes()
+        assert per[0] > 0 and per[1] > 0 and sum(per.values()) == sum(sizes)
+        # The 17 MiB file's chunks went through both GPUs: each moved more
+        # than all the other files together.
+        assert min(per.values()) > sum(sizes[:-1]) - 9 * MiB - 1
+
+
+def scenario_writes_spread(folder):
+    """write_files(devices="all") from buffers on three GPUs: each file
+    written by its buffer's GPU's workers, byte-exact."""
+    import gdscp
+    import gdscp.bulk
+    import gdscp.memory
+
+    without_cupy()
+    sizes = EDGE_SIZES
+    datas = [random_bytes(n, seed=300 + i) for i, n in enumerate(sizes)]
+    bufs = []
+    for i, data in enumerate(datas):
+        b = gdscp._core.DeviceBuffer(len(data), i % 3)
+        b.copy_from_host(data)
+        bufs.append(b)
+    dsts = [os.path.join(folder, f"w{i}.bin") for i in range(len(sizes))]
+    with settings(num_threads=3, task_size=MiB):
+        job = gdscp.write_files(bufs, dsts, devices="all")
+        results = job.results()
+    assert [r.status for r in results] == ["done"] * len(sizes), [r.error for r in results]
+    for d, data in zip(dsts, datas):
+        assert file_bytes(d) == data
+    per = job.device_bytes()
+    for g in range(3):
+        assert per[g] == sum(n for i, n in enumerate(sizes) if i % 3 == g)
+
+
+def scenario_replicate_peer(folder, compat):
+    """gdscp.replicate onto three GPUs with peer access: the file crosses
+    PCIe once (host-to-GPU bytes equal its size, in chunks landing on every
+    GPU in turn), and every GPU gets the rest by direct peer copies."""
+    import gdscp
+    import gdscp.bulk
+    import gdscp.memory
+
+    without_cupy()
+    with settings(compat_mode=compat, num_threads=4, task_size=MiB):
+        for n in (0, 1, 4097, 9 * MiB + 3):
+            data = random_bytes(n, seed=n)
+            path = new_file(folder, f"rep{n}.bin", data)
+            m = mark()
+            arrays = gdscp.replicate(path, devices=[0, 1, 2], verify=True)
+            assert [a.device for a in arrays] == [0, 1, 2]
+            for a in arrays:
+                assert len(a) == n and bytes(gdscp.memory.to_host(a)) == data
+            peers = since(m, "cuMemcpyPeerAsync", lib="cuda")
+            assert all(c.result == 0 and c.flags & STANDIN_PINNED for c in peers)
+            # Every byte copied to the two GPUs it did not land on.
+            assert sum(c.size for c in peers) == 2 * n
+            if n > 2 * MiB:
+                assert {_device_of_ctx(c.ctx, 3) for c in peers} == {0, 1, 2}
+            if compat == "on":
+                h2d = since(m, "cuMemcpyHtoDAsync", lib="cuda")
+                assert sum(c.size for c in h2d) == n  # read once
+            else:
+                reads = [c for c in since(m, "cuFileRead") if c.result > 0]
+                assert sum(c.result for c in reads) == n  # read once
+    enabled = standin.cuda.calls("cuCtxEnablePeerAccess")
+    assert enabled and all(c.result == 0 for c in enabled)
+    assert len(enabled) == 6  # each ordered pair once for the process
+
+
+def scenario_replicate_no_peer(folder):
+    """Without peer access between the GPUs: each chunk is read once into
+    pinned host memory and that same chunk copied to every GPU."""
+    import gdscp
+    import gdscp.bulk
+    import gdscp.memory
+
+    without_cupy()
+    standin.cuda.lib.gdscp_cuda_set_peer(0)
+    data = random_bytes(5 * MiB + 77, seed=5)
+    path = new_file(folder, "nopeer.bin", data)
+    with settings(num_threads=4, task_size=MiB):
+        m = mark()
+        job = gdscp.read_files([path], devices=[1, 0], replicate=True)
+        (r,) = job.results()
+    assert r.status == "done" and r.bytes == len(data), r
+    assert [a.device for a in job.arrays[0]] == [1, 0]
+    for a in job.arrays[0]:
+        assert bytes(gdscp.memory.to_host(a)) == data
+    per = job.device_bytes()  # every GPU's workers took a share of its chunks
+    assert per[0] > 0 and per[1] > 0 and per[0] + per[1] == len(data), per
+    assert since(m, "cuMemcpyPeerAsync", lib="cuda") == []
+    h2d = since(m, "cuMemcpyHtoDAsync", lib="cuda")
+    assert sum(c.size for c in h2d) == 2 * len(data)
+    assert all(c.flags & STANDIN_PINNED for c in h2d)
+    # Each chunk went from one host address to both GPUs.
+    by_host: dict[int, set] = {}
+    for c in h2d:
+        by_host.setdefault((c.host, c.size), set()).add(_device_of_ctx(c.ctx, 2))
+    assert all(v == {0, 1} for v in by_host.values())
+
+
+def scenario_gpu_fails_mid_copy(folder):
+    """GPU 1 fails after a few copies: the files it was moving fail naming
+    the CUDA error, their destinations never appear (nor any temporary file),
+    the old contents of an existing destination stay, and the files GPU 0
+    moved are complete."""
+    import gdscp
+    import gdscp.bulk
+    import gdscp.memory
+
+    without_cupy()
+    sizes = [512 * KiB + 1] * 8 + [12 * MiB + 3]  # whole on one GPU each, and one cut among both
+    paths, datas = _files(folder, sizes)
+    out = os.path.join(folder, "out")
+    os.mkdir(out)
+    dsts = [os.path.join(out, f"c{i}.bin") for i in range(len(sizes))]
+    old = b"old contents"
+    with open(dsts[-1], "wb") as f:
+        f.write(old)
+    standin.cuda.lib.gdscp_cuda_break_device(1, 3)
+    with settings(compat_mode="on", num_threads=4, task_size=MiB):
+        job = gdscp.copy_files(list(zip(paths, dsts)), devices=[0, 1], staging_size=2 * MiB, sizes=sizes)
+        results = job.results()
+    standin.cuda.lib.gdscp_cuda_break_device(1, -1)
+    failed = [r for r in results if r.status == "failed"]
+    assert failed, "GPU 1 broke, yet nothing failed"
+    assert results[-1].status == "failed"  # its chunks went through both GPUs
+    for r in failed:
+        assert "CUDA_ERROR_ECC_UNCORRECTABLE" in r.error
+    for r, d, data in zip(results, dsts, datas):
+        if r.status == "done":
+            assert file_bytes(d) == data
+        elif d == dsts[-1]:
+            assert file_bytes(d) == old
+        else:
+            assert not os.path.exists(d)
+    assert any(r.status == "done" for r in results), results
+    assert sorted(os.listdir(out)) == sorted(os.path.basename(d) for r, d in zip(results, dsts)
+                                             if r.status == "done" or d == dsts[-1])
+
+
+def scenario_device_errors(folder):
+    """Device lists that cannot work are refused before anything moves."""
+    import gdscp
+    import gdscp.bulk
+    import gdscp.memory
+
+    without_cupy()
+    path = new_file(folder, "e.bin", b"x" * 100)
+    with pytest.raises(ValueError, match="GPU 1 is named twice"):
+        gdscp.bulk.stream_files([path], devices=[1, 1])
+    with pytest.raises(ValueError, match="GPU 2 does not exist"):
+        gdscp.bulk.stream_files([path], devices=[0, 2])
+    with pytest.raises(ValueError, match="device or devices, not both"):
+        gdscp.read_files([path], device=0, devices=[0, 1])
+    with pytest.raises(ValueError, match="replicate needs devices"):
+        gdscp.read_files([path], replicate=True)
+    with pytest.raises(ValueError, match="'all' or GPU numbers"):
+        gdscp.copy_files([(path, path + ".c")], devices="some")
+    with pytest.raises(ValueError, match="at least one GPU"):
+        gdscp.copy_files([(path, path + ".c")], devices=[])
+    with settings(num_threads=1), pytest.raises(ValueError, match="at least as many worker threads"):
+        gdscp.bulk.stream_files([path], devices=[0, 1])
+    a = gdscp._core.DeviceBuffer(100, 0)
+    b = gdscp._core.DeviceBuffer(100, 0)
+    with pytest.raises(ValueError, match="distinct GPUs"):
+        gdscp.read_files([path], [[a, b]], devices=[0, 1], replicate=True)
+    assert not os.path.exists(path + ".c")
+
+
+def scenario_numa_staging(folder, sysfs):
+    """On a machine of two NUMA nodes (a sysfs tree given through
+    GDSCP_SYSFS_ROOT) each GPU's pinned staging is mapped on its node and
+    registered (cuMemHostRegister), not cuMemHostAlloc'ed, and its workers run
+    on the node's CPUs while the job lasts; trim_pools unregisters it."""
+    os.makedirs(os.path.join(sysfs, "devices/system/node"))
+    with open(os.path.join(sysfs, "devices/system/node/online"), "w") as f:
+        f.write("0-1\n")
+    cpus = sorted(os.sched_getaffinity(0))
+    node_cpus = {0: cpus[-1], 1: cpus[0]}  # one CPU each (the same one on a machine of one)
+    for node, cpu in node_cpus.items():
+        os.makedirs(os.path.join(sysfs, f"devices/system/node/node{node}"))
+        with open(os.path.join(sysfs, f"devices/system/node/node{node}/cpulist"), "w") as f:
+            f.write(f"{cpu}\n")
+    for d, node in ((0, 1), (1, 0)):
+        bus = os.path.join(sysfs, f"bus/pci/devices/0000:{0x10 + d:02x}:00.0")
+        os.makedirs(bus)
+        with open(os.path.join(bus, "numa_node"), "w") as f:
+            f.write(f"{node}\n")
+    os.environ["GDSCP_SYSFS_ROOT"] = sysfs
+    import gdscp
+    import gdscp.bulk
+    import gdscp.memory
+
+    without_cupy()
+    assert [gdscp._core.gpu_numa_node(d) for d in (0, 1)] == [1, 0]
+    sizes = [3 * MiB + 1, 3 * MiB + 2]
+    paths, datas = _files(folder, sizes)
+    def pinned_threads() -> set:
+        """The Cpus_allowed_list of this process's threads that are not on every allowed CPU."""
+        out = set()
+        for tid in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{tid}/status") as f:
+                for line in f:
+                    if line.startswith("Cpus_allowed_list:"):
+                        out.add(line.split(":", 1)[1].strip())
+        return {c for c in out if len(os.sched_getaffinity(0)) > 1 and "-" not in c and "," not in c}
+
+    with settings(compat_mode="on", num_threads=2, task_size=MiB):
+        m = mark()
+        standin.cuda.gate("cuMemcpyHtoDAsync")
+        job = gdscp.read_files(paths, devices=[0, 1])
+        assert standin.cuda.gate_wait()
+        # A worker stopped mid-copy runs on its GPU's node's CPU only.
+        bound = pinned_threads()
+        standin.cuda.release()
+        assert [r.status for r in job.results()] == ["done", "done"]
+    if len(cpus) > 1:
+        assert bound and bound <= {str(cpus[0]), str(cpus[-1])}, bound
+        assert pinned_threads() == set()  # and back on every CPU once the job ended
+    for a, data in zip(job.arrays, datas):
+        assert bytes(gdscp.memory.to_host(a)) == data
+    assert since(m, "cuMemHostAlloc", lib="cuda") == []
+    registered = since(m, "cuMemHostRegister", lib="cuda")
+    assert registered and all(c.result == 0 for c in registered)
+    del job
+    gdscp._core.trim_pools()
+    assert len(standin.cuda.calls("cuMemHostUnregister")) == len(registered)
+
+
+def scenario_command_line(folder):
+    """gdscp read/copy/write --devices 0,1 and read --replicate, in-process."""
+    import contextlib
+    import io
+    import json
+
+    import gdscp
+    import gdscp.memory
+    from gdscp.cli.app import run as gdscp_cli
+
+    without_cupy()
+    sizes = [9 * MiB + 5, 1, 0, 4097]
+    paths, datas = _files(folder, sizes)
+
+    def cli(*args):
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = gdscp_cli(list(args))
+        return code, out.getvalue(), err.getvalue()
+
+    def run(*args):
+        code, out, err = cli(*args, "--json")
+        assert code == 0, err
+        return json.loads(out)
+
+    with settings(num_threads=4, task_size=MiB):
+        doc = run("read", *paths, "--devices", "0,1", "--verify")
+        assert doc["devices"] == [0, 1] and doc["bytes"] == sum(sizes)
+        assert sum(doc["device_bytes"].values()) == sum(sizes) and all(doc["device_bytes"].values())
+        doc = run("read", paths[0], "--devices", "all", "--replicate", "--verify")
+        assert doc["replicate"] is True and doc["devices"] == [0, 1] and doc["bytes"] == sizes[0]
+        dst = os.path.join(folder, "dst")
+        os.mkdir(dst)
+        doc = run("copy", *paths, dst, "--devices", "0,1")
+        for p, data in zip(paths, datas):
+            assert file_bytes(os.path.join(dst, os.path.basename(p))) == data
+        out = os.path.join(folder, "written.bin")
+        doc = run("write", out, "--size", "5M", "--pattern", "random", "--seed", "3", "--devices", "0,1",
+                  "--chunk-size", "1M")
+        assert doc["devices"] == [0, 1]
+        assert np.array_equal(np.fromfile(out, dtype=np.uint8), gdscp.memory.pattern(5 * MiB, "random", 3))
+    # The multi-GPU benchmark, small: every workload, the host-side ceiling,
+    # and the ratios (the pinned ceilings need CuPy, absent here).
+    doc = run("benchmark", "--devices", "0,1", "--size", "3M", "--runs", "3", "--threads", "2,4", "--dir", folder)
+    assert doc["benchmark"] == "multi_gpu" and doc["devices"] == [0, 1] and doc["file_size"] == 3 * MiB
+    assert set(doc["results"]) == {"2", "4"}
+    for r in doc["results"].values():
+        assert set(r) == {"one_gpu", "replicate", "distinct", "distinct_one_pool"}
+        assert r["distinct"]["bytes"] == 6 * MiB and len(r["distinct"]["seconds"]) == 3
+    assert doc["ceilings"]["host_page_cache"]["available"] and doc["ceilings"]["host_page_cache"]["bytes"] == 6 * MiB
+    assert not doc["ceilings"]["pinned_h2d_all"]["available"]
+    ratios = doc["ratios"]
+    assert ratios["bound_gb_per_s"] == ratios["host_side_gb_per_s"] > 0
+    assert set(ratios["by_threads"]) == {"2", "4"}
+    assert [f for f in os.listdir(folder) if f.startswith(".gdscp-multi")] == []
+    code, _, err = cli("read", paths[0], "--devices", "0,0")
+    assert code == 2 and "GPU 0 is named twice" in err, err
+    code, _, err = cli("read", paths[0], "--devices", "0,1", "--device", "0")
+    assert code == 2 and "--device and --devices exclude each other" in err, err
+    code, _, err = cli("read", paths[0], "--devices", "0,3")
+    assert code == 2 and "GPU 3 does not exist" in err, err
+    code, _, err = cli("read", paths[0], "--replicate")
+    assert code == 2 and "--replicate needs --devices" in err, err
+
+
+# ==========================================================================
+# two real GPUs
+# ==========================================================================
+@pytest.mark.gpu
+@pytest.mark.multi_gpu
+def test_two_gpus_replicate_and_spread(tmp_path):
+    import cupy
+
+    import gdscp
+
+    data = random_bytes(40 * MiB + 3, seed=1)
+    path = tmp_path / "two.bin"
+    path.write_bytes(data)
+    arrays = gdscp.replicate(path, devices=[0, 1], verify=True)
+    assert [a.device.id for a in arrays] == [0, 1]
+    for a in arrays:
+        assert cupy.asnumpy(a).tobytes() == data
+    paths = []
+    for i in range(4):
+        p = tmp_path / f"s{i}.bin"
+        p.write_bytes(data[i:])
+        paths.append(str(p))
+    job = gdscp.read_files(paths, devices=[0, 1], verify=True)
+    assert [r.status for r in job.results()] == ["done"] * 4
+    assert {a.device.id for a in job.arrays} == {0, 1}
+    for i, a in enumerate(job.arrays):
+        assert cupy.asnumpy(a).tobytes() == data[i:]
+    dsts = [str(tmp_path / f"c{i}.bin") for i in range(4)]
+    job = gdscp.copy_files(list(zip(paths, dsts)), devices=[0, 1], verify=True)
+    assert [r.status for r in job.results()] == ["done"] * 4
+    for i, d in enumerate(dsts):
+        assert open(d, "rb").read() == data[i:]
+    assert all(job.device_bytes().values())

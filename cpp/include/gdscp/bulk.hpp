@@ -39,6 +39,12 @@ struct BulkItem {
   bool set_times = false;  // write, copy: give the file these access and modification times
   int64_t atime_ns = 0;
   int64_t mtime_ns = 0;
+  // write, copy: `size` bytes at `offset` of `dst`, an existing regular file
+  // written in place (a temporary file another process made and will rename):
+  // no temporary of its own, no truncation, no rename, its mode and times left
+  // alone; the range made durable with the file's own fsync. A copy reads the
+  // same range of `src`, which must hold all of it.
+  bool part = false;
 };
 
 // When data is made durable. file: each file fsynced on its worker. group: one

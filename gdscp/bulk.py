@@ -326,8 +326,8 @@ def copy_files(
     for i, (src, dst) in enumerate(pairs):
         part = None if ranges is None else ranges[i]
         if part is None:
-            size = -1 if sizes is None else int(sizes[i])
-            items.append((_COPY, src, dst, 0, False, size, 0, False, -1, not preserve, False, 0, 0, False))
+            known = -1 if sizes is None else int(sizes[i])
+            items.append((_COPY, src, dst, 0, False, known, 0, False, -1, not preserve, False, 0, 0, False))
         else:
             offset, length = (int(v) for v in part)
             if offset < 0 or length < 0:

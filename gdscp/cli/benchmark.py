@@ -22,7 +22,7 @@ from ..bench.many import FILE_MODES, FilesConfig, run_files_benchmark
 from ..bench.tree import parse_size_range
 from ..bench.plot import PLOT_SUFFIXES, PlotUnavailable, plot, require_matplotlib
 from ..bench.runner import run_benchmark
-from . import options
+from . import options, spread
 from .output import Output, UsageError
 from .units import format_bytes, parse_size
 
@@ -439,6 +439,10 @@ def benchmark(
     Example: gdscp benchmark --files 5000 --file-size 1K-64K
     """
     out = Output("benchmark", json=json, quiet=quiet, debug=debug)
+    if spread.launched():
+        with out.guard():
+            raise UsageError("benchmark measures one process; under an MPI launcher time 'gdscp copy', 'read' or "
+                             "'write' with --json instead (docs/cluster.md)")
     if files is not None or file_size is not None:
         with out.guard(), options.settings(None, task_size, compat_mode):
             _files_benchmark(out, files, file_size, mode, threads, runs, directory, host, device, json)

@@ -17,7 +17,7 @@ import typer
 from rich.table import Table
 
 from ..bulk import FileResult, stream_files
-from . import options
+from . import options, spread
 from .jobs import run_job
 from .output import EXIT_FAILURE, Failure, Output, UsageError
 from .progress import TransferProgress
@@ -152,6 +152,11 @@ def read(
     """
     out = Output("read", json=json, quiet=quiet, debug=debug)
     with out.guard(), options.settings(threads, task_size, compat_mode):
+        world = spread.join(out)
+        if world is not None:  # one rank of an MPI job: the files are shared among the ranks
+            spread.read(world, out, lambda: _plan(files, offset or 0, length, verify), host=host, device=device,
+                        chunk_size=chunk_size, verify=verify, report=report)
+            return
         plan = _plan(files, offset or 0, length, verify)
         where = options.choose_memory(out, host, device)
         staging_size = options.staging_size(chunk_size)
@@ -172,35 +177,42 @@ def read(
             )
             results = run_job(job, progress, failed)
             seconds = time.perf_counter() - start
+        report(out, plan, results, where, verify, seconds)
 
-        ok = all(r.status == "done" for r in results)
-        nbytes = sum(r.bytes for r in results)
-        data = {
-            "command": "read",
-            "ok": ok,
-            "memory": "host" if where is None else "gpu",
-            "device": where,
-            "files": [f.result(r, where, verify) for f, r in zip(plan, results)],
-            "bytes": nbytes,
-            "seconds": seconds,
-            "gb_per_s": gb_per_s(nbytes, seconds),
-            "verified": verify,
-        }
 
-        def render() -> Table:
-            table = Table(title=f"read into {options.memory_name(where)}", title_justify="left")
-            for name in ("file", "bytes", "time", "rate", "backend"):
-                table.add_column(name, justify="right" if name in ("bytes", "time", "rate") else "left")
-            for f in data["files"]:
-                table.add_row(f["path"], format_bytes(f["bytes"]), format_seconds(f["seconds"]),
-                              format_rate(f["bytes"], f["seconds"]), f["backend"] if f["status"] == "done" else "failed")
-            if len(plan) > 1:
-                table.add_row("total", format_bytes(nbytes), format_seconds(seconds), format_rate(nbytes, seconds), "",
-                              style="bold")
-            if verify and ok:
-                table.caption = "verified: every byte matches a plain read"
-            return table
+def report(out: Output, plan: list[_File], results: list[FileResult], where: Optional[int], verify: bool,
+           seconds: float, extra: Optional[dict[str, Any]] = None) -> None:
+    """The table, or the JSON document; exit code 1 if any file failed."""
+    ok = all(r.status == "done" for r in results)
+    nbytes = sum(r.bytes for r in results)
+    data = {
+        "command": "read",
+        "ok": ok,
+        "memory": "host" if where is None else "gpu",
+        "device": where,
+        "files": [f.result(r, where, verify) for f, r in zip(plan, results)],
+        "bytes": nbytes,
+        "seconds": seconds,
+        "gb_per_s": gb_per_s(nbytes, seconds),
+        "verified": verify,
+        **(extra or {}),
+    }
 
-        out.result(data, render)
-        if not ok:
-            raise typer.Exit(EXIT_FAILURE)
+    def render() -> Table:
+        ranks = f" on each of {data['ranks']} ranks" if data.get("ranks") else ""
+        table = Table(title=f"read into {options.memory_name(where)}{ranks}", title_justify="left")
+        for name in ("file", "bytes", "time", "rate", "backend"):
+            table.add_column(name, justify="right" if name in ("bytes", "time", "rate") else "left")
+        for f in data["files"]:
+            table.add_row(f["path"], format_bytes(f["bytes"]), format_seconds(f["seconds"]),
+                          format_rate(f["bytes"], f["seconds"]), f["backend"] if f["status"] == "done" else "failed")
+        if len(plan) > 1:
+            table.add_row("total", format_bytes(nbytes), format_seconds(seconds), format_rate(nbytes, seconds), "",
+                          style="bold")
+        if verify and ok:
+            table.caption = "verified: every byte matches a plain read"
+        return table
+
+    out.result(data, render)
+    if not ok:
+        raise typer.Exit(EXIT_FAILURE)

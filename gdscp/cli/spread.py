@@ -36,7 +36,7 @@ from .atomic import commit, discard, fsync_dir, make_temp
 from .output import Output, Terminated, UsageError, describe
 from .progress import TransferProgress
 
-__all__ = ["join", "copy", "read", "choose_memory"]
+__all__ = ["join", "copy", "read", "choose_memory", "run", "phase", "conclude"]
 
 
 def join(out: Output) -> Optional[World]:
@@ -50,6 +50,11 @@ def join(out: Output) -> Optional[World]:
         out.quiet = True
         out.json = False
     return world
+
+
+def launched() -> bool:
+    """Whether a launcher started this process as one rank of several."""
+    return mpi.launched() is not None
 
 
 def choose_memory(out: Output, host: bool, device: Optional[int]) -> Optional[int]:
@@ -77,6 +82,34 @@ def _run(world: World, step, *args: Any) -> tuple[int, list[str], Any]:
         if code in (130, 143):
             message = ""
         return code, [f"rank {world.rank}: {message}"] if message else [], None
+
+
+def run(world: World, step: Any, *args: Any) -> tuple[int, list[str], Any]:
+    """``step(*args)`` on this rank: (exit code, messages for rank 0, its result)."""
+    return _run(world, step, *args)
+
+
+def phase(world: World, out: Output, step: Any) -> Any:
+    """``step()`` on every rank, then the agreement: its result here, or, where
+    any rank failed, the end of the command on every rank with the job's code."""
+    code, messages, got = _run(world, step)
+    _settle(world, out, world.agree(code, messages))
+    return got
+
+
+def conclude(world: World, out: Output, step: Any, everyone: list[Status]) -> None:
+    """The last phase: rank 0 prints what the ranks reported and runs
+    ``step(ok)`` (ok: every rank did its share), then every rank leaves with
+    the job's code."""
+    code, messages = 0, []
+    if world.root:
+        for s in everyone:
+            for message in s.messages:
+                out.error(message)
+        before = job_code(everyone)
+        code, messages, _ = _run(world, step, before == 0)
+        code = worst(code, before)
+    _finish(world, out, code, messages)
 
 
 def _settle(world: World, out: Output, statuses: list[Status]) -> None:
@@ -351,6 +384,82 @@ def copy(world: World, out: Output, copier: Any, srcs: list[str], dst: str, *, h
                 raise typer.Exit(job_code(everyone))
             extra = {"ranks": world.size}
             report(out, copier.records, where, copier.verify, time.perf_counter() - start, extra)
+
+        code, messages, _ = _run(world, conclude)
+        code = worst(code, job_code(everyone))
+    _finish(world, out, code, messages)
+
+
+# -- read ------------------------------------------------------------------------------
+
+
+def _read_share(world: World, out: Output, plan: list[Any], where: Optional[int], verify: bool,
+                staging_size: Optional[int]) -> list[tuple]:
+    """This rank's ranges of the files, in one bulk job: (file index, status,
+    bytes, seconds, error, errno, backend, reason, offset) per range."""
+    sized = [i for i, f in enumerate(plan) if not f.stream]
+    shares = split_by_bytes([plan[i].length for i in sized], world.size)
+    pieces = [(sized[p.index], plan[sized[p.index]].offset + p.offset, p.length) for p in shares[world.rank]]
+    streams = [i for i, f in enumerate(plan) if f.stream]
+    pieces += [(i, 0, plan[i].length) for k, i in enumerate(streams) if k % world.size == world.rank]
+    if not pieces:
+        return []
+    job = stream_files([plan[i].path for i, _, _ in pieces], ranges=[(o, n) for _, o, n in pieces], device=where,
+                       verify=verify, staging_size=staging_size)
+    total = sum(n or 0 for _, _, n in pieces)
+    with TransferProgress(out.stderr, total, len(pieces), f"read (rank 0 of {world.size})",
+                          enabled=world.root and out.show_progress) as progress:
+        progress.follow(job)
+        results = job.results()
+    return [(i, r.status, r.bytes, r.seconds, r.error, r.errno, r.read_backend, r.backend_reason, o)
+            for (i, o, _), r in zip(pieces, results)]
+
+
+def read(world: World, out: Output, make_plan: Any, *, host: bool, device: Optional[int],
+         chunk_size: Optional[int], verify: bool, report: Any) -> None:
+    """``gdscp read`` on every rank of ``world``: each file's range shared by bytes."""
+    from ..bulk import FileResult  # noqa: PLC0415
+
+    def setup() -> tuple[Optional[int], Optional[int], Any]:
+        return choose_memory(out, host, device), options.staging_size(chunk_size), make_plan() if world.root else None
+
+    code, messages, got = _run(world, setup)
+    where, staging, plan = got if got else (None, None, None)
+    _settle(world, out, world.agree(code, messages))
+    plan = world.bcast(plan)
+    world.barrier()
+    start = time.perf_counter()
+    code, messages, pieces = _run(world, _read_share, world, out, plan, where, verify, staging)
+    everyone = world.agree(code, messages, data=pieces)
+    seconds = time.perf_counter() - start
+    code, messages = 0, []
+    if world.root:
+        for s in everyone:
+            for message in s.messages:
+                out.error(message)
+        ranges: dict[int, list[tuple]] = {}
+        for s in everyone:
+            for piece in s.data or []:
+                ranges.setdefault(piece[0], []).append((s.rank, *piece[1:]))
+
+        def conclude() -> None:
+            results = []
+            for i, f in enumerate(plan):
+                got = ranges.get(i, [])
+                bad = [g for g in got if g[1] != "done"]
+                error = None
+                for rank, status, _n, _s, err, errno, _b, _r, offset in bad:
+                    if status == "failed":
+                        error = f"rank {rank}: cannot read '{f.path}' (from offset {offset}): {err}"
+                        out.error(error)
+                status = "done" if got and not bad else ("failed" if error else "cancelled")
+                first = got[0] if got else None
+                results.append(FileResult(
+                    i, f.path, None, status, sum(g[2] for g in got), max((g[3] for g in got), default=0.0), error,
+                    None, first[6] if first else None, None, first[7] if first else None, None))
+            if job_code(everyone) in (130, 143):
+                raise typer.Exit(job_code(everyone))
+            report(out, plan, results, where, verify, seconds, {"ranks": world.size})
 
         code, messages, _ = _run(world, conclude)
         code = worst(code, job_code(everyone))

@@ -52,9 +52,13 @@ class _Record:
     read_backend: Optional[str] = None
     write_backend: Optional[str] = None
     seconds: float = 0.0  # the file's own transfer time
+    ranks: Optional[list] = None  # under MPI, a file shared among ranks: the ranks that wrote it
 
     def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        d = dict(self.__dict__)
+        if d["ranks"] is None:
+            del d["ranks"]
+        return d
 
 
 def _umask() -> int:

@@ -240,6 +240,7 @@ def _copy_share(world: World, out: Output, plan: dict[str, Any], where: Optional
             pairs.append((src, shared[p.index]))
             ranges.append((p.offset, p.length))
         sizes.append(p.length)
+    _test_fault(world)
     job = copy_files(pairs, device=where, no_clobber=copier.no_clobber, preserve=copier.preserve,
                      verify=copier.verify, fail_fast=copier.fail_fast, staging_size=staging_size, sizes=sizes,
                      ranges=ranges, clean=False)
@@ -247,7 +248,9 @@ def _copy_share(world: World, out: Output, plan: dict[str, Any], where: Optional
     with TransferProgress(out.stderr, total, len(pieces), f"copy (rank 0 of {world.size})",
                           enabled=world.root and out.show_progress) as progress:
         progress.follow(job)
-        results = job.results()  # Ctrl-C while waiting cancels the job: its temporary files go
+        with job:  # Ctrl-C while waiting cancels the job: its temporary files go
+            _test_pause()
+            results = job.results()
     return [
         (p.index, p.whole, r.status, r.bytes, r.seconds, r.error, r.read_backend, r.write_backend, p.offset)
         for p, r in zip(pieces, results)
@@ -288,6 +291,7 @@ def _copy_commit(world: World, copier: Any, plan: dict[str, Any], everyone: list
         got = parts.get(index, [])
         bad = [g for g in got if g[1] != "done"]
         ok = not interrupted and len(got) == len(info["ranks"]) and not bad
+        record.ranks = sorted(g[0] for g in got)
         record.bytes = sum(g[2] for g in got)
         record.seconds = max((g[3] for g in got), default=0.0)
         record.read_backend, record.write_backend = (got[0][5], got[0][6]) if got else (None, None)
@@ -464,3 +468,29 @@ def read(world: World, out: Output, make_plan: Any, *, host: bool, device: Optio
         code, messages, _ = _run(world, conclude)
         code = worst(code, job_code(everyone))
     _finish(world, out, code, messages)
+
+
+# -- test hooks ------------------------------------------------------------------------
+# The tests make one rank fail in the middle of its copy, and interrupt a copy
+# in flight, through these variables; unset, each is one environment lookup.
+
+
+def _test_fault(world: World) -> None:
+    """GDSCP_MPI_TEST_FAIL=RANK:SKIP: that rank's writes fail with EIO after SKIP of them."""
+    hook = os.environ.get("GDSCP_MPI_TEST_FAIL")
+    if not hook:
+        return
+    rank, skip = (int(v) for v in hook.split(":"))
+    if rank == world.rank:
+        import errno  # noqa: PLC0415
+
+        from .. import _core  # noqa: PLC0415
+
+        _core.testing.arm_fault("pwrite", skip, 1 << 30, errno.EIO)
+
+
+def _test_pause() -> None:
+    """GDSCP_MPI_TEST_PAUSE=SECONDS: each rank waits that long with its copy in flight."""
+    pause = os.environ.get("GDSCP_MPI_TEST_PAUSE")
+    if pause:
+        time.sleep(float(pause))

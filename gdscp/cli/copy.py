@@ -342,7 +342,7 @@ def copy(
         copier = _Copier(
             out, recursive=recursive, no_clobber=no_clobber, preserve=preserve, verify=verify, fail_fast=fail_fast
         )
-        world = spread.join(out)
+        world = spread.join(out, threads)
         if world is not None:  # one rank of an MPI job: the job is shared among the ranks
             spread.copy(world, out, copier, srcs, dst, host=host, device=device, chunk_size=chunk_size, clean=clean,
                         report=report)

@@ -152,7 +152,7 @@ def read(
     """
     out = Output("read", json=json, quiet=quiet, debug=debug)
     with out.guard(), options.settings(threads, task_size, compat_mode):
-        world = spread.join(out)
+        world = spread.join(out, threads)
         if world is not None:  # one rank of an MPI job: the files are shared among the ranks
             spread.read(world, out, lambda: _plan(files, offset or 0, length, verify), host=host, device=device,
                         chunk_size=chunk_size, verify=verify, report=report)

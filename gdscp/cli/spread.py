@@ -39,16 +39,25 @@ from .progress import TransferProgress
 __all__ = ["join", "copy", "read", "choose_memory", "run", "phase", "conclude"]
 
 
-def join(out: Output) -> Optional[World]:
+def join(out: Output, threads: Optional[int] = None) -> Optional[World]:
     """The world of this job, or None for a process on its own. Ranks other
-    than 0 print nothing but what cannot wait for rank 0 (their Output goes quiet)."""
+    than 0 print nothing but what cannot wait for rank 0 (their Output goes
+    quiet). Without ``--threads`` or GDSCP_NUM_THREADS, the ranks of a node
+    share its cores: each gets its share of the default worker count (at least 2)."""
     try:
         world = mpi.world()
     except Unavailable as exc:
         raise UsageError(str(exc)) from None
-    if world is not None and not world.root:
+    if world is None:
+        return None
+    if not world.root:
         out.quiet = True
         out.json = False
+    local = world.launch.local_size or 1
+    if threads is None and local > 1 and not os.environ.get("GDSCP_NUM_THREADS"):
+        from .. import defaults  # noqa: PLC0415
+
+        defaults.set_num_threads(max(2, -(-(os.cpu_count() or 1) // local)))
     return world
 
 

@@ -119,7 +119,7 @@ def write(
         if verify and special is not None and not stat.S_ISBLK(special.st_mode):
             raise UsageError(f"--verify cannot read '{path}' back: it is not a regular file or block device")
         check_room(path, size, special)
-        world = spread.join(out)
+        world = spread.join(out, threads)
         if world is not None:  # one rank of an MPI job: each rank writes its range of one temporary file
             if special is not None:
                 raise UsageError(f"'{path}' is not a regular file: under MPI only regular files are written")

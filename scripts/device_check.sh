@@ -2,7 +2,7 @@
 # What a GPU machine runs, in calls of at most 10 minutes each: build gdscp,
 # then the named steps. Logs and JSON go to $OUT (default ./device-out).
 #
-#   bash scripts/device_check.sh [tests] [bench] [many] [sweep]    (default: tests)
+#   bash scripts/device_check.sh [tests] [bench] [many] [sweep] [mpi]    (default: tests)
 #
 # tests and bench each take most of ten minutes on an H200 machine with 16 vCPUs:
 # run them in separate calls (many fits beside tests).
@@ -14,6 +14,9 @@
 #          into the GPU (gdscp's bulk read against per-file loops, KvikIO's too),
 #          and a tree of 5,000 files of 1-64 KiB copied (gdscp copy -r against cp -r + sync)
 #   sweep  scripts/gpu_sweep.py, the settings grid behind the defaults
+#   mpi    two hot 4 GiB files read into GPU memory: one process on GPU 0, against
+#          mpiexec -n 2 (each rank on its node-local GPU, one file each), 3 runs each;
+#          needs mpi4py and an MPI runtime (the mpi4py and mpich wheels in .whl/ do)
 #
 # KvikIO wheels placed in .whl/ (e.g. kvikio-cu13 and libkvikio-cu13) are
 # installed to /tmp/site, so that the benchmark measures KvikIO beside gdscp.
@@ -24,8 +27,8 @@ OUT=${OUT:-$repo/device-out}
 mkdir -p "$OUT"
 steps=" ${*:-tests} "
 for step in $steps; do
-  [[ $step == tests || $step == bench || $step == many || $step == sweep ]] \
-    || { echo "unknown step: $step (tests, bench, many, sweep)" >&2; exit 2; }
+  [[ $step == tests || $step == bench || $step == many || $step == sweep || $step == mpi ]] \
+    || { echo "unknown step: $step (tests, bench, many, sweep, mpi)" >&2; exit 2; }
 done
 export PYTHONUNBUFFERED=1
 export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda-13.0}
@@ -96,6 +99,32 @@ if [[ $steps == *" sweep "* ]]; then
   timeout "$(limit 300)" python3 "$repo/scripts/gpu_sweep.py" "$OUT/sweep.json" --dir /tmp \
     >"$OUT/sweep.log" 2>&1 || rc=1
   tail -40 "$OUT/sweep.log"
+fi
+
+if [[ $steps == *" mpi "* ]]; then
+  echo "== mpi"
+  mpiexec=$(command -v mpiexec || ls /tmp/site/bin/mpiexec 2>/dev/null || true)
+  if [[ -z $mpiexec ]] || ! python3 -c "import mpi4py" 2>/dev/null; then
+    echo "mpi: no mpiexec or mpi4py here; place the mpi4py and mpich wheels in .whl/" | tee "$OUT/mpi.log"
+    rc=1
+  else
+    for f in a b; do gdscp write /tmp/mpi-$f.bin --size 4G --host -q && cat /tmp/mpi-$f.bin >/dev/null; done
+    for run in 1 2 3; do
+      timeout "$(limit 60)" gdscp read /tmp/mpi-a.bin /tmp/mpi-b.bin --device 0 --json \
+        >"$OUT/mpi-one-$run.json" 2>>"$OUT/mpi.err" || rc=1
+      timeout "$(limit 60)" "$mpiexec" -n 2 gdscp read /tmp/mpi-a.bin /tmp/mpi-b.bin --json \
+        >"$OUT/mpi-two-$run.json" 2>>"$OUT/mpi.err" || rc=1
+    done
+    python3 - "$OUT" <<'PY' | tee "$OUT/mpi-summary.txt"
+import glob, json, statistics, sys
+for kind in ("one", "two"):
+    docs = [json.load(open(p)) for p in sorted(glob.glob(f"{sys.argv[1]}/mpi-{kind}-*.json"))]
+    rates = [d["gb_per_s"] for d in docs if d.get("ok")]
+    what = "1 process, GPU 0" if kind == "one" else "mpiexec -n 2, a GPU per rank"
+    print(f"{what}: 2 hot 4 GiB files, GB/s per run {rates}, median {statistics.median(rates) if rates else '-'}")
+PY
+    rm -f /tmp/mpi-a.bin /tmp/mpi-b.bin
+  fi
 fi
 
 echo "== done in $(( $(date +%s) - start ))s, rc=$rc"

@@ -108,47 +108,22 @@ def test_import_gdscp_never_imports_mpi4py():
     assert done.stdout.strip() == "False", done.stderr
 
 
-# -- the engine's parts: ranges of a file written into an existing temporary file -----------
+_BLOCK_MPI4PY = "import sys; sys.modules['mpi4py'] = None; from gdscp.cli.main import main; main()"
 
 
-@pytest.mark.parametrize("cuts", [[0, 1], [0, 4095, 4096, 4097, 5 * MiB + 3], [0, 3 * MiB, 3 * MiB, 7 * MiB]])
-def test_parts_fill_an_existing_temporary_file(tmp_path, cuts):
-    size = cuts[-1]
-    data = os.urandom(size)
-    src = tmp_path / "src"
-    src.write_bytes(data)
-    fd, tmp = bulk.create_temporary(str(tmp_path / "dst"))
-    try:
-        os.ftruncate(fd, size)
-        ranges = [(a, b - a) for a, b in zip(cuts, cuts[1:])]
-        job = bulk.copy_files([(src, tmp)] * len(ranges), ranges=ranges, verify=True, clean=False)
-        results = job.results()
-        assert [r.status for r in results] == ["done"] * len(ranges)
-        assert [r.bytes for r in results] == [n for _, n in ranges]
-        assert Path(tmp).read_bytes() == data
-        assert not (tmp_path / "dst").exists()  # a part never renames
-    finally:
-        os.close(fd)
-
-
-def test_a_part_past_the_end_of_its_source_fails(tmp_path):
-    (tmp_path / "src").write_bytes(b"x" * 100)
-    fd, tmp = bulk.create_temporary(str(tmp_path / "dst"))
-    try:
-        job = bulk.copy_files([(tmp_path / "src", tmp)], ranges=[(90, 11)], clean=False)
-        (r,) = job.results()
-        assert r.status == "failed" and "[90, 101)" in r.error
-        assert os.path.getsize(tmp) == 0
-    finally:
-        os.close(fd)
-
-
-def test_a_part_needs_an_existing_file(tmp_path):
-    (tmp_path / "src").write_bytes(b"x" * 100)
-    job = bulk.copy_files([(tmp_path / "src", tmp_path / "missing")], ranges=[(0, 100)])
-    (r,) = job.results()
-    assert r.status == "failed" and r.errno == 2
-    assert not (tmp_path / "missing").exists()
+def test_a_launch_without_mpi4py_is_a_usage_error_not_n_copies(tmp_path):
+    (tmp_path / "a").write_bytes(b"abc")
+    env = dict(os.environ, PMI_RANK="1", PMI_SIZE="2")
+    env.pop("GDSCP_MPI", None)
+    argv = [sys.executable, "-c", _BLOCK_MPI4PY, "copy", str(tmp_path / "a"), str(tmp_path / "b")]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 2, done.stderr
+    assert "rank 1 of 2" in done.stderr and "gdscp[mpi]" in done.stderr and "GDSCP_MPI=0" in done.stderr
+    assert not (tmp_path / "b").exists()
+    env["GDSCP_MPI"] = "0"  # each process on its own, as without a launcher
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "b").read_bytes() == b"abc"
 
 
 # -- 4 ranks under mpiexec -----------------------------------------------------------------
@@ -234,6 +209,16 @@ def test_tree_copy_on_four_ranks(tmp_path):
 
 
 @needs_mpi
+def test_a_world_of_one_runs_as_a_single_process(tmp_path):
+    data = os.urandom(3 * MiB + 1)
+    (tmp_path / "a.bin").write_bytes(data)
+    done = _run(["copy", "--json", str(tmp_path / "a.bin"), str(tmp_path / "b.bin")], ranks=1)
+    assert done.returncode == 0, done.stderr
+    assert "ranks" not in json.loads(done.stdout)
+    assert (tmp_path / "b.bin").read_bytes() == data
+
+
+@needs_mpi
 def test_one_large_file_split_across_ranks(tmp_path):
     data = os.urandom(200 * MiB + 4097)
     (tmp_path / "a.bin").write_bytes(data)
@@ -298,3 +283,27 @@ def test_interrupting_the_launcher_leaves_no_partial_destination(tmp_path, sig, 
     assert not (dst / "big" / "large.bin").exists()
     _check_what_exists(src, dst)
     assert not _temporaries(dst)
+
+
+@needs_mpi
+def test_benchmark_times_the_copy_over_ranks_beside_one_process(tmp_path):
+    argv = [*GDSCP, "benchmark", "--files", "30", "--file-size", "1K-8K", "--mode", "copy", "--ranks", "2",
+            "--runs", "3", "--host", "--dir", str(tmp_path), "--json"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=_env())
+    assert done.returncode == 0, done.stderr
+    (work,) = json.loads(done.stdout)["workloads"]
+    tools = [r["tool"] for r in work["results"]]
+    assert tools == ["gdscp", "cp", "gdscp-mpi"]
+    mpi = work["results"][2]
+    assert mpi["ranks"] == 2 and len(mpi["seconds"]) == 3
+    assert set(mpi["factor"]) == {"one_process", "one_process_command"}
+    assert not list(tmp_path.iterdir())  # the tree and its copies are gone
+
+
+def test_benchmark_ranks_needs_the_files_copy(tmp_path):
+    argv = [*GDSCP, "benchmark", "--files", "3", "--mode", "read", "--ranks", "2", "--dir", str(tmp_path)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=_env())
+    assert done.returncode == 2 and "--ranks" in done.stderr and "copy" in done.stderr
+    done = subprocess.run([*GDSCP, "benchmark", "--ranks", "2"], capture_output=True, text=True, timeout=120,
+                          env=_env())
+    assert done.returncode == 2 and "--ranks needs --files" in done.stderr

@@ -344,8 +344,9 @@ def copy(
         )
         world = spread.join(out, threads)
         if world is not None:  # one rank of an MPI job: the job is shared among the ranks
-            spread.copy(world, out, copier, srcs, dst, host=host, device=device, chunk_size=chunk_size, clean=clean,
-                        report=report)
+            with spread.protocol(world):
+                spread.copy(world, out, copier, srcs, dst, host=host, device=device, chunk_size=chunk_size,
+                            clean=clean, report=report)
             return
         jobs = copier.plan(srcs, dst)
         files = [j for j in jobs if j.kind == "file"]

@@ -154,8 +154,9 @@ def read(
     with out.guard(), options.settings(threads, task_size, compat_mode):
         world = spread.join(out, threads)
         if world is not None:  # one rank of an MPI job: the files are shared among the ranks
-            spread.read(world, out, lambda: _plan(files, offset or 0, length, verify), host=host, device=device,
-                        chunk_size=chunk_size, verify=verify, report=report)
+            with spread.protocol(world):
+                spread.read(world, out, lambda: _plan(files, offset or 0, length, verify), host=host,
+                            device=device, chunk_size=chunk_size, verify=verify, report=report)
             return
         plan = _plan(files, offset or 0, length, verify)
         where = options.choose_memory(out, host, device)

@@ -20,10 +20,12 @@ own share. Each rank uses its node-local GPU unless ``--device`` or
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
+import sys
 import time
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 import typer
 
@@ -32,11 +34,11 @@ from ..bulk import copy_files, stream_files
 from ..mpi.split import split_by_bytes
 from ..mpi.comm import Status, Unavailable, World, job_code, worst
 from . import options
-from .atomic import commit, discard, fsync_dir, make_temp
+from .atomic import commit, discard, fsync_dir, make_temp, remove_pending
 from .output import Output, Terminated, UsageError, describe
 from .progress import TransferProgress
 
-__all__ = ["join", "copy", "read", "choose_memory", "run", "phase", "conclude"]
+__all__ = ["join", "copy", "read", "choose_memory", "run", "phase", "conclude", "protocol", "launched"]
 
 
 def join(out: Output, threads: Optional[int] = None) -> Optional[World]:
@@ -91,6 +93,24 @@ def _run(world: World, step, *args: Any) -> tuple[int, list[str], Any]:
         if code in (130, 143):
             message = ""
         return code, [f"rank {world.rank}: {message}"] if message else [], None
+
+
+@contextlib.contextmanager
+def protocol(world: World) -> Iterator[None]:
+    """Around a command's phases: an exception that escapes them (a bug, or a
+    signal between two phases) would leave the other ranks waiting in an
+    agreement this rank never reaches, so it ends the whole job (MPI_Abort)."""
+    try:
+        yield
+    except (typer.Exit, SystemExit, GeneratorExit):
+        raise
+    except BaseException as exc:  # noqa: BLE001 - the last resort
+        message, code = describe(exc)
+        sys.stderr.write(f"gdscp: error: rank {world.rank}: {message}; ending the job (MPI_Abort)\n")
+        sys.stderr.flush()
+        remove_pending()
+        world.abort(code)
+        raise
 
 
 def run(world: World, step: Any, *args: Any) -> tuple[int, list[str], Any]:

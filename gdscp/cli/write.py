@@ -123,8 +123,9 @@ def write(
         if world is not None:  # one rank of an MPI job: each rank writes its range of one temporary file
             if special is not None:
                 raise UsageError(f"'{path}' is not a regular file: under MPI only regular files are written")
-            _write_across(world, out, path, size, kind=pattern.value, seed=seed, fsync=fsync, verify=verify,
-                          host=host, device=device, chunk_size=chunk_size)
+            with spread.protocol(world):
+                _write_across(world, out, path, size, kind=pattern.value, seed=seed, fsync=fsync, verify=verify,
+                              host=host, device=device, chunk_size=chunk_size)
             return
         # fsync means nothing to a character device or FIFO.
         synced = fsync and (special is None or stat.S_ISBLK(special.st_mode))

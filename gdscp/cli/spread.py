@@ -21,6 +21,7 @@ own share. Each rank uses its node-local GPU unless ``--device`` or
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 import sys
@@ -229,7 +230,7 @@ def _copy_plan(world: World, copier: Any, srcs: list[str], dst: str) -> dict[str
         elif problem is None:
             try:
                 tmp = make_temp(target)
-                os.truncate(tmp, job.st.st_size)
+                reserve(tmp, job.st.st_size)
             except OSError as exc:
                 problem = f"cannot copy '{job.src}' to '{job.dst}': {describe(exc)[0]}"
             else:
@@ -249,6 +250,24 @@ def _copy_plan(world: World, copier: Any, srcs: list[str], dst: str) -> dict[str
         "_after": after,
         "_shared": shared,
     }
+
+
+def reserve(path: str, size: int) -> None:
+    """Give a shared temporary file its size, its blocks allocated where the
+    filesystem can (the ranks then write into allocated space: no allocation
+    under the file's lock for each of their writes), else as a sparse file."""
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        if size:
+            try:
+                os.posix_fallocate(fd, 0, size)
+                return
+            except OSError as exc:
+                if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                    raise
+        os.ftruncate(fd, size)
+    finally:
+        os.close(fd)
 
 
 def _copy_share(world: World, out: Output, plan: dict[str, Any], where: Optional[int], copier: Any,
@@ -481,7 +500,7 @@ def read(world: World, out: Output, make_plan: Any, *, host: bool, device: Optio
                 got = ranges.get(i, [])
                 bad = [g for g in got if g[1] != "done"]
                 error = None
-                for rank, status, _n, _s, err, errno, _b, _r, offset in bad:
+                for rank, status, _n, _s, err, _code, _b, _r, offset in bad:
                     if status == "failed":
                         error = f"rank {rank}: cannot read '{f.path}' (from offset {offset}): {err}"
                         out.error(error)
@@ -511,8 +530,6 @@ def _test_fault(world: World) -> None:
         return
     rank, skip = (int(v) for v in hook.split(":"))
     if rank == world.rank:
-        import errno  # noqa: PLC0415
-
         from .. import _core  # noqa: PLC0415
 
         _core.testing.arm_fault("pwrite", skip, 1 << 30, errno.EIO)

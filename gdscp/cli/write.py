@@ -229,7 +229,7 @@ def _write_across(world: Any, out: Output, path: str, size: int, *, kind: str, s
         if world.root:
             try:
                 tmp = make_temp(path)
-                os.truncate(tmp, size)
+                spread.reserve(tmp, size)
             except OSError as exc:
                 raise Failure(f"cannot create '{path}': {exc.strerror}") from None
         return where, tmp

@@ -255,19 +255,35 @@ def _copy_plan(world: World, copier: Any, srcs: list[str], dst: str) -> dict[str
 def reserve(path: str, size: int) -> None:
     """Give a shared temporary file its size, its blocks allocated where the
     filesystem can (the ranks then write into allocated space: no allocation
-    under the file's lock for each of their writes), else as a sparse file."""
+    under the file's lock for each of their writes; a full disk fails here),
+    else as a sparse file. fallocate(2) itself, not posix_fallocate, which
+    where the filesystem cannot allocate writes a byte into every block."""
     fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
     try:
-        if size:
-            try:
-                os.posix_fallocate(fd, 0, size)
-                return
-            except OSError as exc:
-                if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
-                    raise
+        if size and _fallocate(fd, size):
+            return
         os.ftruncate(fd, size)
     finally:
         os.close(fd)
+
+
+def _fallocate(fd: int, size: int) -> bool:
+    """fallocate(fd, 0, 0, size); False where the filesystem (or libc) cannot."""
+    import ctypes  # noqa: PLC0415
+
+    try:
+        call = ctypes.CDLL(None, use_errno=True).fallocate
+    except (OSError, AttributeError):
+        return False
+    call.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    while call(fd, 0, 0, size) != 0:
+        err = ctypes.get_errno()
+        if err == errno.EINTR:
+            continue
+        if err in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+            return False
+        raise OSError(err, os.strerror(err))
+    return True
 
 
 def _copy_share(world: World, out: Output, plan: dict[str, Any], where: Optional[int], copier: Any,

@@ -16,7 +16,9 @@
 #   sweep  scripts/gpu_sweep.py, the settings grid behind the defaults
 #   mpi    two hot 4 GiB files read into GPU memory: one process on GPU 0, against
 #          mpiexec -n 2 (each rank on its node-local GPU, one file each), 3 runs each;
-#          needs mpi4py and an MPI runtime (the mpi4py and mpich wheels in .whl/ do)
+#          needs mpi4py and an MPI runtime: the system's, or the mpi4py and mpich wheels
+#          in .whl/ (installed into a venv beside the system's packages: the mpich
+#          wheel's library and mpiexec need a prefix of their own)
 #
 # KvikIO wheels placed in .whl/ (e.g. kvikio-cu13 and libkvikio-cu13) are
 # installed to /tmp/site, so that the benchmark measures KvikIO beside gdscp.
@@ -103,18 +105,30 @@ fi
 
 if [[ $steps == *" mpi "* ]]; then
   echo "== mpi"
-  mpiexec=$(command -v mpiexec || ls /tmp/site/bin/mpiexec 2>/dev/null || true)
-  if [[ -z $mpiexec ]] || ! python3 -c "import mpi4py" 2>/dev/null; then
+  py=python3
+  mpiexec=$(command -v mpiexec || true)
+  if ! { [[ -n $mpiexec ]] && python3 -c "from mpi4py import MPI" 2>/dev/null; } \
+      && ls "$repo"/.whl/mpi4py-*.whl "$repo"/.whl/mpich-*.whl >/dev/null 2>&1; then
+    python3 -m venv --system-site-packages /tmp/gdscp-mpi-venv \
+      && /tmp/gdscp-mpi-venv/bin/pip install -q --no-index --no-deps "$repo"/.whl/mpi4py-*.whl "$repo"/.whl/mpich-*.whl
+    py=/tmp/gdscp-mpi-venv/bin/python mpiexec=/tmp/gdscp-mpi-venv/bin/mpiexec
+  fi
+  if [[ -z $mpiexec ]] || ! "$py" -c "from mpi4py import MPI" 2>/dev/null; then
     echo "mpi: no mpiexec or mpi4py here; place the mpi4py and mpich wheels in .whl/" | tee "$OUT/mpi.log"
     rc=1
   else
+    "$py" -m mpi4py --mpi-lib-version 2>&1 | head -1 | tee "$OUT/mpi.log"
     for f in a b; do gdscp write /tmp/mpi-$f.bin --size 4G --host -q && cat /tmp/mpi-$f.bin >/dev/null; done
     for run in 1 2 3; do
-      timeout "$(limit 60)" gdscp read /tmp/mpi-a.bin /tmp/mpi-b.bin --device 0 --json \
+      timeout "$(limit 60)" "$py" -m gdscp read /tmp/mpi-a.bin /tmp/mpi-b.bin --device 0 --json \
         >"$OUT/mpi-one-$run.json" 2>>"$OUT/mpi.err" || rc=1
-      timeout "$(limit 60)" "$mpiexec" -n 2 gdscp read /tmp/mpi-a.bin /tmp/mpi-b.bin --json \
+      timeout "$(limit 60)" "$mpiexec" -n 2 "$py" -m gdscp read /tmp/mpi-a.bin /tmp/mpi-b.bin --json \
         >"$OUT/mpi-two-$run.json" 2>>"$OUT/mpi.err" || rc=1
     done
+    # The tests of tests/test_mpi.py on this machine, with the GPU (each rank on its own GPU).
+    GDSCP_REQUIRE_MPI=1 timeout "$(limit 120)" "$py" -m pytest -q -p no:cacheprovider "$repo/tests/test_mpi.py" \
+      >"$OUT/mpi-tests.log" 2>&1 || rc=1
+    tail -3 "$OUT/mpi-tests.log"
     python3 - "$OUT" <<'PY' | tee "$OUT/mpi-summary.txt"
 import glob, json, statistics, sys
 for kind in ("one", "two"):

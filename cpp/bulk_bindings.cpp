@@ -19,9 +19,9 @@ namespace {
 using release = nb::call_guard<ReleaseGil>;
 
 // One item as Python passes it: (kind, src, dst, buf, device, size, offset,
-// exact, mode, keep_mode, set_times, atime_ns, mtime_ns).
+// exact, mode, keep_mode, set_times, atime_ns, mtime_ns, part).
 using ItemTuple = std::tuple<int, std::string, std::string, uintptr_t, bool, int64_t, int64_t, bool, int, bool, bool,
-                             int64_t, int64_t>;
+                             int64_t, int64_t, bool>;
 
 std::vector<BulkItem> to_items(const std::vector<ItemTuple>& in) {
   std::vector<BulkItem> out(in.size());
@@ -29,7 +29,7 @@ std::vector<BulkItem> to_items(const std::vector<ItemTuple>& in) {
     BulkItem& it = out[i];
     int kind;
     std::tie(kind, it.src, it.dst, it.buf, it.device, it.size, it.offset, it.exact, it.mode, it.keep_mode,
-             it.set_times, it.atime_ns, it.mtime_ns) = in[i];
+             it.set_times, it.atime_ns, it.mtime_ns, it.part) = in[i];
     if (kind < 0 || kind > 2) throw nb::value_error("bulk item kind must be 0 (read), 1 (write) or 2 (copy)");
     it.kind = static_cast<BulkKind>(kind);
   }

@@ -287,7 +287,7 @@ def _buffer_items(kind: int, paths: list[str], buffers: Sequence[Any]) -> tuple[
         b = _buffers.resolve(buf, writable=kind == _READ)
         keep.append(b.keep)
         src, dst = (path, "") if kind == _READ else ("", path)
-        items.append((kind, src, dst, b.ptr, b.device, b.nbytes, 0, False, -1, True, False, 0, 0))
+        items.append((kind, src, dst, b.ptr, b.device, b.nbytes, 0, False, -1, True, False, 0, 0, False))
     return items, keep
 
 
@@ -402,7 +402,7 @@ def stream_files(
         offset, length = (0, None) if ranges is None else ranges[i]
         exact = length is not None
         items.append((_READ, path, "", 0, False, -1 if length is None else int(length), int(offset), exact, -1,
-                      True, False, 0, 0))
+                      True, False, 0, 0, False))
     options = _options(fail_fast=fail_fast, verify=verify, staging=address, staging_size=size)
     if spread is not None:
         keep = _spread_staging(spread, staging_size, options)
@@ -445,6 +445,8 @@ def copy_files(
     staging_size: Optional[int] = None,
     sizes: Optional[Sequence[int]] = None,
     staging: Any = None,
+    ranges: Optional[Sequence[Optional[tuple[int, int]]]] = None,
+    clean: bool = True,
 ) -> BulkJob:
     """Copy each ``(src, dst)`` file, through GPU ``device``'s memory (storage
     -> GPU -> storage) or, with None, host memory; ``staging_size`` bytes of
@@ -455,18 +457,34 @@ def copy_files(
     ``sizes``: the sources' sizes if known, for ``progress()``'s total.
     ``staging``: a device buffer to copy through instead of new memory on
     ``device``. ``devices``: GPUs (or "all") to spread the files and their
-    chunks over, each with ``staging_size`` bytes of staging of its own."""
+    chunks over, each with ``staging_size`` bytes of staging of its own.
+    ``ranges``: per pair, None (the whole file) or ``(offset, length)``: those
+    bytes of ``src`` written at the same offset into ``dst``, an existing file
+    (a temporary file made with ``create_temporary``, often by another
+    process) that is written in place, never renamed, its range fsynced;
+    several processes copying a large file share one temporary file this way
+    (gdscp.mpi). ``clean``: remove dead runs' temporary files from each
+    destination directory first."""
     pairs = [(_args.path(s), _args.path(d)) for s, d in pairs]
     if sizes is not None and len(sizes) != len(pairs):
         raise ValueError(f"{len(pairs)} pairs but {len(sizes)} sizes")
+    if ranges is not None and len(ranges) != len(pairs):
+        raise ValueError(f"{len(pairs)} pairs but {len(ranges)} ranges")
     spread = _devices(device, devices)
     if spread is not None and staging is not None:
         raise ValueError("staging is one buffer; with devices each GPU gets staging of its own")
     address, keep, size = _staging(None if spread else device, staging_size, staging)
-    items = [
-        (_COPY, src, dst, 0, False, -1 if sizes is None else int(sizes[i]), 0, False, -1, not preserve, False, 0, 0)
-        for i, (src, dst) in enumerate(pairs)
-    ]
+    items = []
+    for i, (src, dst) in enumerate(pairs):
+        part = None if ranges is None else ranges[i]
+        if part is None:
+            known = -1 if sizes is None else int(sizes[i])
+            items.append((_COPY, src, dst, 0, False, known, 0, False, -1, not preserve, False, 0, 0, False))
+        else:
+            offset, length = (int(v) for v in part)
+            if offset < 0 or length < 0:
+                raise ValueError(f"range ({offset}, {length}) of '{src}' must not be negative")
+            items.append((_COPY, src, dst, 0, False, length, offset, True, -1, True, False, 0, 0, True))
     options = _options(
         fsync=fsync,
         no_clobber=no_clobber,
@@ -476,6 +494,7 @@ def copy_files(
         staging=address,
         staging_size=size,
     )
+    options.clean = clean
     if spread is not None:
         keep = _spread_staging(spread, staging_size, options)
     return BulkJob(items, options, keep)

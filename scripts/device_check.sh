@@ -2,7 +2,7 @@
 # What a GPU machine runs, in calls of at most 10 minutes each: build gdscp,
 # then the named steps. Logs and JSON go to $OUT (default ./device-out).
 #
-#   bash scripts/device_check.sh [tests] [bench] [many] [sweep] [multi]    (default: tests)
+#   bash scripts/device_check.sh [tests] [bench] [many] [sweep] [multi] [mpi]    (default: tests)
 #
 # tests and bench each take most of ten minutes on an H200 machine with 16 vCPUs:
 # run them in separate calls (many fits beside tests).
@@ -19,6 +19,11 @@
 #          gdscp benchmark --devices all --size 4G --json (distinct hot files into
 #          the GPUs, one file replicated against one GPU, with the host-side and
 #          aggregate PCIe ceilings and the target ratios) -> multi.json
+#   mpi    two hot 4 GiB files read into GPU memory: one process on GPU 0, against
+#          mpiexec -n 2 (each rank on its node-local GPU, one file each), 3 runs each;
+#          needs mpi4py and an MPI runtime: the system's, or the mpi4py and mpich wheels
+#          in .whl/ (installed into a venv beside the system's packages: the mpich
+#          wheel's library and mpiexec need a prefix of their own)
 #
 # KvikIO wheels placed in .whl/ (e.g. kvikio-cu13 and libkvikio-cu13) are
 # installed to /tmp/site, so that the benchmark measures KvikIO beside gdscp.
@@ -29,8 +34,8 @@ OUT=${OUT:-$repo/device-out}
 mkdir -p "$OUT"
 steps=" ${*:-tests} "
 for step in $steps; do
-  [[ $step == tests || $step == bench || $step == many || $step == sweep || $step == multi ]] \
-    || { echo "unknown step: $step (tests, bench, many, sweep, multi)" >&2; exit 2; }
+  [[ $step == tests || $step == bench || $step == many || $step == sweep || $step == multi || $step == mpi ]] \
+    || { echo "unknown step: $step (tests, bench, many, sweep, multi, mpi)" >&2; exit 2; }
 done
 export PYTHONUNBUFFERED=1
 export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda-13.0}
@@ -125,6 +130,44 @@ for t, q in r["by_threads"].items():
           f"{q['distinct_meets_target']}), replicate {q['replicate_over_one_gpu']:.2f}x one GPU (<= 1.15: "
           f"{q['replicate_meets_target']})")
 PY
+fi
+
+if [[ $steps == *" mpi "* ]]; then
+  echo "== mpi"
+  py=python3
+  mpiexec=$(command -v mpiexec || true)
+  if ! { [[ -n $mpiexec ]] && python3 -c "from mpi4py import MPI" 2>/dev/null; } \
+      && ls "$repo"/.whl/mpi4py-*.whl "$repo"/.whl/mpich-*.whl >/dev/null 2>&1; then
+    python3 -m venv --system-site-packages /tmp/gdscp-mpi-venv \
+      && /tmp/gdscp-mpi-venv/bin/pip install -q --no-index --no-deps "$repo"/.whl/mpi4py-*.whl "$repo"/.whl/mpich-*.whl
+    py=/tmp/gdscp-mpi-venv/bin/python mpiexec=/tmp/gdscp-mpi-venv/bin/mpiexec
+  fi
+  if [[ -z $mpiexec ]] || ! "$py" -c "from mpi4py import MPI" 2>/dev/null; then
+    echo "mpi: no mpiexec or mpi4py here; place the mpi4py and mpich wheels in .whl/" | tee "$OUT/mpi.log"
+    rc=1
+  else
+    "$py" -m mpi4py --mpi-lib-version 2>&1 | head -1 | tee "$OUT/mpi.log"
+    for f in a b; do gdscp write /tmp/mpi-$f.bin --size 4G --host -q && cat /tmp/mpi-$f.bin >/dev/null; done
+    for run in 1 2 3; do
+      timeout "$(limit 60)" "$py" -m gdscp read /tmp/mpi-a.bin /tmp/mpi-b.bin --device 0 --json \
+        >"$OUT/mpi-one-$run.json" 2>>"$OUT/mpi.err" || rc=1
+      timeout "$(limit 60)" "$mpiexec" -n 2 "$py" -m gdscp read /tmp/mpi-a.bin /tmp/mpi-b.bin --json \
+        >"$OUT/mpi-two-$run.json" 2>>"$OUT/mpi.err" || rc=1
+    done
+    # The tests of tests/test_mpi.py on this machine, with the GPU (each rank on its own GPU).
+    GDSCP_REQUIRE_MPI=1 timeout "$(limit 120)" "$py" -m pytest -q -p no:cacheprovider "$repo/tests/test_mpi.py" \
+      >"$OUT/mpi-tests.log" 2>&1 || rc=1
+    tail -3 "$OUT/mpi-tests.log"
+    python3 - "$OUT" <<'PY' | tee "$OUT/mpi-summary.txt"
+import glob, json, statistics, sys
+for kind in ("one", "two"):
+    docs = [json.load(open(p)) for p in sorted(glob.glob(f"{sys.argv[1]}/mpi-{kind}-*.json"))]
+    rates = [d["gb_per_s"] for d in docs if d.get("ok")]
+    what = "1 process, GPU 0" if kind == "one" else "mpiexec -n 2, a GPU per rank"
+    print(f"{what}: 2 hot 4 GiB files, GB/s per run {rates}, median {statistics.median(rates) if rates else '-'}")
+PY
+    rm -f /tmp/mpi-a.bin /tmp/mpi-b.bin
+  fi
 fi
 
 echo "== done in $(( $(date +%s) - start ))s, rc=$rc"

@@ -452,3 +452,49 @@ def scenario_device_copy(folder):
         for c in up + down:
             assert staging.ptr <= c.ptr and c.ptr + c.size <= staging.ptr + size, "a copy outside the staging memory"
     assert not [n for n in os.listdir(folder) if n.endswith(".gdscp-tmp")]
+
+
+_MiB = 1 << 20
+
+
+# -- the engine's parts: ranges of a file written into an existing temporary file -----------
+
+
+@pytest.mark.parametrize("cuts", [[0, 1], [0, 4095, 4096, 4097, 5 * _MiB + 3], [0, 3 * _MiB, 3 * _MiB, 7 * _MiB]])
+def test_parts_fill_an_existing_temporary_file(tmp_path, cuts):
+    size = cuts[-1]
+    data = os.urandom(size)
+    src = tmp_path / "src"
+    src.write_bytes(data)
+    fd, tmp = bulk.create_temporary(str(tmp_path / "dst"))
+    try:
+        os.ftruncate(fd, size)
+        ranges = [(a, b - a) for a, b in zip(cuts, cuts[1:])]
+        job = bulk.copy_files([(src, tmp)] * len(ranges), ranges=ranges, verify=True, clean=False)
+        results = job.results()
+        assert [r.status for r in results] == ["done"] * len(ranges)
+        assert [r.bytes for r in results] == [n for _, n in ranges]
+        assert Path(tmp).read_bytes() == data
+        assert not (tmp_path / "dst").exists()  # a part never renames
+    finally:
+        os.close(fd)
+
+
+def test_a_part_past_the_end_of_its_source_fails(tmp_path):
+    (tmp_path / "src").write_bytes(b"x" * 100)
+    fd, tmp = bulk.create_temporary(str(tmp_path / "dst"))
+    try:
+        job = bulk.copy_files([(tmp_path / "src", tmp)], ranges=[(90, 11)], clean=False)
+        (r,) = job.results()
+        assert r.status == "failed" and "[90, 101)" in r.error
+        assert os.path.getsize(tmp) == 0
+    finally:
+        os.close(fd)
+
+
+def test_a_part_needs_an_existing_file(tmp_path):
+    (tmp_path / "src").write_bytes(b"x" * 100)
+    job = bulk.copy_files([(tmp_path / "src", tmp_path / "missing")], ranges=[(0, 100)])
+    (r,) = job.results()
+    assert r.status == "failed" and r.errno == 2
+    assert not (tmp_path / "missing").exists()

@@ -226,6 +226,11 @@ def test_command_line_on_the_gpu_without_cupy(go):
     go(scenario_cli_without_cupy)
 
 
+@pytest.mark.parametrize("compat", ["on", "off"])
+def test_parts_through_device_staging(go, compat):
+    go(scenario_parts_through_device_staging, compat=compat)
+
+
 # ==========================================================================
 # helpers for the scenarios (child process)
 # ==========================================================================
@@ -1388,6 +1393,32 @@ def scenario_cli_without_cupy(folder):
     assert doc["machine"]["gpu"]["available"] and doc["machine"]["gpu"]["cupy"] is None
     assert [g["name"] for g in doc["machine"]["gpu"]["devices"]] == ["gdscp stand-in GPU"]
     assert any(r["tool"] == "gdscp" for r in doc["results"])
+
+
+def scenario_parts_through_device_staging(folder, compat):
+    """Ranges of a file copied through GPU staging (the POSIX path, or cuFile)
+    into an existing temporary file at their offsets, as MPI ranks share a
+    large file: every byte lands, nothing is renamed."""
+    import gdscp.bulk
+
+    data = random_bytes(3 * MiB + 4097, seed=5)
+    src = new_file(folder, "parts-src.bin", data)
+    fd, tmp = gdscp.bulk.create_temporary(os.path.join(folder, "parts-dst.bin"))
+    try:
+        os.ftruncate(fd, len(data))
+        cuts = [0, 1, 4096, MiB + 1, len(data)]
+        ranges = [(a, b - a) for a, b in zip(cuts, cuts[1:])]
+        with settings(compat_mode=compat, gds_threshold=0, num_threads=4):
+            job = gdscp.bulk.copy_files([(src, tmp)] * len(ranges), device=0, ranges=ranges, verify=True,
+                                        clean=False, staging_size=4 * MiB)
+            results = job.results()
+        assert [r.status for r in results] == ["done"] * len(ranges), [r.error for r in results]
+        assert file_bytes(tmp) == data
+        assert not os.path.exists(os.path.join(folder, "parts-dst.bin"))
+        if compat == "off":
+            assert {r.write_backend for r in results} == {"cufile"}, results
+    finally:
+        os.close(fd)
 
 
 def scenario_small_sizes(folder, compat):

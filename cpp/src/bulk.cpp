@@ -218,7 +218,7 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
       fail(t->index, std::current_exception(), t.get());
       return;
     }
-    if (t->item->kind == BulkKind::read || t->in_place) {
+    if (t->item->kind == BulkKind::read || t->in_place || t->part) {
       succeed(*t, BulkStatus::done);
       return;
     }
@@ -642,6 +642,8 @@ BulkJob::BulkJob(std::vector<BulkItem> items, const BulkOptions& options, const 
     if (item.kind == BulkKind::copy && item.src.empty()) throw_invalid("a copy needs a source file");
     if (item.kind == BulkKind::write && (item.size < 0 || (item.size > 0 && item.buf == 0)))
       throw_invalid("a write needs a buffer and its size");
+    if (item.part && (item.kind == BulkKind::read || item.size < 0 || item.offset < 0))
+      throw_invalid("a part is a write or copy of a range: a size and an offset, neither negative");
     if (item.buf != 0 && item.device) st->item_mem[i] = detail::resolve_device_pointer(item.buf);
     if (!item.replicas.empty())
       st->replica_peer[i] = detail::resolve_replicas(item, st->item_mem[i], st->replica_mem[i]) ? 1 : 0;

@@ -58,6 +58,7 @@ class FilesConfig:
     threads: Optional[Sequence[int]] = None  # KvikIO's loop is measured at each
     seed: int = 0
     ceilings: bool = True
+    ranks: Optional[int] = None  # copy: also as one job over this many MPI ranks (mpiexec -n RANKS)
 
 
 def _check(config: FilesConfig) -> None:
@@ -72,6 +73,12 @@ def _check(config: FilesConfig) -> None:
         raise BenchConfigError("mode", f"needs at least one mode ({', '.join(FILE_MODES)})")
     if config.runs < 3:
         raise BenchConfigError("runs", f"{config.runs} is too small: a median with a min and a max needs 3")
+    if config.ranks is not None:
+        if config.ranks < 2:
+            raise BenchConfigError("ranks", f"{config.ranks}: one job over MPI ranks needs at least 2")
+        if "copy" not in config.modes:
+            raise BenchConfigError("ranks", "times the copy over MPI ranks: it needs --mode copy")
+        _mpiexec()
     directory = os.path.abspath(config.dir)
     if not os.path.isdir(directory) or not os.access(directory, os.W_OK | os.X_OK):
         raise BenchConfigError("dir", f"{config.dir}: not a writable directory")
@@ -79,6 +86,19 @@ def _check(config: FilesConfig) -> None:
     free = shutil.disk_usage(directory).free
     if need > free:
         raise BenchConfigError("files", f"the tree and its copy need up to {need} bytes; {directory} has {free} free")
+
+
+def _mpiexec() -> str:
+    """The launcher for --ranks: the one beside this interpreter (the mpich wheel's), else on PATH."""
+    try:
+        import mpi4py  # noqa: F401, PLC0415
+    except ImportError:
+        raise BenchConfigError("ranks", "needs mpi4py (pip install 'gdscp[mpi]')") from None
+    here = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    found = here if os.access(here, os.X_OK) else shutil.which("mpiexec")
+    if not found:
+        raise BenchConfigError("ranks", "needs an mpiexec (pip install mpich, or the system's MPI)")
+    return found
 
 
 def _digest(paths: Sequence[str]) -> str:
@@ -121,11 +141,19 @@ class _Run:
         place = ["--host"] if memory == "host" else ["--device", str(device)]
         gdscp_argv = [sys.executable, "-m", "gdscp", "copy", "-r", "-q", "--json", *place, tree.root]
         cp_argv = ["cp", "-r", tree.root]
+        tools = ["gdscp", "cp"]
+        mpi_argv: list[str] = []
+        if config.ranks:
+            tools.append("gdscp-mpi")
+            # Each rank on its node-local GPU, or host memory.
+            mpi_place = ["--host"] if memory == "host" else []
+            mpi_argv = [_mpiexec(), "-n", str(config.ranks), sys.executable, "-m", "gdscp", "copy", "-r", "-q",
+                        "--json", *mpi_place, tree.root]
         expected = _digest(tree.paths)
-        times: dict[str, list[float]] = {"gdscp": [], "cp": []}
-        command_seconds: list[float] = []
+        times: dict[str, list[float]] = {tool: [] for tool in tools}
+        command_seconds: dict[str, list[float]] = {"gdscp": [], "gdscp-mpi": []}
         for run in range(config.runs):
-            for tool in ("gdscp", "cp"):
+            for tool in tools:
                 self.tick(f"copy: {tool}, run {run + 1}/{config.runs}")
                 # A new directory each run, the copies removed only at the end:
                 # on ext4, files made right after thousands were deleted pay for
@@ -133,8 +161,9 @@ class _Run:
                 dst = os.path.join(scratch, f"copy-{tool}-{run}")
                 os.sync()  # the last run's writeback is not this run's
                 start = time.perf_counter()
-                if tool == "gdscp":
-                    done = subprocess.run(gdscp_argv + [dst], capture_output=True, text=True)
+                if tool in command_seconds:
+                    argv = gdscp_argv if tool == "gdscp" else mpi_argv
+                    done = subprocess.run(argv + [dst], capture_output=True, text=True)
                 else:
                     done = subprocess.run(cp_argv + [dst], capture_output=True, text=True)
                     if done.returncode == 0:
@@ -143,21 +172,32 @@ class _Run:
                 if done.returncode != 0:
                     raise BenchError(f"{tool} copy failed (exit {done.returncode}): {done.stderr.strip()[-500:]}")
                 times[tool].append(seconds)
-                if tool == "gdscp":
-                    command_seconds.append(float(json.loads(done.stdout)["seconds"]))
+                if tool in command_seconds:
+                    command_seconds[tool].append(float(json.loads(done.stdout)["seconds"]))
                 if run == 0:
                     copied = [os.path.join(dst, os.path.relpath(p, tree.root)) for p in tree.paths]
                     if _digest(copied) != expected:
                         raise BenchError(f"{tool} copy -r produced different bytes")
         for run in range(config.runs):
-            for tool in ("gdscp", "cp"):
+            for tool in tools:
                 shutil.rmtree(os.path.join(scratch, f"copy-{tool}-{run}"), ignore_errors=True)
         nbytes = tree.bytes
         gdscp = _record("gdscp", " ".join(["gdscp", "copy", "-r", *place, "SRC", "DST"]) + " (a new process)",
-                        nbytes, times["gdscp"], command_seconds=spread(command_seconds))
+                        nbytes, times["gdscp"], command_seconds=spread(command_seconds["gdscp"]))
         cp = _record("cp", "cp -r SRC DST; sync", nbytes, times["cp"])
         gdscp["factor"] = {"cp": round(cp["median_s"] / gdscp["median_s"], 4)}
-        return {"mode": "copy", "memory": memory, "results": [gdscp, cp]}
+        results = [gdscp, cp]
+        if config.ranks:
+            mpi = _record("gdscp-mpi", f"mpiexec -n {config.ranks} gdscp copy -r SRC DST (one job over "
+                          f"{config.ranks} ranks, each a new process)", nbytes, times["gdscp-mpi"],
+                          command_seconds=spread(command_seconds["gdscp-mpi"]), ranks=config.ranks)
+            # Above 1: the ranks are faster than one process (the command's own time, and with starts).
+            mpi["factor"] = {
+                "one_process": round(gdscp["median_s"] / mpi["median_s"], 4),
+                "one_process_command": round(gdscp["command_seconds"]["median"] / mpi["command_seconds"]["median"], 4),
+            }
+            results.append(mpi)
+        return {"mode": "copy", "memory": memory, "results": results}
 
     # -- read ----------------------------------------------------------------------
     def read(self, tree: Tree, target: Any, threads: list[int]) -> dict:
@@ -268,7 +308,7 @@ def run_files_benchmark(
     date = now_iso()
     run = _Run(config, progress, warn)
     kvikio_runs = len(threads) if kvikio_status()[0] else 0
-    run.total_steps = 1 + ("copy" in config.modes) * 2 * config.runs + ("read" in config.modes) * (
+    run.total_steps = 1 + ("copy" in config.modes) * (2 + bool(config.ranks)) * config.runs + ("read" in config.modes) * (
         (2 + kvikio_runs) * config.runs) + (2 * config.ceilings * ("copy" in config.modes))
     workloads = []
     ceilings: dict = {}

@@ -22,7 +22,7 @@ from ..bench.many import FILE_MODES, FilesConfig, run_files_benchmark
 from ..bench.tree import parse_size_range
 from ..bench.plot import PLOT_SUFFIXES, PlotUnavailable, plot, require_matplotlib
 from ..bench.runner import run_benchmark
-from . import options
+from . import options, ranks
 from .output import Output, UsageError
 from .units import format_bytes, parse_size
 
@@ -258,7 +258,7 @@ def _files_render(doc: dict) -> Group:
         for r in work["results"]:
             g = r["gb_per_s"]
             faster = ""
-            if r["tool"] != "gdscp" and (r.get("best") or r["tool"] == "cp"):
+            if r["tool"] != "gdscp" and (r.get("best") or r["tool"] in ("cp", "gdscp-mpi")):
                 faster = _times(r["median_s"] / gdscp["median_s"])
             table.add_row(
                 r["tool"], "-" if r.get("threads") is None else str(r["threads"]), f"{r['median_s']:.3f}",
@@ -271,6 +271,12 @@ def _files_render(doc: dict) -> Group:
         if work["mode"] == "copy":
             cs = gdscp["command_seconds"]["median"]
             parts.append(f"  gdscp copy's own time (without starting Python): {cs:.3f} s")
+            for r in work["results"]:
+                if r["tool"] == "gdscp-mpi":
+                    ms = r["command_seconds"]["median"]
+                    parts.append(f"  the same over {r['ranks']} ranks: {ms:.3f} s; {r['ranks']} ranks reach "
+                                 f"{_times(r['factor']['one_process_command'])} one process's speed "
+                                 f"({_times(r['factor']['one_process'])} with the processes' starts)")
             if "ceiling_gb_per_s" in work:
                 parts.append(f"  disk write ceiling measured in this run: {_num(work['ceiling_gb_per_s'])} GB/s; "
                              f"gdscp at {_pct(gdscp.get('share_of_ceiling'))} of it")
@@ -419,6 +425,16 @@ def benchmark(
             rich_help_panel=_MEASURE,
         ),
     ] = None,
+    ranks: Annotated[
+        Optional[int],
+        typer.Option(
+            "--ranks",
+            metavar="N",
+            help="With --files and --mode copy: also time the copy as one job over N MPI ranks "
+            "(mpiexec -n N gdscp copy -r; needs gdscp[mpi]).",
+            rich_help_panel=_MEASURE,
+        ),
+    ] = None,
     quiet: options.Quiet = False,
     debug: options.Debug = False,
 ) -> None:
@@ -448,14 +464,21 @@ def benchmark(
     Example: gdscp benchmark --devices 0,1 --size 4G --json > multi.json
     """
     out = Output("benchmark", json=json, quiet=quiet, debug=debug)
+    if ranks.launched():
+        with out.guard():
+            raise UsageError("benchmark measures one process; under an MPI launcher time 'gdscp copy', 'read' or "
+                             "'write' with --json instead (docs/cluster.md)")
     if devices is not None:
         with out.guard(), options.settings(None, task_size, compat_mode):
             _multi_benchmark(out, devices, host, device, size, threads, runs, directory)
         return
     if files is not None or file_size is not None:
         with out.guard(), options.settings(None, task_size, compat_mode):
-            _files_benchmark(out, files, file_size, mode, threads, runs, directory, host, device, json)
+            _files_benchmark(out, files, file_size, mode, threads, runs, directory, host, device, json, ranks)
         return
+    if ranks is not None:
+        with out.guard():
+            raise UsageError("--ranks needs --files (it times the tree's copy over MPI ranks)")
     with out.guard(), options.settings(None, None, compat_mode):
         config = BenchConfig(
             size=_size("--size", size),
@@ -541,7 +564,8 @@ def _measure(out: Output, run: Callable[..., dict], config: Any) -> dict:
 
 
 def _files_benchmark(out: Output, files: Optional[int], file_size: Optional[str], mode: str, threads: Optional[str],
-                     runs: int, directory: Path, host: bool, device: Optional[int], json: bool) -> None:
+                     runs: int, directory: Path, host: bool, device: Optional[int], json: bool,
+                     ranks: Optional[int] = None) -> None:
     if files is None:
         raise UsageError("--file-size needs --files")
     try:
@@ -560,6 +584,7 @@ def _files_benchmark(out: Output, files: Optional[int], file_size: Optional[str]
         memory="host" if where is None else "gpu",
         device=0 if where is None else where,
         threads=None if threads is None else _list("--threads", threads, _count),
+        ranks=ranks,
     )
     document = _measure(out, run_files_benchmark, config)
     out.result({"command": "benchmark", "ok": True, **document}, lambda: _files_render(document))

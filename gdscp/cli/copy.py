@@ -24,7 +24,7 @@ import typer
 from rich.table import Table
 
 from ..bulk import FileResult, clean_temporaries, copy_files
-from . import options
+from . import options, ranks
 from .atomic import commit, discard, make_temp_link
 from .jobs import run_job
 from .output import EXIT_FAILURE, Failure, Output, describe
@@ -52,9 +52,13 @@ class _Record:
     read_backend: Optional[str] = None
     write_backend: Optional[str] = None
     seconds: float = 0.0  # the file's own transfer time
+    ranks: Optional[list] = None  # under MPI, a file shared among ranks: the ranks that wrote it
 
     def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        d = dict(self.__dict__)
+        if d["ranks"] is None:
+            del d["ranks"]
+        return d
 
 
 def _umask() -> int:
@@ -153,6 +157,15 @@ class _Copier:
     def run(self, jobs: list[_Job], progress: TransferProgress) -> None:
         """Directories and links in order, then every file in one bulk job, then
         the directories' modes and times."""
+        files, after = self.prepare(jobs)
+        if files:
+            self._copy_files(files, progress)
+        self.finish(after)
+
+    def prepare(self, jobs: list[_Job]) -> tuple[list[tuple[_Job, _Record]], list[_Job]]:
+        """Makes the directories and links, in order; returns the files to copy
+        (each with its record, already in ``records``) and the directories whose
+        modes and times come after their contents."""
         files: list[tuple[_Job, _Record]] = []
         after: list[_Job] = []
         for job in jobs:
@@ -167,8 +180,10 @@ class _Copier:
                 files.append((job, record))
                 continue
             self._step(job, record)
-        if files:
-            self._copy_files(files, progress)
+        return files, after
+
+    def finish(self, after: list[_Job]) -> None:
+        """The directories' modes and times, once their contents are in."""
         for job in after:
             self._step(job, _Record(job.src, job.dst))
 
@@ -334,6 +349,12 @@ def copy(
         copier = _Copier(
             out, recursive=recursive, no_clobber=no_clobber, preserve=preserve, verify=verify, fail_fast=fail_fast
         )
+        world = ranks.join(out, threads)
+        if world is not None:  # one rank of an MPI job: the job is shared among the ranks
+            with ranks.protocol(world):
+                ranks.copy(world, out, copier, srcs, dst, host=host, device=device, chunk_size=chunk_size,
+                            clean=clean, report=report)
+            return
         jobs = copier.plan(srcs, dst)
         files = [j for j in jobs if j.kind == "file"]
         total = sum(j.st.st_size for j in files)
@@ -358,42 +379,52 @@ def copy(
             copier.run(jobs, progress)
         seconds = time.perf_counter() - start
 
-        records = copier.records
-        copied = [r for r in records if r.status == "copied"]
-        skipped = [r for r in records if r.status == "skipped"]
-        failed = [r for r in records if r.status in ("failed", "cancelled")]
-        nbytes = sum(r.bytes for r in copied)
-        data = {
-            "command": "copy",
-            "ok": not failed,
-            "memory": "host" if where is None else "gpu",
-            "device": where,
-            "devices": spread,
-            "device_bytes": {str(d): n for d, n in copier.device_bytes.items()} if spread else None,
-            "copied": len(copied),
-            "skipped": len(skipped),
-            "failed": len(failed),
-            "bytes": nbytes,
-            "seconds": seconds,
-            "gb_per_s": gb_per_s(nbytes, seconds),
-            "verified": verify,
-            # Per file only where it is printed: thousands of records cost time.
-            "files": [r.as_dict() for r in records] if json else [],
-        }
+        report(out, copier.records, where, verify, seconds, spread=spread,
+               device_bytes=copier.device_bytes if spread else None)
 
-        def render() -> Table:
-            name = options.memory_name(where) if spread is None else options.devices_name(spread)
-            table = Table(title=f"copy through {name}", title_justify="left")
-            for name in ("copied", "skipped", "failed", "bytes", "time", "rate"):
-                table.add_column(name, justify="right")
-            table.add_row(str(len(copied)), str(len(skipped)), str(len(failed)), format_bytes(nbytes),
-                          format_seconds(seconds), format_rate(nbytes, seconds))
-            if verify and not failed:
-                table.caption = "every copy was compared with its source"
-            elif verify:
-                table.caption = f"the copies made were compared with their sources; {len(failed)} failed"
-            return table
 
-        out.result(data, render)
-        if failed:
-            raise typer.Exit(EXIT_FAILURE)
+def report(out: Output, records: list[_Record], where: Optional[int], verify: bool, seconds: float,
+           extra: Optional[dict[str, Any]] = None, *, spread: Optional[list[int]] = None,
+           device_bytes: Optional[dict[int, int]] = None) -> None:
+    """The summary (a table, or the JSON document); exit code 1 if any file failed.
+    ``spread``: the GPUs a job spread over, and ``device_bytes`` each one's share."""
+    copied = [r for r in records if r.status == "copied"]
+    skipped = [r for r in records if r.status == "skipped"]
+    failed = [r for r in records if r.status in ("failed", "cancelled")]
+    nbytes = sum(r.bytes for r in copied)
+    data = {
+        "command": "copy",
+        "ok": not failed,
+        "memory": "host" if where is None else "gpu",
+        "device": where,
+        "devices": spread,
+        "device_bytes": {str(d): n for d, n in device_bytes.items()} if device_bytes else None,
+        "copied": len(copied),
+        "skipped": len(skipped),
+        "failed": len(failed),
+        "bytes": nbytes,
+        "seconds": seconds,
+        "gb_per_s": gb_per_s(nbytes, seconds),
+        "verified": verify,
+        # Per file only where it is printed: thousands of records cost time.
+        "files": [r.as_dict() for r in records] if out.json else [],
+        **(extra or {}),
+    }
+
+    def render() -> Table:
+        on_ranks = f" on each of {data['ranks']} ranks" if data.get("ranks") else ""
+        name = options.memory_name(where) if spread is None else options.devices_name(spread)
+        table = Table(title=f"copy through {name}{on_ranks}", title_justify="left")
+        for name in ("copied", "skipped", "failed", "bytes", "time", "rate"):
+            table.add_column(name, justify="right")
+        table.add_row(str(len(copied)), str(len(skipped)), str(len(failed)), format_bytes(nbytes),
+                      format_seconds(seconds), format_rate(nbytes, seconds))
+        if verify and not failed:
+            table.caption = "every copy was compared with its source"
+        elif verify:
+            table.caption = f"the copies made were compared with their sources; {len(failed)} failed"
+        return table
+
+    out.result(data, render)
+    if failed:
+        raise typer.Exit(EXIT_FAILURE)

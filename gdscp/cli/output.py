@@ -182,6 +182,10 @@ class Output:
         elif render is not None and not (self.quiet and data.get("ok", True)):
             self.stdout.print(render())
 
+    @property
+    def result_written(self) -> bool:
+        return self._result_written
+
     # -- failures -----------------------------------------------------------------
     def fail(self, exc: BaseException) -> int:
         """Report ``exc`` on stderr (and as the JSON result with --json); its exit code."""

@@ -20,7 +20,7 @@ import typer
 from rich.table import Table
 
 from ..bulk import FileResult, read_files, stream_files
-from . import options
+from . import options, ranks
 from .jobs import run_job
 from .output import EXIT_FAILURE, Failure, Output, UsageError
 from .progress import TransferProgress
@@ -170,6 +170,12 @@ def read(
     """
     out = Output("read", json=json, quiet=quiet, debug=debug)
     with out.guard(), options.settings(threads, task_size, compat_mode):
+        world = ranks.join(out, threads)
+        if world is not None:  # one rank of an MPI job: the files are shared among the ranks
+            with ranks.protocol(world):
+                ranks.read(world, out, lambda: _plan(files, offset or 0, length, verify), host=host,
+                            device=device, chunk_size=chunk_size, verify=verify, report=report)
+            return
         plan = _plan(files, offset or 0, length, verify)
         spread = options.choose_devices(host, device, devices)
         if replicate:
@@ -206,42 +212,54 @@ def read(
             per_device = job.device_bytes()
             del job  # the replicas' GPU memory
 
-        ok = all(r.status == "done" for r in results)
-        nbytes = sum(r.bytes for r in results)
-        data = {
-            "command": "read",
-            "ok": ok,
-            "memory": "host" if where is None else "gpu",
-            "device": where,
-            "devices": spread,
-            "replicate": replicate,
-            "device_bytes": {str(d): n for d, n in per_device.items()} if spread else None,
-            "files": [f.result(r, where, verify) for f, r in zip(plan, results)],
-            "bytes": nbytes,
-            "seconds": seconds,
-            "gb_per_s": gb_per_s(nbytes, seconds),
-            "verified": verify,
-        }
+        report(out, plan, results, where, verify, seconds, spread=spread, replicate=replicate,
+               device_bytes=per_device if spread else None)
 
-        def render() -> Table:
-            name = options.memory_name(where) if spread is None else options.devices_name(spread)
-            table = Table(title=f"{'replicated' if replicate else 'read'} into {name}", title_justify="left")
-            for name in ("file", "bytes", "time", "rate", "backend"):
-                table.add_column(name, justify="right" if name in ("bytes", "time", "rate") else "left")
-            for f in data["files"]:
-                table.add_row(f["path"], format_bytes(f["bytes"]), format_seconds(f["seconds"]),
-                              format_rate(f["bytes"], f["seconds"]), f["backend"] if f["status"] == "done" else "failed")
-            if len(plan) > 1:
-                table.add_row("total", format_bytes(nbytes), format_seconds(seconds), format_rate(nbytes, seconds), "",
-                              style="bold")
-            captions = []
-            if spread and len(spread) > 1 and not replicate:
-                captions.append("per GPU: " + ", ".join(f"{d}: {format_bytes(n)}" for d, n in per_device.items()))
-            if verify and ok:
-                captions.append("verified: every byte matches a plain read")
-            table.caption = "; ".join(captions) or None
-            return table
 
-        out.result(data, render)
-        if not ok:
-            raise typer.Exit(EXIT_FAILURE)
+def report(out: Output, plan: list[_File], results: list[FileResult], where: Optional[int], verify: bool,
+           seconds: float, extra: Optional[dict[str, Any]] = None, *, spread: Optional[list[int]] = None,
+           replicate: bool = False, device_bytes: Optional[dict[int, int]] = None) -> None:
+    """The table, or the JSON document; exit code 1 if any file failed.
+    ``spread``: the GPUs a job spread over (``replicate``: each file loaded
+    into every one), and ``device_bytes`` each one's share."""
+    ok = all(r.status == "done" for r in results)
+    nbytes = sum(r.bytes for r in results)
+    data = {
+        "command": "read",
+        "ok": ok,
+        "memory": "host" if where is None else "gpu",
+        "device": where,
+        "devices": spread,
+        "replicate": replicate,
+        "device_bytes": {str(d): n for d, n in device_bytes.items()} if device_bytes else None,
+        "files": [f.result(r, where, verify) for f, r in zip(plan, results)],
+        "bytes": nbytes,
+        "seconds": seconds,
+        "gb_per_s": gb_per_s(nbytes, seconds),
+        "verified": verify,
+        **(extra or {}),
+    }
+
+    def render() -> Table:
+        on_ranks = f" on each of {data['ranks']} ranks" if data.get("ranks") else ""
+        name = options.memory_name(where) if spread is None else options.devices_name(spread)
+        table = Table(title=f"{'replicated' if replicate else 'read'} into {name}{on_ranks}", title_justify="left")
+        for name in ("file", "bytes", "time", "rate", "backend"):
+            table.add_column(name, justify="right" if name in ("bytes", "time", "rate") else "left")
+        for f in data["files"]:
+            table.add_row(f["path"], format_bytes(f["bytes"]), format_seconds(f["seconds"]),
+                          format_rate(f["bytes"], f["seconds"]), f["backend"] if f["status"] == "done" else "failed")
+        if len(plan) > 1:
+            table.add_row("total", format_bytes(nbytes), format_seconds(seconds), format_rate(nbytes, seconds), "",
+                          style="bold")
+        captions = []
+        if spread and len(spread) > 1 and not replicate and device_bytes:
+            captions.append("per GPU: " + ", ".join(f"{d}: {format_bytes(n)}" for d, n in device_bytes.items()))
+        if verify and ok:
+            captions.append("verified: every byte matches a plain read")
+        table.caption = "; ".join(captions) or None
+        return table
+
+    out.result(data, render)
+    if not ok:
+        raise typer.Exit(EXIT_FAILURE)

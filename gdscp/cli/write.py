@@ -14,7 +14,7 @@ from rich.table import Table
 
 from .. import CuFile, memory
 from ..page_cache import drop_file_page_cache as drop_cache
-from . import options
+from . import options, ranks
 from .atomic import commit, discard, fsync_dir, make_temp
 from .output import Failure, Output, UsageError
 from .progress import TransferProgress
@@ -122,6 +122,14 @@ def write(
         if verify and special is not None and not stat.S_ISBLK(special.st_mode):
             raise UsageError(f"--verify cannot read '{path}' back: it is not a regular file or block device")
         check_room(path, size, special)
+        world = ranks.join(out, threads)
+        if world is not None:  # one rank of an MPI job: each rank writes its range of one temporary file
+            if special is not None:
+                raise UsageError(f"'{path}' is not a regular file: under MPI only regular files are written")
+            with ranks.protocol(world):
+                _write_across(world, out, path, size, kind=pattern.value, seed=seed, fsync=fsync, verify=verify,
+                              host=host, device=device, chunk_size=chunk_size)
+            return
         # fsync means nothing to a character device or FIFO.
         synced = fsync and (special is None or stat.S_ISBLK(special.st_mode))
         spread = options.choose_devices(host, device, devices)
@@ -163,29 +171,9 @@ def write(
             with sink:
                 if npieces:
                     fill(0, 0, min(chunk, size))  # before the clock starts: the first fill is not a write
-                pending: collections.deque = collections.deque()
                 with TransferProgress(out.stderr, size, 1, "write", enabled=out.show_progress) as progress:
                     start = time.perf_counter()
-                    try:
-                        for k in range(npieces):
-                            pos = k * chunk
-                            n = min(chunk, size - pos)
-                            slot = k % nslots
-                            if len(pending) == nslots:
-                                _finish(progress, pending.popleft(), path)
-                            if k:
-                                fill(slot, pos, n)
-                            pending.append((sink.pwrite(slots[slot][:n], n, pos), pos, n))
-                        while pending:
-                            _finish(progress, pending.popleft(), path)
-                    finally:
-                        for future, _pos, _n in pending:
-                            future.cancel()
-                        for future, _pos, _n in pending:
-                            try:
-                                future.get()
-                            except BaseException:  # noqa: BLE001 - the first error is the one reported
-                                pass
+                    write_range(sink, slots, fill, chunk, 0, size, progress, path)
                     if synced:
                         try:
                             os.fsync(sink.fileno())
@@ -239,6 +227,77 @@ def write(
         out.result(data, render)
 
 
+def _write_across(world: Any, out: Output, path: str, size: int, *, kind: str, seed: int, fsync: bool,
+                  verify: bool, host: bool, device: Any, chunk_size: Any) -> None:
+    """``gdscp write`` on every rank of an MPI job: rank 0 makes the temporary
+    file, each rank writes (and fsyncs) its range of the pattern, and rank 0
+    renames the file into place once every range is durable (gdscp.cli.ranks)."""
+    from ..mpi.split import split_by_bytes  # noqa: PLC0415
+
+    def setup() -> tuple[Any, Any]:
+        where = ranks.choose_memory(out, host, device)
+        tmp = None
+        if world.root:
+            try:
+                tmp = make_temp(path)
+                ranks.reserve(tmp, size)
+            except OSError as exc:
+                raise Failure(f"cannot create '{path}': {exc.strerror}") from None
+        return where, tmp
+
+    where, tmp = ranks.phase(world, out, setup)  # on failure, rank 0's guard removes the temporary file
+    tmp = world.bcast(tmp)
+    piece = ([p for p in split_by_bytes([size], world.size)[world.rank]] or [None])[0]
+
+    def write_share() -> str:
+        if piece is None or piece.length == 0:
+            return "posix"
+        chunk = options.chunk_size(chunk_size, piece.length, where, 2)
+        nslots = min(2, -(-piece.length // chunk))
+        buffer = memory.allocate(chunk * nslots, where)
+        slots = [buffer[i * chunk : (i + 1) * chunk] for i in range(nslots)]
+
+        def fill(slot: int, pos: int, n: int) -> None:
+            memory.fill(slots[slot][:n], kind, seed, pos)
+
+        fill(0, piece.offset, min(chunk, piece.length))
+        with CuFile(tmp, "r+") as sink, TransferProgress(
+            out.stderr, piece.length, 1, f"write (rank 0 of {world.size})", enabled=world.root and out.show_progress
+        ) as progress:
+            write_range(sink, slots, fill, chunk, piece.offset, piece.offset + piece.length, progress, path)
+            if fsync:
+                os.fsync(sink.fileno())
+            return "posix" if where is None else sink.backend
+
+    world.barrier()
+    start = time.perf_counter()
+    code, messages, backend = ranks.run(world, write_share)
+    everyone = world.agree(code, messages)
+    seconds = time.perf_counter() - start
+
+    def conclude(ok: bool) -> None:
+        if not ok:  # a range is missing: no file takes the name
+            discard(tmp)
+            return
+        os.chmod(tmp, _new_file_mode(path))
+        commit(tmp, path)
+        if fsync:
+            fsync_dir(os.path.dirname(os.path.abspath(path)))
+        if verify:
+            verify_pattern(path, size, kind, seed)
+        data = {
+            "command": "write", "ok": True, "path": path, "bytes": size, "seconds": seconds,
+            "gb_per_s": gb_per_s(size, seconds), "pattern": kind, "seed": seed, "fsync": fsync,
+            "memory": "host" if where is None else "gpu", "device": where, "backend": backend,
+            "verified": verify, "ranks": world.size,
+        }
+        out.result(data, lambda: f"wrote {format_bytes(size)} to {path} in {format_seconds(seconds)} "
+                                 f"({format_rate(size, seconds)}) from {world.size} ranks"
+                                 + ("; verified" if verify else ""))
+
+    ranks.conclude(world, out, conclude, everyone)
+
+
 def _new_file_mode(path: str) -> int:
     """The mode `open(path, "w")` would leave: an existing file's, else 0666 less the umask."""
     try:
@@ -247,6 +306,34 @@ def _new_file_mode(path: str) -> int:
         umask = os.umask(0)
         os.umask(umask)
         return 0o666 & ~umask
+
+
+def write_range(sink: Any, slots: list, fill: Any, chunk: int, start: int, end: int, progress: TransferProgress,
+                path: str) -> None:
+    """Bytes [start, end) of the pattern into ``sink`` (CuFile) in pieces of
+    ``chunk``, the slots used in turn, each refilled while the others are
+    written; the first piece's slot 0 is filled by the caller."""
+    pending: collections.deque = collections.deque()
+    try:
+        for k in range(-(-(end - start) // chunk)):
+            pos = start + k * chunk
+            n = min(chunk, end - pos)
+            slot = k % len(slots)
+            if len(pending) == len(slots):
+                _finish(progress, pending.popleft(), path)
+            if k:
+                fill(slot, pos, n)
+            pending.append((sink.pwrite(slots[slot][:n], n, pos), pos, n))
+        while pending:
+            _finish(progress, pending.popleft(), path)
+    finally:
+        for future, _pos, _n in pending:
+            future.cancel()
+        for future, _pos, _n in pending:
+            try:
+                future.get()
+            except BaseException:  # noqa: BLE001 - the first error is the one reported
+                pass
 
 
 def _finish(progress: TransferProgress, item, path: str) -> None:

@@ -44,6 +44,12 @@ struct BulkItem {
   // one of the GPUs (in turn) and is copied from there to the others, GPU to
   // GPU where they have peer access, else from the same pinned host chunk.
   std::vector<uintptr_t> replicas;
+  // write, copy: `size` bytes at `offset` of `dst`, an existing regular file
+  // written in place (a temporary file another process made and will rename):
+  // no temporary of its own, no truncation, no rename, its mode and times left
+  // alone; the range made durable with the file's own fsync. A copy reads the
+  // same range of `src`, which must hold all of it.
+  bool part = false;
 };
 
 // When data is made durable. file: each file fsynced on its worker. group: one

@@ -73,6 +73,13 @@ void open_source(const TransferContext& cx, Transfer& t, const std::string& path
       if (item.offset > 0 && ::lseek(t.src_fd, item.offset, SEEK_SET) < 0)
         throw_os_error(errno, "cannot seek in", path, item.offset);
     }
+  } else if (item.part) {
+    if (!t.src_sized || item.offset < 0 || item.size < 0 || item.offset + item.size > length)
+      fail_state("'" + path + "' has no bytes [" + std::to_string(item.offset) + ", " +
+                     std::to_string(item.offset + item.size) + ") to copy (it has " + std::to_string(length) + ")",
+                 path);
+    t.offset = item.offset;
+    t.size = item.size;
   } else {
     t.offset = 0;
     t.size = t.src_sized ? length : -1;
@@ -180,6 +187,27 @@ bool open_destination(const TransferContext& cx, Transfer& t, std::string& note)
   return true;
 }
 
+// The destination of a part: an existing regular file, opened to be written
+// in place at the part's offsets.
+void open_part_destination(Transfer& t) {
+  const BulkItem& item = *t.item;
+  t.dst = item.dst;
+  t.dir = dir_of(t.dst);
+  t.part = true;
+  t.chmod = false;
+  t.dst_fd = open_plain(t.dst, O_RDWR);
+  if (t.dst_fd < 0) throw_os_error(errno, "cannot open for writing", t.dst);
+  t.own_dst_fd = true;
+  struct stat st{};
+  if (::fstat(t.dst_fd, &st) != 0) throw_os_error(errno, "cannot stat", t.dst);
+  if (!S_ISREG(st.st_mode)) fail_state("cannot write part of '" + t.dst + "': it is not a regular file", t.dst);
+  t.dev = st.st_dev;
+  if (item.kind == BulkKind::write) {
+    if (item.offset < 0) fail_state("a part of '" + t.dst + "' cannot start before the file", t.dst);
+    t.offset = item.offset;
+  }
+}
+
 // The bytes of [off, off + n) of the source into `base` (memory `mem`);
 // fewer only at end of file.
 size_t read_chunk(const TransferContext& cx, Transfer& t, const MemoryTarget& mem, char* base, int64_t off, size_t n) {
@@ -256,6 +284,31 @@ void verify_landed(Transfer& t, const MemoryTarget& mem, const char* got, int64_
                  t.item->src);
     }
     done += k;
+  }
+}
+
+// A part's range, read from storage, against the same range of the source.
+void verify_part(Transfer& t) {
+  ::posix_fadvise(t.dst_fd, t.offset, t.size, POSIX_FADV_DONTNEED);
+  auto a = BufferPool::aligned().acquire(kVerifyBlock);
+  auto b = BufferPool::aligned().acquire(kVerifyBlock);
+  char* x = static_cast<char*>(a.get());
+  char* y = static_cast<char*>(b.get());
+  for (int64_t done = 0; done < t.size;) {
+    const size_t want = static_cast<size_t>(std::min<int64_t>(kVerifyBlock, t.size - done));
+    const int64_t pos = t.offset + done;
+    const size_t n = pread_full(t.source_fd(), x, want, pos, t.item->src);
+    const size_t m = pread_full(t.dst_fd, y, want, pos, t.dst);
+    if (m > 0 && fault::check(fault::Op::land)) y[0] ^= 0xFF;
+    const size_t k = std::min(n, m);
+    if (n != want || m != want || std::memcmp(x, y, k) != 0) {
+      size_t i = 0;
+      while (i < k && x[i] == y[i]) ++i;
+      fail_state("verify failed: the copy of '" + t.item->src + "' differs at offset " +
+                     std::to_string(pos + static_cast<int64_t>(i)),
+                 t.dst);
+    }
+    done += static_cast<int64_t>(want);
   }
 }
 
@@ -369,7 +422,11 @@ std::shared_ptr<Transfer> open_transfer(const TransferContext& cx, size_t index,
   } else {
     t->size = item.size;
   }
-  if (item.kind != BulkKind::read) {
+  if (item.kind != BulkKind::read && item.part) {
+    open_part_destination(*t);
+    if (t->mem.device || t->size >= kFileMin)
+      open_file(cx, t->dst, "r+", t->mem, t->dst_file, t->dst_backends, t->dst_backend);
+  } else if (item.kind != BulkKind::read) {
     if (!open_destination(cx, *t, note)) return nullptr;
     if (!t->in_place && (t->mem.device || t->size >= kFileMin))
       open_file(cx, t->tmp ? t->tmp.path() : t->dst, "r+", t->mem, t->dst_file, t->dst_backends, t->dst_backend);
@@ -529,6 +586,13 @@ void finish_data(const TransferContext& cx, Transfer& t, bool group) {
   const bool sync = cx.opt.sync != BulkSync::none;
   if (t.in_place) {
     if (t.block_device && sync && ::fsync(t.dst_fd) != 0) throw_os_error(errno, "cannot fsync", t.dst);
+    return;
+  }
+  if (t.part) {
+    // Its own fsync whatever the grouping: no batch renames a part.
+    if ((sync || cx.opt.verify) && ::fsync(t.dst_fd) != 0) throw_os_error(errno, "cannot fsync", t.dst);
+    t.synced = true;
+    if (cx.opt.verify && item.kind == BulkKind::copy) verify_part(t);
     return;
   }
   if (t.chmod && ::fchmod(t.dst_fd, static_cast<mode_t>(t.mode)) != 0)

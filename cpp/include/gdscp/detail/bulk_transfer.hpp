@@ -67,6 +67,7 @@ struct Transfer {
   Backends dst_backends;
   Backend* dst_backend = nullptr;
   bool in_place = false;      // a device or FIFO: written front to back, never replaced
+  bool part = false;          // a range of an existing file, written in place (BulkItem::part)
   bool block_device = false;
   int mode = -1;
   bool chmod = true;          // the mode still has to be set (it was not the one the file was created with)

@@ -1,0 +1,558 @@
+"""``copy``, ``read`` and ``write`` as one job over the ranks of an MPI launch
+(``mpiexec -n N gdscp ...``, ``srun gdscp ...``; gdscp.mpi).
+
+Every rank runs the same phases and the ranks agree after each one
+(``World.agree``), so a rank that fails or is interrupted never leaves the
+others waiting: the job fails (or ends as interrupted) everywhere, and every
+rank exits with the job's code. Rank 0 walks the sources, makes the
+directories and links, and creates one locked temporary file for each file
+that is shared among ranks; the files and large files' chunks are shared by
+bytes (gdscp.mpi.split). Each rank copies its whole files as a single process
+does (temporary file, durable, renamed) and writes its ranges of the shared
+files in place, each range fsynced. Only once every rank has reported its
+ranges durable does rank 0 give a shared file its mode and times and rename it
+into place; a failure or an interruption anywhere removes it instead. Rank 0
+prints the one summary (``--json``: the one document) and every failure with
+the rank and path where it happened; the progress bar on stderr is rank 0's
+own share. Each rank uses its node-local GPU unless ``--device`` or
+``--host`` says otherwise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import stat
+import sys
+import time
+from typing import Any, Iterator, Optional
+
+import typer
+
+from .. import mpi
+from ..bulk import copy_files, stream_files
+from ..mpi.split import split_by_bytes
+from ..mpi.comm import Status, Unavailable, World, job_code, worst
+from . import options
+from .atomic import commit, discard, fsync_dir, make_temp, remove_pending
+from .output import Output, Terminated, UsageError, describe
+from .progress import TransferProgress
+
+__all__ = ["join", "copy", "read", "choose_memory", "run", "phase", "conclude", "protocol", "launched"]
+
+
+def join(out: Output, threads: Optional[int] = None) -> Optional[World]:
+    """The world of this job, or None for a process on its own. Ranks other
+    than 0 print nothing but what cannot wait for rank 0 (their Output goes
+    quiet). Without ``--threads`` or GDSCP_NUM_THREADS, the ranks of a node
+    share its cores: each gets its share of the default worker count (at least 2)."""
+    try:
+        world = mpi.world()
+    except Unavailable as exc:
+        raise UsageError(str(exc)) from None
+    if world is None:
+        return None
+    if not world.root:
+        out.quiet = True
+        out.json = False
+    local = world.launch.local_size or 1
+    if threads is None and local > 1 and not os.environ.get("GDSCP_NUM_THREADS"):
+        from .. import defaults  # noqa: PLC0415
+
+        defaults.set_num_threads(max(2, -(-(os.cpu_count() or 1) // local)))
+    return world
+
+
+def launched() -> bool:
+    """Whether a launcher started this process as one rank of several."""
+    return mpi.launched() is not None
+
+
+def choose_memory(out: Output, host: bool, device: Optional[int]) -> Optional[int]:
+    """This rank's memory: ``--host`` or ``--device`` as given, else its
+    node-local GPU (local rank modulo the GPUs it sees), else host memory."""
+    if host or device is not None:
+        return options.choose_memory(out, host, device)
+    from .. import memory  # noqa: PLC0415
+
+    if not memory.gpu_available():
+        return options.choose_memory(out, host, device)  # host memory, with its warning (or compat mode's error)
+    return options.choose_memory(out, False, mpi.node_device(memory.device_count()))
+
+
+def _run(world: World, step, *args: Any) -> tuple[int, list[str], Any]:
+    """``step(*args)`` on this rank: (exit code, messages, its result)."""
+    try:
+        return 0, [], step(*args)
+    except typer.Exit as exc:
+        return int(exc.exit_code), [], None
+    except BaseException as exc:  # noqa: BLE001 - every failure goes to the agreement
+        if isinstance(exc, (SystemExit, GeneratorExit)):
+            raise
+        message, code = describe(exc)
+        if code in (130, 143):
+            message = ""
+        return code, [f"rank {world.rank}: {message}"] if message else [], None
+
+
+@contextlib.contextmanager
+def protocol(world: World) -> Iterator[None]:
+    """Around a command's phases: an exception that escapes them (a bug, or a
+    signal between two phases) would leave the other ranks waiting in an
+    agreement this rank never reaches, so it ends the whole job (MPI_Abort)."""
+    try:
+        yield
+    except (typer.Exit, SystemExit, GeneratorExit):
+        raise
+    except BaseException as exc:  # noqa: BLE001 - the last resort
+        message, code = describe(exc)
+        sys.stderr.write(f"gdscp: error: rank {world.rank}: {message}; ending the job (MPI_Abort)\n")
+        sys.stderr.flush()
+        remove_pending()
+        world.abort(code)
+        raise
+
+
+def run(world: World, step: Any, *args: Any) -> tuple[int, list[str], Any]:
+    """``step(*args)`` on this rank: (exit code, messages for rank 0, its result)."""
+    return _run(world, step, *args)
+
+
+def phase(world: World, out: Output, step: Any) -> Any:
+    """``step()`` on every rank, then the agreement: its result here, or, where
+    any rank failed, the end of the command on every rank with the job's code."""
+    code, messages, got = _run(world, step)
+    _settle(world, out, world.agree(code, messages))
+    return got
+
+
+def conclude(world: World, out: Output, step: Any, everyone: list[Status]) -> None:
+    """The last phase: rank 0 prints what the ranks reported and runs
+    ``step(ok)`` (ok: every rank did its share), then every rank leaves with
+    the job's code."""
+    code, messages = 0, []
+    if world.root:
+        for s in everyone:
+            for message in s.messages:
+                out.error(message)
+        before = job_code(everyone)
+        code, messages, _ = _run(world, step, before == 0)
+        code = worst(code, before)
+    _finish(world, out, code, messages)
+
+
+def _settle(world: World, out: Output, statuses: list[Status]) -> None:
+    """After an agreement: stop everywhere, with the job's code, if any rank failed
+    the phase (rank 0 says what went wrong where)."""
+    code = job_code(statuses)
+    if code == 0:
+        return
+    if world.root:
+        _say(out, statuses, code)
+    raise typer.Exit(code)
+
+
+def _say(out: Output, statuses: list[Status], code: int) -> None:
+    """Rank 0: every rank's messages, then how the job ended (with --json, as its document)."""
+    messages = [m for s in statuses for m in s.messages]
+    for message in messages:
+        out.error(message)
+    if code in (130, 143):
+        signal = KeyboardInterrupt() if code == 130 else Terminated()
+        out.fail(signal)
+    elif code and out.json and not out.result_written:
+        out.result({"command": out.command, "ok": False, "error": messages[0] if messages else "failed",
+                    "exit_code": code})
+
+
+def _finish(world: World, out: Output, code: int, messages: list[str]) -> None:
+    """The last agreement: every rank leaves with the job's code."""
+    statuses = world.agree(code, messages)
+    final = job_code(statuses)
+    if world.root:
+        _say(out, statuses, final)
+    if final:
+        raise typer.Exit(final)
+
+
+# -- copy ------------------------------------------------------------------------------
+
+
+def _shared_destination(copier: Any, job: Any) -> tuple[Optional[str], int, Optional[str]]:
+    """For a file that several ranks write: (the path it lands at, its final
+    mode, why it cannot be shared, or None). Mirrors the engine's checks."""
+    dst = job.dst
+    try:
+        st = os.stat(dst)
+    except FileNotFoundError:
+        st = None
+    if os.path.islink(dst) and st is not None:
+        dst = os.path.realpath(dst)
+    src = job.st
+    mode = stat.S_IMODE(src.st_mode) if copier.preserve else stat.S_IMODE(src.st_mode) & 0o777 & ~copier.umask
+    if st is None:
+        return dst, mode, None
+    if stat.S_ISDIR(st.st_mode):
+        return None, 0, f"cannot overwrite directory '{dst}' with non-directory '{job.src}'"
+    if (st.st_dev, st.st_ino) == (src.st_dev, src.st_ino):
+        return None, 0, f"'{job.src}' and '{dst}' are the same file"
+    if not stat.S_ISREG(st.st_mode):
+        return None, 0, ""  # a device or FIFO: one rank writes it front to back
+    if not copier.preserve:
+        mode = stat.S_IMODE(st.st_mode)
+    return dst, mode, None
+
+
+def _copy_plan(world: World, copier: Any, srcs: list[str], dst: str) -> dict[str, Any]:
+    """Rank 0: walk, make directories and links, share the files out, create the shared temporary files."""
+    jobs = copier.plan(srcs, dst)
+    files, after = copier.prepare(jobs)
+    shares = split_by_bytes([j.st.st_size for j, _ in files], world.size)
+    # The files cut among several ranks: one temporary file each, made here.
+    owners: dict[int, list[int]] = {}
+    for rank, pieces in enumerate(shares):
+        for p in pieces:
+            if not p.whole:
+                owners.setdefault(p.index, []).append(rank)
+    shared: dict[int, dict[str, Any]] = {}
+    for index, ranks in owners.items():
+        job, record = files[index]
+        target, mode, problem = _shared_destination(copier, job)
+        if problem == "":  # written front to back by the first of its ranks
+            for rank in ranks:
+                shares[rank] = [p for p in shares[rank] if p.index != index]
+            shares[ranks[0]].append(split_by_bytes([job.st.st_size], 1)[0][0]._replace(index=index))
+            continue
+        if problem is None and copier.no_clobber and os.path.lexists(job.dst):
+            record.status = "skipped"
+            copier.out.note(f"not replacing '{job.dst}' (it exists; --no-clobber)")
+        elif problem is None:
+            try:
+                tmp = make_temp(target)
+                reserve(tmp, job.st.st_size)
+            except OSError as exc:
+                problem = f"cannot copy '{job.src}' to '{job.dst}': {describe(exc)[0]}"
+            else:
+                shared[index] = {"tmp": tmp, "dst": target, "mode": mode, "ranks": ranks}
+        if problem:
+            record.status, record.error = "failed", problem
+            copier.out.error(problem)
+        if index not in shared:
+            for rank in ranks:
+                shares[rank] = [p for p in shares[rank] if p.index != index]
+    return {
+        "files": [(j.src, j.dst, j.st.st_size) for j, _ in files],
+        "shares": shares,
+        "shared": {i: s["tmp"] for i, s in shared.items()},
+        # Rank 0's own, kept off the broadcast:
+        "_records": files,
+        "_after": after,
+        "_shared": shared,
+    }
+
+
+def reserve(path: str, size: int) -> None:
+    """Give a shared temporary file its size, its blocks allocated where the
+    filesystem can (the ranks then write into allocated space: no allocation
+    under the file's lock for each of their writes; a full disk fails here),
+    else as a sparse file. fallocate(2) itself, not posix_fallocate, which
+    where the filesystem cannot allocate writes a byte into every block."""
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        if size and _fallocate(fd, size):
+            return
+        os.ftruncate(fd, size)
+    finally:
+        os.close(fd)
+
+
+def _fallocate(fd: int, size: int) -> bool:
+    """fallocate(fd, 0, 0, size); False where the filesystem (or libc) cannot."""
+    import ctypes  # noqa: PLC0415
+
+    try:
+        call = ctypes.CDLL(None, use_errno=True).fallocate
+    except (OSError, AttributeError):
+        return False
+    call.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    while call(fd, 0, 0, size) != 0:
+        err = ctypes.get_errno()
+        if err == errno.EINTR:
+            continue
+        if err in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+            return False
+        raise OSError(err, os.strerror(err))
+    return True
+
+
+def _copy_share(world: World, out: Output, plan: dict[str, Any], where: Optional[int], copier: Any,
+                staging_size: Optional[int]) -> list[tuple]:
+    """This rank's share: its whole files and its ranges of shared ones, in one bulk job.
+    Returns (file index, whole, status, bytes, seconds, error, read backend, write backend) per piece."""
+    files, shared = plan["files"], plan["shared"]
+    pieces = plan["shares"][world.rank]
+    if not pieces:
+        return []
+    pairs, ranges, sizes = [], [], []
+    for p in pieces:
+        src, dst, size = files[p.index]
+        if p.whole:
+            pairs.append((src, dst))
+            ranges.append(None)
+        else:
+            pairs.append((src, shared[p.index]))
+            ranges.append((p.offset, p.length))
+        sizes.append(p.length)
+    _test_fault(world)
+    job = copy_files(pairs, device=where, no_clobber=copier.no_clobber, preserve=copier.preserve,
+                     verify=copier.verify, fail_fast=copier.fail_fast, staging_size=staging_size, sizes=sizes,
+                     ranges=ranges, clean=False)
+    total = sum(sizes)
+    with TransferProgress(out.stderr, total, len(pieces), f"copy (rank 0 of {world.size})",
+                          enabled=world.root and out.show_progress) as progress:
+        progress.follow(job)
+        with job:  # Ctrl-C while waiting cancels the job: its temporary files go
+            _test_pause()
+            results = job.results()
+    return [
+        (p.index, p.whole, r.status, r.bytes, r.seconds, r.error, r.read_backend, r.write_backend, p.offset)
+        for p, r in zip(pieces, results)
+    ]
+
+
+def _copy_commit(world: World, copier: Any, plan: dict[str, Any], everyone: list[Status], interrupted: bool) -> None:
+    """Rank 0: the records of every file, and the shared files put in place
+    (mode, times, rename) where every range of them is done, removed otherwise."""
+    files, shared = plan["_records"], plan["_shared"]
+    for rank, pieces in enumerate(plan["shares"]):
+        for p in pieces:
+            if p.whole:  # until its rank's result says otherwise
+                files[p.index][1].status = "cancelled"
+                files[p.index][1].error = f"rank {rank}: not copied (that rank ended early)"
+    parts: dict[int, list[tuple]] = {}
+    for s in everyone:
+        for piece in s.data or []:
+            index, whole, status, nbytes, seconds, error, rb, wb, offset = piece
+            record = files[index][1]
+            if whole:
+                record.bytes, record.seconds, record.read_backend, record.write_backend = nbytes, seconds, rb, wb
+                record.error = None
+                if status == "done":
+                    record.status = "copied"
+                elif status == "skipped":
+                    record.status = "skipped"
+                elif status == "failed":
+                    record.status = "failed"
+                    record.error = f"rank {s.rank}: cannot copy '{record.source}' to '{record.destination}': {error}"
+                    copier.out.error(record.error)
+                else:
+                    record.status, record.error = "cancelled", f"rank {s.rank}: not copied ({status})"
+            else:
+                parts.setdefault(index, []).append((s.rank, status, nbytes, seconds, error, rb, wb, offset))
+    for index, info in shared.items():
+        record = files[index][1]
+        got = parts.get(index, [])
+        bad = [g for g in got if g[1] != "done"]
+        ok = not interrupted and len(got) == len(info["ranks"]) and not bad
+        record.ranks = sorted(g[0] for g in got)
+        record.bytes = sum(g[2] for g in got)
+        record.seconds = max((g[3] for g in got), default=0.0)
+        record.read_backend, record.write_backend = (got[0][5], got[0][6]) if got else (None, None)
+        if ok:
+            try:
+                _put_in_place(copier, info, files[index][0])
+                record.status = "copied"
+                continue
+            except FileExistsError:
+                record.status = "skipped"
+                copier.out.note(f"not replacing '{record.destination}' (it appeared during the copy; --no-clobber)")
+            except OSError as exc:
+                record.status = "failed"
+                record.error = f"rank 0: cannot copy '{record.source}' to '{record.destination}': {describe(exc)[0]}"
+                copier.out.error(record.error)
+        else:
+            record.status = "failed" if bad else "cancelled"
+            for rank, status, _n, _s, error, _rb, _wb, offset in bad:
+                if status == "failed":
+                    record.error = (f"rank {rank}: cannot copy '{record.source}' to '{record.destination}' "
+                                    f"(its part at offset {offset}): {error}")
+                    copier.out.error(record.error)
+            if record.error is None:
+                record.error = "not copied: the job was interrupted" if interrupted else "not copied"
+        discard(info["tmp"])
+
+
+def _put_in_place(copier: Any, info: dict[str, Any], job: Any) -> None:
+    """A shared file whose every range is durable: its mode and times, then its name."""
+    tmp, dst = info["tmp"], info["dst"]
+    os.chmod(tmp, info["mode"])
+    if copier.preserve:
+        os.utime(tmp, ns=(job.st.st_atime_ns, job.st.st_mtime_ns))
+    fd = os.open(tmp, os.O_RDONLY)
+    try:
+        os.fsync(fd)  # the mode and times
+    finally:
+        os.close(fd)
+    if copier.no_clobber:
+        os.link(tmp, dst)  # FileExistsError: something took the name meanwhile
+        discard(tmp)
+    else:
+        commit(tmp, dst)
+    fsync_dir(os.path.dirname(os.path.abspath(dst)))
+
+
+def copy(world: World, out: Output, copier: Any, srcs: list[str], dst: str, *, host: bool, device: Optional[int],
+         chunk_size: Optional[int], clean: bool, report: Any) -> None:
+    """``gdscp copy`` on every rank of ``world``."""
+    start = time.perf_counter()
+    # 1. Rank 0 plans and makes the tree; every rank picks its memory.
+    def setup() -> tuple[Optional[int], Optional[int], Optional[dict]]:
+        where = choose_memory(out, host, device)
+        staging = options.staging_size(chunk_size)
+        plan = None
+        if world.root:
+            if clean and os.path.isdir(dst):
+                from .copy import _clean  # noqa: PLC0415
+
+                removed = _clean(dst)
+                if removed:
+                    out.note(f"removed {removed} temporary file{'s' if removed != 1 else ''} of earlier runs")
+            plan = _copy_plan(world, copier, srcs, dst)
+        return where, staging, plan
+
+    code, messages, got = _run(world, setup)
+    where, staging, plan = got if got else (None, None, None)
+    statuses = world.agree(code, messages)
+    if job_code(statuses):
+        if world.root and plan:
+            for tmp in plan["shared"].values():
+                discard(tmp)
+        _settle(world, out, statuses)
+    public = {k: v for k, v in plan.items() if not k.startswith("_")} if world.root else None
+    shared_plan = world.bcast(public)
+    if world.root:
+        shared_plan = plan
+    # 2. Every rank copies its share.
+    code, messages, pieces = _run(world, _copy_share, world, out, shared_plan, where, copier, staging)
+    everyone = world.agree(code, messages, data=pieces)
+    # 3. Rank 0 puts the shared files in place (or removes them), and reports.
+    code, messages = 0, []
+    if world.root:
+        for s in everyone:
+            for message in s.messages:
+                out.error(message)
+        interrupted = job_code(everyone) in (130, 143)
+
+        def conclude() -> None:
+            _copy_commit(world, copier, plan, everyone, interrupted)
+            if not interrupted:
+                copier.finish(plan["_after"])
+            if interrupted:
+                raise typer.Exit(job_code(everyone))
+            extra = {"ranks": world.size}
+            report(out, copier.records, where, copier.verify, time.perf_counter() - start, extra)
+
+        code, messages, _ = _run(world, conclude)
+        code = worst(code, job_code(everyone))
+    _finish(world, out, code, messages)
+
+
+# -- read ------------------------------------------------------------------------------
+
+
+def _read_share(world: World, out: Output, plan: list[Any], where: Optional[int], verify: bool,
+                staging_size: Optional[int]) -> list[tuple]:
+    """This rank's ranges of the files, in one bulk job: (file index, status,
+    bytes, seconds, error, errno, backend, reason, offset) per range."""
+    sized = [i for i, f in enumerate(plan) if not f.stream]
+    shares = split_by_bytes([plan[i].length for i in sized], world.size)
+    pieces = [(sized[p.index], plan[sized[p.index]].offset + p.offset, p.length) for p in shares[world.rank]]
+    streams = [i for i, f in enumerate(plan) if f.stream]
+    pieces += [(i, 0, plan[i].length) for k, i in enumerate(streams) if k % world.size == world.rank]
+    if not pieces:
+        return []
+    job = stream_files([plan[i].path for i, _, _ in pieces], ranges=[(o, n) for _, o, n in pieces], device=where,
+                       verify=verify, staging_size=staging_size)
+    total = sum(n or 0 for _, _, n in pieces)
+    with TransferProgress(out.stderr, total, len(pieces), f"read (rank 0 of {world.size})",
+                          enabled=world.root and out.show_progress) as progress:
+        progress.follow(job)
+        results = job.results()
+    return [(i, r.status, r.bytes, r.seconds, r.error, r.errno, r.read_backend, r.backend_reason, o)
+            for (i, o, _), r in zip(pieces, results)]
+
+
+def read(world: World, out: Output, make_plan: Any, *, host: bool, device: Optional[int],
+         chunk_size: Optional[int], verify: bool, report: Any) -> None:
+    """``gdscp read`` on every rank of ``world``: each file's range shared by bytes."""
+    from ..bulk import FileResult  # noqa: PLC0415
+
+    def setup() -> tuple[Optional[int], Optional[int], Any]:
+        return choose_memory(out, host, device), options.staging_size(chunk_size), make_plan() if world.root else None
+
+    code, messages, got = _run(world, setup)
+    where, staging, plan = got if got else (None, None, None)
+    _settle(world, out, world.agree(code, messages))
+    plan = world.bcast(plan)
+    world.barrier()
+    start = time.perf_counter()
+    code, messages, pieces = _run(world, _read_share, world, out, plan, where, verify, staging)
+    everyone = world.agree(code, messages, data=pieces)
+    seconds = time.perf_counter() - start
+    code, messages = 0, []
+    if world.root:
+        for s in everyone:
+            for message in s.messages:
+                out.error(message)
+        ranges: dict[int, list[tuple]] = {}
+        for s in everyone:
+            for piece in s.data or []:
+                ranges.setdefault(piece[0], []).append((s.rank, *piece[1:]))
+
+        def conclude() -> None:
+            results = []
+            for i, f in enumerate(plan):
+                got = ranges.get(i, [])
+                bad = [g for g in got if g[1] != "done"]
+                error = None
+                for rank, status, _n, _s, err, _code, _b, _r, offset in bad:
+                    if status == "failed":
+                        error = f"rank {rank}: cannot read '{f.path}' (from offset {offset}): {err}"
+                        out.error(error)
+                status = "done" if got and not bad else ("failed" if error else "cancelled")
+                first = got[0] if got else None
+                results.append(FileResult(
+                    i, f.path, None, status, sum(g[2] for g in got), max((g[3] for g in got), default=0.0), error,
+                    None, first[6] if first else None, None, first[7] if first else None, None))
+            if job_code(everyone) in (130, 143):
+                raise typer.Exit(job_code(everyone))
+            report(out, plan, results, where, verify, seconds, {"ranks": world.size})
+
+        code, messages, _ = _run(world, conclude)
+        code = worst(code, job_code(everyone))
+    _finish(world, out, code, messages)
+
+
+# -- test hooks ------------------------------------------------------------------------
+# The tests make one rank fail in the middle of its copy, and interrupt a copy
+# in flight, through these variables; unset, each is one environment lookup.
+
+
+def _test_fault(world: World) -> None:
+    """GDSCP_MPI_TEST_FAIL=RANK:SKIP: that rank's writes fail with EIO after SKIP of them."""
+    hook = os.environ.get("GDSCP_MPI_TEST_FAIL")
+    if not hook:
+        return
+    rank, skip = (int(v) for v in hook.split(":"))
+    if rank == world.rank:
+        from .. import _core  # noqa: PLC0415
+
+        _core.testing.arm_fault("pwrite", skip, 1 << 30, errno.EIO)
+
+
+def _test_pause() -> None:
+    """GDSCP_MPI_TEST_PAUSE=SECONDS: each rank waits that long with its copy in flight."""
+    pause = os.environ.get("GDSCP_MPI_TEST_PAUSE")
+    if pause:
+        time.sleep(float(pause))

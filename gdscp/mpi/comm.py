@@ -1,0 +1,129 @@
+"""The communicator of a job of several ranks, and the one way ranks agree.
+
+Every rank goes through the same phases in the same order; after each phase
+the ranks ``agree()``: each brings its status (done, failed, interrupted,
+with its messages), and all of them leave with everyone's. A rank that fails
+therefore never leaves the others blocked in a collective: it arrives with
+its failure. The wait is a nonblocking barrier polled from Python, so that
+Ctrl-C and SIGTERM are seen while waiting; a rank interrupted there goes on
+waiting for the others (they were interrupted too, or will learn of it from
+this agreement) up to ``GDSCP_MPI_ABORT_AFTER`` seconds (60), then calls
+MPI_Abort as a last resort. Only here is mpi4py imported.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Callable, NamedTuple, Optional
+
+from .launch import Launch
+
+__all__ = ["Status", "Unavailable", "World", "connect"]
+
+_POLL = 0.005  # seconds between looks at a pending barrier
+_ABORT_AFTER = 60.0
+
+
+class Unavailable(Exception):
+    """A launcher started several ranks, but MPI cannot be used here."""
+
+
+class Status(NamedTuple):
+    rank: int
+    code: int  # the rank's exit code so far: 0, 1 failure, 2 usage, 130/143 interrupted
+    messages: list  # what went wrong there, complete sentences
+    data: Any  # what the phase hands on (results, a plan)
+
+
+class World:
+    """``rank`` and ``size`` of the job; ``agree``, ``bcast``, ``abort``."""
+
+    def __init__(self, comm: Any, launch: Launch):
+        self.comm = comm
+        self.rank = comm.Get_rank()
+        self.size = comm.Get_size()
+        self.launch = launch
+        self.interrupted = 0  # 130 or 143 once a signal arrived during a wait
+
+    @property
+    def root(self) -> bool:
+        return self.rank == 0
+
+    def _wait(self, request: Any, on_signal: Optional[Callable[[int], None]] = None) -> None:
+        """Wait for ``request``, seeing Ctrl-C and SIGTERM while waiting."""
+        deadline = None
+        while True:
+            try:
+                while not request.Test():
+                    if deadline is not None and time.monotonic() > deadline:
+                        self.abort(self.interrupted or 1)
+                    time.sleep(_POLL)
+                return
+            except BaseException as exc:  # noqa: BLE001 - a signal: note it, keep the protocol
+                code = _signal_code(exc)
+                if code is None:
+                    raise
+                self.interrupted = self.interrupted or code
+                if on_signal is not None:
+                    on_signal(code)
+                deadline = time.monotonic() + float(os.environ.get("GDSCP_MPI_ABORT_AFTER", _ABORT_AFTER))
+
+    def agree(self, code: int, messages: Optional[list] = None, data: Any = None) -> list[Status]:
+        """Everyone's status after a phase (in rank order), on every rank."""
+        self._wait(self.comm.Ibarrier())
+        code = code or self.interrupted
+        mine = Status(self.rank, code, list(messages or []), data)
+        return [Status(*s) for s in self.comm.allgather(tuple(mine))]
+
+    def bcast(self, obj: Any) -> Any:
+        """Rank 0's ``obj`` on every rank (after an agreement, so no rank is missing)."""
+        return self.comm.bcast(obj, root=0)
+
+    def barrier(self) -> None:
+        self._wait(self.comm.Ibarrier())
+
+    def abort(self, code: int) -> None:
+        """The last resort: end every rank of the job now."""
+        self.comm.Abort(code)
+
+
+def job_code(statuses: list[Status]) -> int:
+    """The job's exit code from every rank's (``worst``)."""
+    return worst(*(s.code for s in statuses))
+
+
+def worst(*codes: int) -> int:
+    """The code that wins: interrupted first (130 or 143), then usage errors
+    (2), then failures (1), else 0."""
+    for wanted in (130, 143, 2, 1):
+        if wanted in codes:
+            return wanted
+    return max(codes, default=0)
+
+
+def _signal_code(exc: BaseException) -> Optional[int]:
+    if isinstance(exc, KeyboardInterrupt):
+        return 130
+    if type(exc).__name__ == "Terminated":  # gdscp.cli.output's, raised by its SIGTERM handler
+        return 143
+    return None
+
+
+def connect(launch: Launch) -> Optional[World]:
+    """The job's world, or None where MPI finds a world of one (a singleton)."""
+    try:
+        import mpi4py  # noqa: PLC0415
+
+        mpi4py.rc.threads = True
+        mpi4py.rc.thread_level = "serialized"  # MPI is called from the main thread only
+        from mpi4py import MPI  # noqa: PLC0415
+    except ImportError as exc:
+        raise Unavailable(
+            f"started as rank {launch.rank} of {launch.size} ({launch.launcher} is set), but mpi4py cannot be "
+            f"imported ({exc}); install gdscp[mpi], or set GDSCP_MPI=0 to run each process on its own"
+        ) from None
+    comm = MPI.COMM_WORLD
+    if comm.Get_size() <= 1:
+        return None
+    return World(comm, launch)

@@ -1,0 +1,309 @@
+"""One job over several ranks (gdscp.mpi, gdscp.cli.ranks): the byte split,
+the launcher detection, the engine's parts, and 4 ranks under mpiexec on one
+machine (skipped without mpi4py and an mpiexec; CI installs gdscp[mpi] with
+the mpich wheel)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gdscp import bulk
+from gdscp.mpi import launched, node_device
+from gdscp.mpi.split import split_by_bytes
+
+RANKS = 4
+MiB = 1 << 20
+
+
+# -- the split ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("ranks", [1, 2, 3, 4, 7])
+@pytest.mark.parametrize(
+    "sizes",
+    [[], [0], [1], [0, 0, 0], [4095, 4096, 4097], [64 * MiB - 1, 64 * MiB, 64 * MiB + 1], [1] * 50 + [300 * MiB],
+     [700 * MiB, 3, 5 * MiB + 1]],
+)
+def test_split_covers_every_byte_once(sizes, ranks):
+    shares = split_by_bytes(sizes, ranks)
+    assert len(shares) == ranks
+    covered: dict[int, list[tuple[int, int]]] = {}
+    for pieces in shares:
+        seen = set()
+        for p in pieces:
+            assert p.index not in seen  # a rank's part of a file is one range
+            seen.add(p.index)
+            covered.setdefault(p.index, []).append((p.offset, p.length))
+    assert sorted(covered) == list(range(len(sizes)))
+    for index, ranges in covered.items():
+        ranges.sort()
+        pos = 0
+        for offset, length in ranges:
+            assert offset == pos
+            pos += length
+        assert pos == sizes[index]
+        whole = [p.whole for pieces in shares for p in pieces if p.index == index]
+        assert whole == [len(ranges) == 1] * len(ranges)
+
+
+def test_split_shares_bytes_evenly_and_cuts_large_files():
+    shares = split_by_bytes([1 << 30], 4)  # cut in 16 MiB chunks: each rank within one of its quarter
+    assert all(abs(sum(p.length for p in s) - 256 * MiB) <= 16 * MiB for s in shares)
+    assert sum(p.length for s in shares for p in s) == 1 << 30
+    many = split_by_bytes([MiB] * 400, 4)
+    assert [len(s) for s in many] == [100] * 4  # small files whole, by number
+    assert all(p.whole for s in many for p in s)
+
+
+def test_split_rejects_nonsense():
+    with pytest.raises(ValueError):
+        split_by_bytes([1], 0)
+    with pytest.raises(ValueError):
+        split_by_bytes([-1], 2)
+
+
+# -- who am I -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "env, expected",
+    [
+        ({}, None),
+        ({"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "8", "OMPI_COMM_WORLD_LOCAL_RANK": "1"}, (3, 8, 1)),
+        ({"PMI_RANK": "2", "PMI_SIZE": "4", "MPI_LOCALRANKID": "2"}, (2, 4, 2)),
+        ({"PMI_RANK": "0", "PMI_SIZE": "1"}, None),  # a world of one
+        ({"SLURM_PROCID": "5", "SLURM_STEP_NUM_TASKS": "16", "SLURM_LOCALID": "1"}, (5, 16, 1)),
+        ({"SLURM_PROCID": "0", "SLURM_NTASKS": "16"}, None),  # a batch script, not an srun step
+        ({"PMI_RANK": "2", "PMI_SIZE": "4", "GDSCP_MPI": "0"}, None),
+        ({"PMI_RANK": "x", "PMI_SIZE": "4"}, None),
+    ],
+)
+def test_launcher_environment(env, expected):
+    got = launched(env)
+    assert (None if got is None else (got.rank, got.size, got.local_rank)) == expected
+
+
+def test_node_device_is_local_rank_modulo_visible_gpus():
+    env = {"OMPI_COMM_WORLD_RANK": "7", "OMPI_COMM_WORLD_SIZE": "8", "OMPI_COMM_WORLD_LOCAL_RANK": "3"}
+    assert node_device(2, env) == 1
+    assert node_device(4, env) == 3
+    assert node_device(8, env) == 3
+    assert node_device(1, env) == 0
+    assert node_device(2, {}) == 0
+
+
+def test_import_gdscp_never_imports_mpi4py():
+    code = "import gdscp, gdscp.cli.app, sys; gdscp.cli.app._register(gdscp.cli.app.COMMANDS); print('mpi4py' in sys.modules)"
+    env = dict(os.environ, PMI_RANK="0", PMI_SIZE="1")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert done.stdout.strip() == "False", done.stderr
+
+
+_BLOCK_MPI4PY = "import sys; sys.modules['mpi4py'] = None; from gdscp.cli.main import main; main()"
+
+
+def test_a_launch_without_mpi4py_is_a_usage_error_not_n_copies(tmp_path):
+    (tmp_path / "a").write_bytes(b"abc")
+    env = dict(os.environ, PMI_RANK="1", PMI_SIZE="2")
+    env.pop("GDSCP_MPI", None)
+    argv = [sys.executable, "-c", _BLOCK_MPI4PY, "copy", str(tmp_path / "a"), str(tmp_path / "b")]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 2, done.stderr
+    assert "rank 1 of 2" in done.stderr and "gdscp[mpi]" in done.stderr and "GDSCP_MPI=0" in done.stderr
+    assert not (tmp_path / "b").exists()
+    env["GDSCP_MPI"] = "0"  # each process on its own, as without a launcher
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "b").read_bytes() == b"abc"
+
+
+# -- 4 ranks under mpiexec -----------------------------------------------------------------
+
+
+def _mpiexec() -> str | None:
+    try:
+        import mpi4py  # noqa: F401
+    except ImportError:
+        return None
+    here = Path(sys.executable).parent / "mpiexec"
+    return str(here) if here.exists() else shutil.which("mpiexec")
+
+
+MPIEXEC = _mpiexec()
+_WHY = "needs mpi4py and mpiexec (pip install 'gdscp[mpi]' mpich)"
+if MPIEXEC is None and os.environ.get("GDSCP_REQUIRE_MPI", "").strip().lower() in {"1", "true", "yes", "on"}:
+
+    def needs_mpi(test):  # a failure, not a skip, where MPI is required (CI)
+        def missing(*args, **kwargs):
+            pytest.fail(f"GDSCP_REQUIRE_MPI=1 but this {_WHY}", pytrace=False)
+
+        missing.__name__ = test.__name__
+        return missing
+
+else:
+    needs_mpi = pytest.mark.skipif(MPIEXEC is None, reason=_WHY)
+GDSCP = [sys.executable, "-m", "gdscp"]
+
+
+def _env(**extra: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GDSCP_MPI_TEST", "PMI_", "OMPI_", "SLURM_"))}
+    env.update(extra)
+    return env
+
+
+def _run(args: list[str], ranks: int = RANKS, **extra: str) -> subprocess.CompletedProcess:
+    cmd = [MPIEXEC, "-n", str(ranks), *GDSCP, *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=_env(**extra))
+
+
+def _tree(root: Path, big: int = 150 * MiB) -> dict[str, bytes]:
+    files = {}
+    rng = __import__("random").Random(7)
+    for i, size in enumerate([0, 1, 4095, 4096, 4097, 100_000, MiB + 1] + [rng.randrange(1, 70_000) for _ in range(40)]):
+        files[f"d{i % 3}/f{i}"] = os.urandom(size)
+    files["big/large.bin"] = os.urandom(big)
+    for rel, data in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+    (root / "d0" / "link").symlink_to("f0")
+    return files
+
+
+def _temporaries(root: Path) -> list[str]:
+    return [str(p) for p in root.rglob("*") if p.name.endswith(bulk.TEMPORARY_SUFFIX)]
+
+
+def _check_what_exists(src: Path, dst: Path) -> int:
+    """Every file that exists under ``dst`` equals its source, byte for byte; how many there are."""
+    n = 0
+    for p in dst.rglob("*"):
+        if p.is_file() and not p.is_symlink():
+            assert p.read_bytes() == (src / p.relative_to(dst)).read_bytes(), p
+            n += 1
+    return n
+
+
+@needs_mpi
+def test_tree_copy_on_four_ranks(tmp_path):
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    files = _tree(src)
+    done = _run(["copy", "-r", "--json", str(src), str(dst)])
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)  # one document: rank 0's alone
+    assert doc["ok"] and doc["ranks"] == RANKS and doc["copied"] == len(files) + 1
+    for rel, data in files.items():
+        assert (dst / rel).read_bytes() == data, rel
+    assert os.readlink(dst / "d0" / "link") == "f0"
+    large = [f for f in doc["files"] if f["destination"].endswith("large.bin")]
+    assert len(large[0]["ranks"]) > 1  # the large file was cut among ranks
+    assert not _temporaries(dst)
+
+
+@needs_mpi
+def test_a_world_of_one_runs_as_a_single_process(tmp_path):
+    data = os.urandom(3 * MiB + 1)
+    (tmp_path / "a.bin").write_bytes(data)
+    done = _run(["copy", "--json", str(tmp_path / "a.bin"), str(tmp_path / "b.bin")], ranks=1)
+    assert done.returncode == 0, done.stderr
+    assert "ranks" not in json.loads(done.stdout)
+    assert (tmp_path / "b.bin").read_bytes() == data
+
+
+@needs_mpi
+def test_one_large_file_split_across_ranks(tmp_path):
+    data = os.urandom(200 * MiB + 4097)
+    (tmp_path / "a.bin").write_bytes(data)
+    done = _run(["copy", "--json", "--verify", str(tmp_path / "a.bin"), str(tmp_path / "b.bin")])
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["files"][0]["ranks"] == [0, 1, 2, 3]
+    assert doc["files"][0]["bytes"] == len(data)
+    assert (tmp_path / "b.bin").read_bytes() == data
+    assert not _temporaries(tmp_path)
+
+
+@needs_mpi
+def test_read_and_write_on_four_ranks(tmp_path):
+    path = tmp_path / "w.bin"
+    done = _run(["write", str(path), "--size", "130M", "--pattern", "random", "--seed", "5", "--verify", "--json"])
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["ranks"] == RANKS
+    alone = subprocess.run([*GDSCP, "write", str(tmp_path / "one.bin"), "--size", "130M", "--pattern", "random",
+                            "--seed", "5", "-q"], capture_output=True, text=True, timeout=300, env=_env())
+    assert alone.returncode == 0, alone.stderr
+    assert path.read_bytes() == (tmp_path / "one.bin").read_bytes()
+    done = _run(["read", "--verify", "--json", str(path), str(tmp_path / "one.bin")])
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert [f["bytes"] for f in doc["files"]] == [130 * MiB] * 2
+    assert not _temporaries(tmp_path)
+
+
+@needs_mpi
+def test_a_rank_failing_mid_copy_fails_the_job_and_leaves_no_partial_file(tmp_path):
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    _tree(src)
+    done = _run(["copy", "-r", str(src), str(dst)], GDSCP_MPI_TEST_FAIL="2:1")
+    assert done.returncode == 1, done.stderr
+    assert "rank 2:" in done.stderr and str(src) in done.stderr
+    assert not (dst / "big" / "large.bin").exists()  # rank 2 held a range of it
+    _check_what_exists(src, dst)
+    assert not _temporaries(dst)
+
+
+@needs_mpi
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_interrupting_the_launcher_leaves_no_partial_destination(tmp_path, sig, code):
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    _tree(src)
+    cmd = [MPIEXEC, "-n", str(RANKS), *GDSCP, "copy", "-r", str(src), str(dst)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=_env(GDSCP_MPI_TEST_PAUSE="30"))
+    deadline = time.monotonic() + 120
+    while not (dst.exists() and _temporaries(dst)) and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.02)
+    assert _temporaries(dst), "the copy never started"
+    time.sleep(0.5)  # the ranks are in their copies
+    proc.send_signal(sig)
+    _out, err = proc.communicate(timeout=120)
+    if sig == signal.SIGINT:
+        assert proc.returncode == code, err
+        assert "interrupted" in err
+    else:
+        assert proc.returncode != 0, err  # the launcher's own code for ranks that ended on SIGTERM
+    assert not (dst / "big" / "large.bin").exists()
+    _check_what_exists(src, dst)
+    assert not _temporaries(dst)
+
+
+@needs_mpi
+def test_benchmark_times_the_copy_over_ranks_beside_one_process(tmp_path):
+    argv = [*GDSCP, "benchmark", "--files", "30", "--file-size", "1K-8K", "--mode", "copy", "--ranks", "2",
+            "--runs", "3", "--host", "--dir", str(tmp_path), "--json"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=_env())
+    assert done.returncode == 0, done.stderr
+    (work,) = json.loads(done.stdout)["workloads"]
+    tools = [r["tool"] for r in work["results"]]
+    assert tools == ["gdscp", "cp", "gdscp-mpi"]
+    mpi = work["results"][2]
+    assert mpi["ranks"] == 2 and len(mpi["seconds"]) == 3
+    assert set(mpi["factor"]) == {"one_process", "one_process_command"}
+    assert not list(tmp_path.iterdir())  # the tree and its copies are gone
+
+
+def test_benchmark_ranks_needs_the_files_copy(tmp_path):
+    argv = [*GDSCP, "benchmark", "--files", "3", "--mode", "read", "--ranks", "2", "--dir", str(tmp_path)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=_env())
+    assert done.returncode == 2 and "--ranks" in done.stderr and "copy" in done.stderr
+    done = subprocess.run([*GDSCP, "benchmark", "--ranks", "2"], capture_output=True, text=True, timeout=120,
+                          env=_env())
+    assert done.returncode == 2 and "--ranks needs --files" in done.stderr

@@ -22,7 +22,8 @@ from ..bench.many import FILE_MODES, FilesConfig, run_files_benchmark
 from ..bench.tree import parse_size_range
 from ..bench.plot import PLOT_SUFFIXES, PlotUnavailable, plot, require_matplotlib
 from ..bench.runner import run_benchmark
-from . import options, ranks
+from . import options
+from .ranks import launched as launched_by_mpi
 from .output import Output, UsageError
 from .units import format_bytes, parse_size
 
@@ -464,7 +465,7 @@ def benchmark(
     Example: gdscp benchmark --devices 0,1 --size 4G --json > multi.json
     """
     out = Output("benchmark", json=json, quiet=quiet, debug=debug)
-    if ranks.launched():
+    if launched_by_mpi():
         with out.guard():
             raise UsageError("benchmark measures one process; under an MPI launcher time 'gdscp copy', 'read' or "
                              "'write' with --json instead (docs/cluster.md)")

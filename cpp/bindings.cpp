@@ -83,6 +83,39 @@ void stream_copy(nb::handle dst, nb::handle src) {
   gdscp::stream_copy(to.data(), from.data(), from.size());
 }
 
+// CuFile.read/write of plain host memory (PlainHostView) in a request that
+// runs inline (Handle::runs_inline): the bytes moved, without gdscp._buffers,
+// a Future or the pool. -1 where the general path must take the call: another
+// buffer type, a size or offset that is not a plain non-negative int in range,
+// a larger request. Its checks and errors are then the general path's.
+int64_t transfer_inline(gdscp::Handle& h, bool write, nb::handle buf, nb::handle size, nb::handle offset,
+                        const Settings& s) {
+  if (!PyLong_CheckExact(offset.ptr())) return -1;
+  const long long off = PyLong_AsLongLong(offset.ptr());
+  if (off < 0) {
+    PyErr_Clear();  // -1 with OverflowError set, or a negative offset
+    return -1;
+  }
+  const gdscp::bindings::PlainHostView view(buf, /*writable=*/!write);
+  if (!view.ok()) return -1;
+  size_t n = view.size();
+  if (!size.is_none()) {
+    if (!PyLong_CheckExact(size.ptr())) return -1;
+    const unsigned long long want = PyLong_AsUnsignedLongLong(size.ptr());
+    if (want == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
+      PyErr_Clear();
+      return -1;
+    }
+    if (want > n) return -1;
+    n = static_cast<size_t>(want);
+  }
+  if (!gdscp::Handle::runs_inline(n, s)) return -1;
+  const auto ptr = reinterpret_cast<uintptr_t>(view.data());
+  const ReleaseGil unlocked;
+  const size_t moved = write ? h.write_now(ptr, false, n, off, s) : h.read_now(ptr, false, n, off, s);
+  return static_cast<int64_t>(moved);
+}
+
 }  // namespace
 
 NB_MODULE(_core, m) {
@@ -134,6 +167,17 @@ NB_MODULE(_core, m) {
       .def("backend_reason", &gdscp::Handle::backend_reason)
       .def("pread", &gdscp::Handle::pread, "buf"_a, "device"_a, "size"_a, "file_offset"_a, "settings"_a, release())
       .def("pwrite", &gdscp::Handle::pwrite, "buf"_a, "device"_a, "size"_a, "file_offset"_a, "settings"_a, release())
+      .def("read_inline", [](gdscp::Handle& h, nb::handle buf, nb::handle size, nb::handle offset,
+                             const Settings& s) { return transfer_inline(h, false, buf, size, offset, s); },
+           "buf"_a, "size"_a.none(), "file_offset"_a.none(), "settings"_a)
+      .def("write_inline", [](gdscp::Handle& h, nb::handle buf, nb::handle size, nb::handle offset,
+                              const Settings& s) { return transfer_inline(h, true, buf, size, offset, s); },
+           "buf"_a, "size"_a.none(), "file_offset"_a.none(), "settings"_a)
+      .def("read_now", &gdscp::Handle::read_now, "buf"_a, "device"_a, "size"_a, "file_offset"_a, "settings"_a,
+           release())
+      .def("write_now", &gdscp::Handle::write_now, "buf"_a, "device"_a, "size"_a, "file_offset"_a, "settings"_a,
+           release())
+      .def_static("runs_inline", &gdscp::Handle::runs_inline, "size"_a, "settings"_a)
       .def("raw_read", &gdscp::Handle::raw_read, "base"_a, "size"_a, "file_offset"_a, "dev_offset"_a,
            "settings"_a, release())
       .def("raw_write", &gdscp::Handle::raw_write, "base"_a, "size"_a, "file_offset"_a, "dev_offset"_a,

@@ -154,6 +154,18 @@ class CuFile:
         offset = _args.offset(file_offset)
         return IOFuture(call(b.ptr, b.device, size, offset, _settings(task_size)), (b.keep, self))
 
+    def _now(self, now, call, buf: Any, into: bool, size, file_offset, task_size) -> int:
+        """A transfer whose result the caller waits for: a request small enough
+        for one task runs on this thread through ``now``, with no future;
+        a larger one in parallel through ``call``."""
+        b = _buffers.resolve(buf, writable=into)
+        size = _request_size(size, b.nbytes, "buffer")
+        offset = _args.offset(file_offset)
+        settings = _settings(task_size)
+        if _core.Handle.runs_inline(size, settings):
+            return now(b.ptr, b.device, size, offset, settings)
+        return IOFuture(call(b.ptr, b.device, size, offset, settings), (b.keep, self)).get()
+
     def pread(
         self,
         buf: Any,
@@ -185,7 +197,11 @@ class CuFile:
         task_size: Optional[int] = None,
     ) -> int:
         """``pread(...).get()``: the bytes read."""
-        return self.pread(buf, size, file_offset, task_size).get()
+        if task_size is None:
+            n = self._handle.read_inline(buf, size, file_offset, defaults._settings)
+            if n >= 0:
+                return n
+        return self._now(self._handle.read_now, self._handle.pread, buf, True, size, file_offset, task_size)
 
     def write(
         self,
@@ -195,7 +211,11 @@ class CuFile:
         task_size: Optional[int] = None,
     ) -> int:
         """``pwrite(...).get()``: the bytes written."""
-        return self.pwrite(buf, size, file_offset, task_size).get()
+        if task_size is None:
+            n = self._handle.write_inline(buf, size, file_offset, defaults._settings)
+            if n >= 0:
+                return n
+        return self._now(self._handle.write_now, self._handle.pwrite, buf, False, size, file_offset, task_size)
 
     # -- single transfers on the calling thread (device memory only) -------------
     def _device(self, buf: Any, writable: bool, size: Optional[int], dev_offset: int, call: str):

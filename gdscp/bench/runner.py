@@ -21,7 +21,7 @@ from .machine import describe_machine, now_iso
 from .measure import BenchError, check_read, random_offsets, time_random_reads, time_seq_read, time_seq_write
 from .stats import GB, percentile, spread, threads_text
 from .targets import make_target
-from .tools import GdscpTool, KvikioTool, NumpyCupyTool, PythonTool, Tool, kvikio_status
+from .tools import GdscpTool, KvikioTool, NumpyCupyTool, PreadvTool, PythonTool, Tool, kvikio_status
 
 __all__ = ["run_benchmark", "Progress", "SCHEMA"]
 
@@ -44,17 +44,23 @@ def cupy_missing() -> str:
 
 @dataclass(frozen=True)
 class Group:
-    """One kind of measurement: a mode, a cache state and, for random reads, an I/O size."""
+    """One kind of measurement: a mode, a cache state, for random reads an I/O
+    size, and the destination buffer: "touched" (allocated and written once,
+    before the runs) or "fresh" (a new ``numpy.empty`` for every run, never
+    touched before the read)."""
 
     mode: str
     cache: Optional[str]  # "hot", "cold", or None for writes
     io_size: Optional[int] = None
+    buffer: str = "touched"
 
     @property
     def label(self) -> str:
         text = self.mode if self.cache is None else f"{self.mode} {self.cache}"
         if self.io_size is not None:
             text += f" {_size_text(self.io_size)}"
+        if self.buffer == "fresh":
+            text += " fresh"
         return text
 
 
@@ -69,7 +75,10 @@ def groups_for(plan: Plan) -> list[Group]:
     caches = ["hot", "cold"] if plan.drop_cache else ["hot"]
     groups: list[Group] = []
     if "read" in plan.modes:
-        groups += [Group("read", cache) for cache in caches]
+        groups.append(Group("read", "hot"))
+        if plan.memory == "host":
+            groups.append(Group("read", "hot", buffer="fresh"))
+        groups += [Group("read", cache) for cache in caches if cache != "hot"]
     if "randread" in plan.modes:
         groups += [Group("randread", cache, io) for io in plan.io_sizes for cache in caches]
     if "write" in plan.modes:
@@ -119,13 +128,19 @@ class Benchmark:
             self.tools.append(GdscpTool(target, threads))
         if not plan.baselines:
             reason = "baselines were turned off"
-            self.baselines = {
-                name: {"available": False, "reason": reason} for name in ("python", "numpy_cupy", "kvikio")
-            }
+            self.baselines = {name: {"available": False, "reason": reason} for name in report.BASELINES}
             return
         python = PythonTool(target, self.host)
         self.tools.append(python)
         self.baselines["python"] = {"available": True, "what": {m: python.describe(m) for m in plan.modes}}
+        if target.kind == "host" and "randread" in plan.modes:
+            preadv = PreadvTool(target)
+            self.tools.append(preadv)
+            self.baselines["preadv"] = {"available": True, "what": {"randread": preadv.describe("randread")}}
+        else:
+            why = "GPU run: Python's readinto + copy is the plain way" if target.kind == "gpu" else (
+                "randread was not measured")
+            self.baselines["preadv"] = {"available": False, "reason": why}
         if target.kind == "gpu" and memory.usable_cupy() is not None:
             naive = NumpyCupyTool(target)
             self.tools.append(naive)
@@ -316,6 +331,7 @@ class Benchmark:
             "tool": tool.name,
             "mode": group.mode,
             "cache": group.cache,
+            "buffer": group.buffer,
             "memory": plan.memory,
             "threads": tool.threads,
             "task_size": task_size,
@@ -324,7 +340,8 @@ class Benchmark:
             "runs": plan.runs,
             "what": tool.describe(group.mode)
             + (", page cache dropped before each run" if group.cache == "cold" else "")
-            + (", file in the page cache" if group.cache == "hot" else ""),
+            + (", file in the page cache" if group.cache == "hot" else "")
+            + (", into a new numpy.empty array each run, never touched before" if group.buffer == "fresh" else ""),
             "seconds": [],
         }
 
@@ -334,11 +351,14 @@ class Benchmark:
         data = self.files.data_path
         with tool.configured():
             if group.mode == "read":
+                # A fresh buffer as a user makes one: allocated outside the clock, never touched.
+                buf = np.empty(plan.size, dtype=np.uint8) if group.buffer == "fresh" else self.buf
                 seconds = time_seq_read(
-                    tool, data, self.buf, plan.size, task_size=plan.task_size, cold=group.cache == "cold"
+                    tool, data, buf, plan.size, task_size=plan.task_size, cold=group.cache == "cold"
                 )
                 if run == 0:
-                    check_read(tool, data, self.buf, plan.size)
+                    check_read(tool, data, buf, plan.size)
+                del buf
                 record["seconds"].append(seconds)
             elif group.mode == "write":
                 seconds = time_seq_write(tool, self.files.write_path, self.buf, plan.size, task_size=plan.task_size)
@@ -402,8 +422,9 @@ class Benchmark:
     def _measure_group(self, group: Group, steps: _Steps) -> list[dict]:
         plan = self.plan
         assert self.files is not None
-        tools = self.tools
-        if group.cache == "hot":
+        tools = [tool for tool in self.tools if group.mode in tool.modes]
+        # A fresh-buffer group follows the hot group, whose warm-up it shares.
+        if group.cache == "hot" and group.buffer != "fresh":
             steps.start(f"{group.label}: warming up")
             warm_cache(self.files.data_path)
             for tool in tools:
@@ -457,7 +478,11 @@ class Benchmark:
             ceiling_jobs = self._ceiling_jobs()
             # One step for the file, one per ceiling, one warm-up per hot group,
             # one per timed run of each tool.
-            total = 1 + len(ceiling_jobs) + sum((g.cache == "hot") + plan.runs * len(self.tools) for g in groups)
+            total = 1 + len(ceiling_jobs) + sum(
+                (g.cache == "hot" and g.buffer != "fresh")
+                + plan.runs * sum(g.mode in tool.modes for tool in self.tools)
+                for g in groups
+            )
             steps = _Steps(total, self._progress)
 
             steps.start(f"writing a {_size_text(plan.size)} test file in {plan.dir}")

@@ -134,13 +134,15 @@ def test_small_calls_keep_their_errors(data_file):
 
 
 def test_which_requests_run_inline():
-    s = gdscp.defaults._settings
+    s = gdscp._core.Settings()
+    s.gds_threshold, s.task_size = MiB, 16 * MiB
     runs = gdscp._core.Handle.runs_inline
     assert runs(0, s) and runs(4096, s)
-    assert runs(s.gds_threshold - 1, s) and not runs(s.gds_threshold, s)
-    small = gdscp._core.Settings(s)
-    small.task_size = 4096
-    assert runs(4096, small) and not runs(4097, small)
+    assert runs(MiB - 1, s) and not runs(MiB, s)
+    s.task_size = 4096
+    assert runs(4096, s) and not runs(4097, s)
+    s.gds_threshold = 0
+    assert not runs(0, s)
 
 
 def test_small_reads_with_a_task_size_take_the_general_path(data_file):

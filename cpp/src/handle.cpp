@@ -159,9 +159,9 @@ size_t Handle::transfer_now(bool write, uintptr_t buf, bool device, size_t size,
     offset = st->file->reserve_append(size);
   }
   // The one chunk submit() would plan for this size, run as its one task would.
+  if (!write) return backend->read_one(mem, base, size, offset, s);
   ChunkQueue one({Chunk{0, offset, size}}, size);
-  const size_t n = write ? backend->write(mem, base, one, s, nullptr) : backend->read(mem, base, one, s, nullptr);
-  return std::min(n, one.moved());
+  return backend->write(mem, base, one, s, nullptr);
 }
 
 size_t Handle::read_now(uintptr_t buf, bool device, size_t size, int64_t file_offset, const Settings& s) {

@@ -42,6 +42,12 @@ size_t PosixBackend::read(const MemoryTarget& mem, char* base, ChunkQueue& work,
   return total;
 }
 
+size_t PosixBackend::read_one(const MemoryTarget& mem, char* dst, size_t size, int64_t file_offset,
+                              const Settings& s) {
+  if (mem.device) return Backend::read_one(mem, dst, size, file_offset, s);
+  return read_host(dst, size, file_offset, s);
+}
+
 size_t PosixBackend::write(const MemoryTarget& mem, const char* base, ChunkQueue& work, const Settings& s,
                            Request* req) {
   if (mem.device) return staged_write(*file_, mem, base, work, s, req);

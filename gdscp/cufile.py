@@ -46,6 +46,30 @@ class IOFuture:
         self._handle.cancel()
 
 
+class _Done(IOFuture):
+    """The future of a small ``pread``/``pwrite`` that already ran on the
+    calling thread: the byte count, or the failure that ``get()`` raises."""
+
+    __slots__ = ("_result",)
+
+    def __init__(self, result: Any):
+        self._result = result
+
+    def get(self) -> int:
+        if isinstance(self._result, BaseException):
+            raise self._result
+        return self._result
+
+    def done(self) -> bool:
+        return True
+
+    def progress(self) -> int:
+        return 0 if isinstance(self._result, BaseException) else self._result
+
+    def cancel(self) -> None:
+        return None
+
+
 class IOFutureStream:
     """The result of ``raw_read_async``/``raw_write_async``. Keep it alive until
     ``check_bytes_done()`` has synchronised the stream."""
@@ -176,6 +200,10 @@ class CuFile:
         """Start reading ``size`` bytes (default: the whole buffer) at
         ``file_offset`` into ``buf``, device or host memory, in parallel.
         The future's ``get()`` gives the bytes read: fewer only at end of file."""
+        if task_size is None:
+            done = self._handle.read_inline(buf, size, file_offset, defaults._settings, True)
+            if done.__class__ is not int or done >= 0:  # -1: not taken here
+                return _Done(done)
         return self._start(self._handle.pread, buf, True, size, file_offset, task_size)
 
     def pwrite(
@@ -187,6 +215,10 @@ class CuFile:
     ) -> IOFuture:
         """Start writing ``size`` bytes (default: the whole buffer) of ``buf`` to
         the file at ``file_offset``, in parallel."""
+        if task_size is None:
+            done = self._handle.write_inline(buf, size, file_offset, defaults._settings, True)
+            if done.__class__ is not int or done >= 0:  # -1: not taken here
+                return _Done(done)
         return self._start(self._handle.pwrite, buf, False, size, file_offset, task_size)
 
     def read(

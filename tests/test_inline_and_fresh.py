@@ -267,3 +267,37 @@ def test_large_read_only_destinations_are_refused(big_file):
         with pytest.raises(ValueError, match="read-only"):
             f.pread(ro).get()
     assert not ro.any()
+
+
+@pytest.mark.parametrize("task_size", [None, 1 << 20])  # the inline path, and the pool's
+def test_small_preads_are_futures_that_fail_where_parallel_ones_do(data_file, task_size):
+    """pread/pwrite of a small request run at once but keep the future's
+    contract: bytes and failures come from get(); a closed file or a file not
+    open for the transfer is refused by the call itself."""
+    import errno
+
+    path, data = data_file
+    buf = np.zeros(4096, np.uint8)
+    with gdscp.CuFile(path, "r") as f:
+        fut = f.pread(buf, 4096, 5, task_size=task_size)
+        assert isinstance(fut, gdscp.IOFuture) and fut.done()
+        assert fut.get() == 4096 and fut.get() == 4096 and buf.tobytes() == data[5:4101]
+        assert f.pread(buf, 100, len(data) - 10, task_size=task_size).get() == 10
+        gdscp._core.testing.arm_fault("pread", 0, 1, errno.EIO)
+        try:
+            fut = f.pread(buf, 4096, 0, task_size=task_size)  # the failure waits for get()
+        finally:
+            gdscp._core.testing.disarm_fault()
+        assert fut.done()
+        with pytest.raises(OSError) as err:
+            fut.get()
+        assert err.value.errno == errno.EIO and path in str(err.value)
+        with pytest.raises(OSError) as err:
+            f.pwrite(b"abc", task_size=task_size)  # opened for reading only: refused at once
+        assert err.value.errno == errno.EBADF
+    with pytest.raises(ValueError, match="closed"):
+        f.pread(buf, task_size=task_size)
+    with gdscp.CuFile(path, "r+") as f:
+        fut = f.pwrite(np.frombuffer(b"xyz", np.uint8), 3, 4097, task_size=task_size)
+        assert isinstance(fut, gdscp.IOFuture) and fut.get() == 3
+    assert open(path, "rb").read() == data[:4097] + b"xyz" + data[4100:]

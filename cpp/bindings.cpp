@@ -28,13 +28,18 @@ namespace {
 using gdscp::bindings::ReleaseGil;
 using release = nb::call_guard<ReleaseGil>;
 
+// The Python exception (gdscp._errors) that an engine error becomes.
+nb::object engine_exception(const gdscp::Error& e) {
+  nb::object errors = nb::module_::import_("gdscp._errors");
+  return errors.attr("from_engine")(static_cast<int>(e.kind()), e.code(), e.what(), e.path(), e.offset());
+}
+
 void translate(const std::exception_ptr& p, void*) {
   try {
     std::rethrow_exception(p);
   } catch (const gdscp::Error& e) {
     gdscp::bindings::exit_safe([&] {
-      nb::object errors = nb::module_::import_("gdscp._errors");
-      nb::object exc = errors.attr("from_engine")(static_cast<int>(e.kind()), e.code(), e.what(), e.path(), e.offset());
+      nb::object exc = engine_exception(e);
       PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
     });
   }
@@ -81,6 +86,51 @@ void stream_copy(nb::handle dst, nb::handle src) {
                               .c_str());
   ReleaseGil unlocked;
   gdscp::stream_copy(to.data(), from.data(), from.size());
+}
+
+// CuFile.read/write of plain host memory (PlainHostView) in a request that
+// runs inline (Handle::runs_inline): the bytes moved, without gdscp._buffers,
+// a Future or the pool. -1 where the general path must take the call: another
+// buffer type, a size or offset that is not a plain non-negative int in range,
+// a larger request. Its checks and errors are then the general path's.
+// `deferred` (pread/pwrite, whose future reports the transfer's failure at
+// get()): the file is checked first, as submitting a request does, and an
+// engine error of the transfer itself is returned as the exception object
+// instead of raised.
+nb::object transfer_inline(gdscp::Handle& h, bool write, nb::handle buf, nb::handle size, nb::handle offset,
+                           const Settings& s, bool deferred) {
+  const nb::object fallback = nb::int_(-1);
+  if (!PyLong_CheckExact(offset.ptr())) return fallback;
+  const long long off = PyLong_AsLongLong(offset.ptr());
+  if (off < 0) {
+    PyErr_Clear();  // -1 with OverflowError set, or a negative offset
+    return fallback;
+  }
+  const gdscp::bindings::PlainHostView view(buf, /*writable=*/!write);
+  if (!view.ok()) return fallback;
+  size_t n = view.size();
+  if (!size.is_none()) {
+    if (!PyLong_CheckExact(size.ptr())) return fallback;
+    const unsigned long long want = PyLong_AsUnsignedLongLong(size.ptr());
+    if (want == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
+      PyErr_Clear();
+      return fallback;
+    }
+    if (want > n) return fallback;
+    n = static_cast<size_t>(want);
+  }
+  if (!gdscp::Handle::runs_inline(n, s)) return fallback;
+  if (deferred) h.check_open(write);
+  const auto ptr = reinterpret_cast<uintptr_t>(view.data());
+  size_t moved = 0;
+  try {
+    const ReleaseGil unlocked;
+    moved = write ? h.write_now(ptr, false, n, off, s) : h.read_now(ptr, false, n, off, s);
+  } catch (const gdscp::Error& e) {
+    if (!deferred) throw;
+    return engine_exception(e);
+  }
+  return nb::int_(moved);
 }
 
 }  // namespace
@@ -134,6 +184,19 @@ NB_MODULE(_core, m) {
       .def("backend_reason", &gdscp::Handle::backend_reason)
       .def("pread", &gdscp::Handle::pread, "buf"_a, "device"_a, "size"_a, "file_offset"_a, "settings"_a, release())
       .def("pwrite", &gdscp::Handle::pwrite, "buf"_a, "device"_a, "size"_a, "file_offset"_a, "settings"_a, release())
+      .def("read_inline", [](gdscp::Handle& h, nb::handle buf, nb::handle size, nb::handle offset,
+                             const Settings& s, bool deferred) {
+             return transfer_inline(h, false, buf, size, offset, s, deferred);
+           }, "buf"_a, "size"_a.none(), "file_offset"_a.none(), "settings"_a, "deferred"_a = false)
+      .def("write_inline", [](gdscp::Handle& h, nb::handle buf, nb::handle size, nb::handle offset,
+                              const Settings& s, bool deferred) {
+             return transfer_inline(h, true, buf, size, offset, s, deferred);
+           }, "buf"_a, "size"_a.none(), "file_offset"_a.none(), "settings"_a, "deferred"_a = false)
+      .def("read_now", &gdscp::Handle::read_now, "buf"_a, "device"_a, "size"_a, "file_offset"_a, "settings"_a,
+           release())
+      .def("write_now", &gdscp::Handle::write_now, "buf"_a, "device"_a, "size"_a, "file_offset"_a, "settings"_a,
+           release())
+      .def_static("runs_inline", &gdscp::Handle::runs_inline, "size"_a, "settings"_a)
       .def("raw_read", &gdscp::Handle::raw_read, "base"_a, "size"_a, "file_offset"_a, "dev_offset"_a,
            "settings"_a, release())
       .def("raw_write", &gdscp::Handle::raw_write, "base"_a, "size"_a, "file_offset"_a, "dev_offset"_a,

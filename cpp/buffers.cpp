@@ -109,6 +109,49 @@ BufferView::BufferView(nb::handle obj, bool writable) {
 
 BufferView::~BufferView() { PyBuffer_Release(&view_); }
 
+namespace {
+
+// numpy.ndarray once numpy has been imported (an object cannot be an array
+// before that); numpy is never unloaded, so the type stays valid.
+PyTypeObject* numpy_array_type() {
+  static PyTypeObject* type = nullptr;
+  if (type) return type;
+  PyObject* numpy = PyImport_GetModule(nb::str("numpy").ptr());
+  if (!numpy) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  PyObject* ndarray = PyObject_GetAttrString(numpy, "ndarray");
+  Py_DECREF(numpy);
+  if (!ndarray || !PyType_Check(ndarray)) {
+    Py_XDECREF(ndarray);
+    PyErr_Clear();
+    return nullptr;
+  }
+  type = reinterpret_cast<PyTypeObject*>(ndarray);  // the reference is kept for good
+  return type;
+}
+
+}  // namespace
+
+PlainHostView::PlainHostView(nb::handle obj, bool writable) noexcept {
+  PyObject* o = obj.ptr();
+  const PyTypeObject* type = Py_TYPE(o);
+  const bool plain = type == &PyByteArray_Type || type == &PyMemoryView_Type ||
+                     (!writable && type == &PyBytes_Type) || (type == numpy_array_type());
+  if (!plain) return;
+  const int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
+  if (PyObject_GetBuffer(o, &view_, flags) != 0) {
+    PyErr_Clear();
+    return;
+  }
+  ok_ = true;
+}
+
+PlainHostView::~PlainHostView() {
+  if (ok_) PyBuffer_Release(&view_);
+}
+
 nb::tuple host_buffer(nb::handle obj, bool writable) {
   const BufferView view(obj, writable);
   return nb::make_tuple(reinterpret_cast<uintptr_t>(view.data()), view.size());

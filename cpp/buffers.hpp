@@ -33,6 +33,28 @@ class BufferView {
   Py_buffer view_;
 };
 
+// The memory of an object that is host memory by its type alone: an exact
+// numpy.ndarray, bytearray or memoryview (and bytes when not `writable`),
+// none of which can describe device memory. For the small calls that skip
+// gdscp._buffers. ok() is false, with no Python error set, for any other
+// object and for a buffer its exporter refuses (read-only, not C-contiguous):
+// the caller then takes the general path, which names the problem. Create and
+// destroy it with the GIL held.
+class PlainHostView {
+ public:
+  PlainHostView(nanobind::handle obj, bool writable) noexcept;
+  ~PlainHostView();
+  PlainHostView(const PlainHostView&) = delete;
+  PlainHostView& operator=(const PlainHostView&) = delete;
+  bool ok() const noexcept { return ok_; }
+  char* data() const noexcept { return static_cast<char*>(view_.buf); }
+  size_t size() const noexcept { return static_cast<size_t>(view_.len); }
+
+ private:
+  Py_buffer view_;
+  bool ok_ = false;
+};
+
 // _core.DeviceBuffer (gdscp/device_buffer.hpp): a 1-D array of bytes with
 // __cuda_array_interface__ and DLPack, views by slicing, synchronous fills and
 // copies from and to host buffers; and device_memory_info, device_synchronize.

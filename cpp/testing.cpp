@@ -11,6 +11,7 @@
 #include "buffers.hpp"
 #include "release_gil.hpp"
 #include "gdscp/detail/buffer_pool.hpp"
+#include "gdscp/detail/dispatch.hpp"
 #include "gdscp/detail/fault.hpp"
 #include "gdscp/detail/mapped_read.hpp"
 #include "gdscp/detail/thread_pool.hpp"
@@ -88,6 +89,18 @@ void define_testing(nb::module_& core) {
         "Workers of the process's pool running a task now.");
   t.def("plan_pieces", &plan_pieces, "file_offset"_a, "size"_a, "chunk"_a, "piece"_a, "workers"_a, "stagger"_a,
         "seed"_a);
+  t.def("dispatch_chunks", [](int64_t file_offset, size_t size, size_t task_size, size_t min_task_size,
+                              size_t bounce_buffer_size) {
+    Settings s;
+    s.task_size = task_size;
+    s.min_task_size = min_task_size;
+    s.bounce_buffer_size = bounce_buffer_size;
+    const detail::Dispatch d = detail::plan_dispatch(file_offset, size, s);
+    nb::list chunks;
+    for (const detail::Chunk& c : d.chunks) chunks.append(nb::make_tuple(c.buf_offset, c.file_offset, c.size));
+    return nb::make_tuple(d.tasks, d.chunk_size, chunks);
+  }, "file_offset"_a, "size"_a, "task_size"_a, "min_task_size"_a, "bounce_buffer_size"_a,
+        "(tasks, chunk_size, [(buf_offset, file_offset, size)]) of a request planned for the process's pool.");
   t.def("mapped_copy", &mapped_copy, "fd"_a, "dst"_a, "file_offset"_a);
   t.def("set_nvidia_fs_version_path", &set_nvidia_fs_version_path, "path"_a,
         "Where the engine looks for nvidia-fs (\"\" restores /proc/driver/nvidia-fs/version).");

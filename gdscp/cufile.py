@@ -46,6 +46,30 @@ class IOFuture:
         self._handle.cancel()
 
 
+class _Done(IOFuture):
+    """The future of a small ``pread``/``pwrite`` that already ran on the
+    calling thread: the byte count, or the failure that ``get()`` raises."""
+
+    __slots__ = ("_result",)
+
+    def __init__(self, result: Any):
+        self._result = result
+
+    def get(self) -> int:
+        if isinstance(self._result, BaseException):
+            raise self._result
+        return self._result
+
+    def done(self) -> bool:
+        return True
+
+    def progress(self) -> int:
+        return 0 if isinstance(self._result, BaseException) else self._result
+
+    def cancel(self) -> None:
+        return None
+
+
 class IOFutureStream:
     """The result of ``raw_read_async``/``raw_write_async``. Keep it alive until
     ``check_bytes_done()`` has synchronised the stream."""
@@ -154,6 +178,18 @@ class CuFile:
         offset = _args.offset(file_offset)
         return IOFuture(call(b.ptr, b.device, size, offset, _settings(task_size)), (b.keep, self))
 
+    def _now(self, now, call, buf: Any, into: bool, size, file_offset, task_size) -> int:
+        """A transfer whose result the caller waits for: a request small enough
+        for one task runs on this thread through ``now``, with no future;
+        a larger one in parallel through ``call``."""
+        b = _buffers.resolve(buf, writable=into)
+        size = _request_size(size, b.nbytes, "buffer")
+        offset = _args.offset(file_offset)
+        settings = _settings(task_size)
+        if _core.Handle.runs_inline(size, settings):
+            return now(b.ptr, b.device, size, offset, settings)
+        return IOFuture(call(b.ptr, b.device, size, offset, settings), (b.keep, self)).get()
+
     def pread(
         self,
         buf: Any,
@@ -164,6 +200,10 @@ class CuFile:
         """Start reading ``size`` bytes (default: the whole buffer) at
         ``file_offset`` into ``buf``, device or host memory, in parallel.
         The future's ``get()`` gives the bytes read: fewer only at end of file."""
+        if task_size is None:
+            done = self._handle.read_inline(buf, size, file_offset, defaults._settings, True)
+            if done.__class__ is not int or done >= 0:  # -1: not taken here
+                return _Done(done)
         return self._start(self._handle.pread, buf, True, size, file_offset, task_size)
 
     def pwrite(
@@ -175,6 +215,10 @@ class CuFile:
     ) -> IOFuture:
         """Start writing ``size`` bytes (default: the whole buffer) of ``buf`` to
         the file at ``file_offset``, in parallel."""
+        if task_size is None:
+            done = self._handle.write_inline(buf, size, file_offset, defaults._settings, True)
+            if done.__class__ is not int or done >= 0:  # -1: not taken here
+                return _Done(done)
         return self._start(self._handle.pwrite, buf, False, size, file_offset, task_size)
 
     def read(
@@ -185,7 +229,11 @@ class CuFile:
         task_size: Optional[int] = None,
     ) -> int:
         """``pread(...).get()``: the bytes read."""
-        return self.pread(buf, size, file_offset, task_size).get()
+        if task_size is None:
+            n = self._handle.read_inline(buf, size, file_offset, defaults._settings)
+            if n >= 0:
+                return n
+        return self._now(self._handle.read_now, self._handle.pread, buf, True, size, file_offset, task_size)
 
     def write(
         self,
@@ -195,7 +243,11 @@ class CuFile:
         task_size: Optional[int] = None,
     ) -> int:
         """``pwrite(...).get()``: the bytes written."""
-        return self.pwrite(buf, size, file_offset, task_size).get()
+        if task_size is None:
+            n = self._handle.write_inline(buf, size, file_offset, defaults._settings)
+            if n >= 0:
+                return n
+        return self._now(self._handle.write_now, self._handle.pwrite, buf, False, size, file_offset, task_size)
 
     # -- single transfers on the calling thread (device memory only) -------------
     def _device(self, buf: Any, writable: bool, size: Optional[int], dev_offset: int, call: str):

@@ -5,7 +5,9 @@ best and the machine's ceiling from the same run, with the ratios.
     python scripts/bench_summary.py bench-gpu.json bench-host.json ...
 
 Sequential modes: GB/s, "xN" = gdscp / KvikIO, "-> S" = gdscp / ceiling.
-Random reads: median latency (p50), "gdscp/kvikio" below 1 means gdscp is faster.
+Random reads: median latency (p50, p99), "gdscp/kvikio" below 1 means gdscp is faster;
+the same against plain Python (readinto, + one copy to the GPU) and a bare os.preadv.
+"fresh": into a new numpy.empty each run, never touched before.
 """
 
 import json
@@ -31,16 +33,24 @@ def main(paths: list[str]) -> int:
         for row in doc["summary"]:
             best = row["best"]
             g, k = best.get("gdscp", {}), best.get("kvikio")
+            buffer = row.get("buffer", "touched")
             what = f"{row['mode']:<8} {row['cache'] or '':<4} {row['io_size'] or '':<8}"
+            what += " fresh  " if buffer == "fresh" else "        "
             default = [
                 r for r in doc["results"]
                 if r["tool"] == "gdscp" and r["mode"] == row["mode"] and r["cache"] == row["cache"]
                 and r["io_size"] == row["io_size"] and r["threads"] == default_threads
+                and r.get("buffer", "touched") == buffer
             ]
             if row["mode"] == "randread":
-                line = f"{what} gdscp p50 {g.get('p50_us')} us"
+                line = f"{what} gdscp p50 {g.get('p50_us')} p99 {g.get('p99_us')} us"
                 if k:
                     line += f" | kvikio p50 {k['p50_us']} us | gdscp/kvikio {g['p50_us'] / k['p50_us']:.2f}"
+                for peer in ("python", "preadv"):
+                    p = best.get(peer)
+                    if p and p.get("p99_us") and g.get("p99_us"):
+                        line += (f" | {peer} p50 {p['p50_us']} p99 {p['p99_us']} us,"
+                                 f" gdscp/{peer} {g['p50_us'] / p['p50_us']:.2f} / {g['p99_us'] / p['p99_us']:.2f}")
             else:
                 line = f"{what} gdscp {g.get('gb_per_s')} GB/s ({g.get('threads')} thr)"
                 if default:

@@ -8,7 +8,7 @@
 # run them in separate calls (many fits beside tests).
 #
 #   tests  the whole test suite with GDSCP_REQUIRE_GPU=1 (a missing GPU fails)
-#   bench  the figures in docs/performance.md: gdscp benchmark --json, 4 runs,
+#   bench  the figures in docs/performance.md: gdscp benchmark --json, 7 runs,
 #          then scripts/bench_summary.py
 #   many   the many-files workloads: 2,000 files of 1 MiB and 20,000 of 64 KiB read
 #          into the GPU (gdscp's bulk read against per-file loops, KvikIO's too),
@@ -79,15 +79,26 @@ if [[ $steps == *" bench "* ]]; then
   # interleaved run by run. Hot reads, writes and random reads into the GPU:
   timeout "$(limit 260)" gdscp benchmark --size 4G --threads 4,8,16,32 --dir /tmp --json \
     >"$OUT/bench-gpu.json" 2>"$OUT/bench-gpu.err" || rc=1
-  # Hot reads into host memory, then the same with pread only (mapped_reads off):
-  timeout "$(limit 60)" gdscp benchmark --size 4G --threads 16,32 --host --mode read --dir /tmp --json \
+  # Shorter hot reads into the GPU, where a request's fixed start and finish
+  # costs weigh more:
+  timeout "$(limit 40)" gdscp benchmark --size 1G --threads 16 --mode read --dir /tmp --json \
+    >"$OUT/bench-gpu-1g.json" 2>"$OUT/bench-gpu-1g.err" || rc=1
+  timeout "$(limit 30)" gdscp benchmark --size 256M --threads 16 --mode read --dir /tmp --json \
+    >"$OUT/bench-gpu-256m.json" 2>"$OUT/bench-gpu-256m.err" || rc=1
+  # Hot reads into host memory, into a touched buffer and into a fresh
+  # numpy.empty each run, then the same with pread only (mapped_reads off):
+  timeout "$(limit 75)" gdscp benchmark --size 4G --threads 16,32 --host --mode read --dir /tmp --json \
     >"$OUT/bench-host.json" 2>"$OUT/bench-host.err" || rc=1
   GDSCP_MAPPED_READS=0 timeout "$(limit 45)" gdscp benchmark --size 4G --threads 16 --host --mode read --dir /tmp --json \
     >"$OUT/bench-host-pread.json" 2>"$OUT/bench-host-pread.err" || rc=1
+  # 4 KiB random reads into host memory against a bare os.preadv:
+  timeout "$(limit 30)" gdscp benchmark --size 1G --threads 16 --host --mode randread --io-size 4K --ops 5000 \
+    --dir /tmp --json >"$OUT/bench-host-random.json" 2>"$OUT/bench-host-random.err" || rc=1
   # Cold reads: the page cache is dropped before every run.
   timeout "$(limit 60)" gdscp benchmark --size 2G --threads 16 --mode read --drop-cache --dir /tmp --json \
     >"$OUT/bench-cold.json" 2>"$OUT/bench-cold.err" || rc=1
-  python3 "$repo/scripts/bench_summary.py" "$OUT"/bench-{gpu,host,host-pread,cold}.json | tee "$OUT/bench-summary.txt"
+  python3 "$repo/scripts/bench_summary.py" "$OUT"/bench-{gpu,gpu-1g,gpu-256m,host,host-pread,host-random,cold}.json \
+    | tee "$OUT/bench-summary.txt"
 fi
 
 if [[ $steps == *" many "* ]]; then

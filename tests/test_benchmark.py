@@ -37,7 +37,7 @@ CEILINGS = {
     "disk_direct_write",
     "disk_buffered_write",
 }
-BASELINES = {"python", "numpy_cupy", "kvikio"}
+BASELINES = {"python", "numpy_cupy", "kvikio", "preadv"}
 
 
 def cli(capsys, *args: object) -> tuple[int, str, str]:
@@ -105,6 +105,8 @@ def test_json_holds_every_mode_baseline_and_ceiling(capsys, tmp_path):
     assert doc["baselines"]["python"]["available"] is True
     # On a GPU without CuPy (gdscp needs none), only that baseline is missing.
     assert doc["baselines"]["numpy_cupy"]["available"] is (gpu and memory.usable_cupy() is not None)
+    # The bare system call is the random reads' floor in host memory.
+    assert doc["baselines"]["preadv"]["available"] is (not gpu)
     for entry in doc["baselines"].values():
         assert entry["available"] or entry["reason"]
     try:
@@ -124,15 +126,18 @@ def test_json_holds_every_mode_baseline_and_ceiling(capsys, tmp_path):
     assert doc["ceilings"]["disk_buffered_read"]["available"] and doc["ceilings"]["disk_buffered_write"]["available"]
     assert doc["ceilings"]["pinned_h2d" if gpu else "host_memcpy"]["available"]
 
-    groups = {(r["mode"], r["cache"], r["io_size"]) for r in doc["results"]}
-    expected = {("read", "hot", None), ("read", "cold", None), ("write", None, None)}
-    expected |= {("randread", cache, io) for cache in ("hot", "cold") for io in (4096, 65536)}
+    groups = {(r["mode"], r["cache"], r["io_size"], r["buffer"]) for r in doc["results"]}
+    expected = {("read", "hot", None, "touched"), ("read", "cold", None, "touched"), ("write", None, None, "touched")}
+    expected |= {("randread", cache, io, "touched") for cache in ("hot", "cold") for io in (4096, 65536)}
+    if not gpu:  # host memory: also into a fresh numpy.empty array every run
+        expected.add(("read", "hot", None, "fresh"))
     assert groups == expected
     measured = {name for name, entry in doc["baselines"].items() if entry["available"]}
     for group in expected:
-        records = [r for r in doc["results"] if (r["mode"], r["cache"], r["io_size"]) == group]
+        records = [r for r in doc["results"] if (r["mode"], r["cache"], r["io_size"], r["buffer"]) == group]
         assert sorted(r["threads"] for r in records if r["tool"] == "gdscp") == [1, 2]
-        assert {r["tool"] for r in records} == {"gdscp"} | measured
+        peers = measured if group[0] == "randread" else measured - {"preadv"}
+        assert {r["tool"] for r in records} == {"gdscp"} | peers
         for r in records:
             assert r["runs"] == 3 and len(r["seconds"]) == 3 and r["what"]
             check_spread(r["gb_per_s"])
@@ -146,11 +151,14 @@ def test_json_holds_every_mode_baseline_and_ceiling(capsys, tmp_path):
             if r["tool"] == "gdscp":
                 assert set(r["factor"]) == BASELINES
                 assert r["factor"]["python"] > 0
-    summary = {(row["mode"], row["cache"], row["io_size"]): row for row in doc["summary"]}
+                if r["mode"] == "randread":
+                    assert set(r["factor_p99"]) == BASELINES and r["factor_p99"]["python"] > 0
+                    assert (r["factor"]["preadv"] > 0) is (not gpu)
+    summary = {(row["mode"], row["cache"], row["io_size"], row["buffer"]): row for row in doc["summary"]}
     assert set(summary) == expected
     hot_ceilings = {"pinned_h2d"} if gpu else {"host_memcpy", "page_cache_read"}
-    assert summary[("read", "hot", None)]["ceiling"]["name"] in hot_ceilings
-    assert summary[("write", None, None)]["share_of_ceiling"] > 0
+    assert summary[("read", "hot", None, "touched")]["ceiling"]["name"] in hot_ceilings
+    assert summary[("write", None, None, "touched")]["share_of_ceiling"] > 0
 
 
 def test_table_names_gdscp_and_each_baseline(capsys, tmp_path):
@@ -594,11 +602,13 @@ def test_stats():
         spread([])
 
 
-def _record(tool, mode, threads, gbps, p50=None, cache="hot", io_size=None):
+def _record(tool, mode, threads, gbps, p50=None, cache="hot", io_size=None, p99=None):
     record = {"tool": tool, "mode": mode, "cache": cache, "io_size": io_size, "threads": threads,
               "gb_per_s": {"median": gbps, "min": gbps, "max": gbps}}  # fmt: skip
     if p50 is not None:
         record["latency_us"] = {"p50": {"median": p50, "min": p50, "max": p50}}
+    if p99 is not None:
+        record["latency_us"]["p99"] = {"median": p99, "min": p99, "max": p99}
     return record
 
 
@@ -617,19 +627,26 @@ def test_comparisons_follow_their_definitions():
             _record("kvikio", "read", 1, 5.0),
             _record("kvikio", "read", 4, 32.0),
             _record("gdscp", "write", 4, 1.5, cache=None),
-            _record("gdscp", "randread", 4, 0.1, p50=20.0, io_size=4096),
-            _record("kvikio", "randread", 4, 0.1, p50=30.0, io_size=4096),
+            _record("gdscp", "randread", 4, 0.1, p50=20.0, io_size=4096, p99=40.0),
+            _record("kvikio", "randread", 4, 0.1, p50=30.0, io_size=4096, p99=100.0),
+            _record("preadv", "randread", None, 0.1, p50=10.0, io_size=4096, p99=20.0),
         ],
     }
     report.compare(doc)
     by = {(r["tool"], r["mode"], r["threads"]): r for r in doc["results"]}
     assert by[("gdscp", "read", 4)]["share_of_ceiling"] == 0.8
-    assert by[("gdscp", "read", 4)]["factor"] == {"python": 20.0, "numpy_cupy": None, "kvikio": 1.25}
+    assert by[("gdscp", "read", 4)]["factor"] == {"python": 20.0, "numpy_cupy": None, "kvikio": 1.25, "preadv": None}
+    assert "factor_p99" not in by[("gdscp", "read", 4)]
     assert by[("gdscp", "read", 1)]["factor"]["kvikio"] == 2.0  # same thread count
     assert by[("gdscp", "write", 4)]["ceiling"] == "disk_direct_write"
     assert by[("gdscp", "write", 4)]["share_of_ceiling"] == 0.75
     assert by[("gdscp", "randread", 4)]["share_of_ceiling"] is None
     assert by[("gdscp", "randread", 4)]["factor"]["kvikio"] == 1.5  # p50 30 us / 20 us
+    assert by[("gdscp", "randread", 4)]["factor"]["preadv"] == 0.5  # p50 10 us / 20 us
+    assert by[("gdscp", "randread", 4)]["factor_p99"] == {"python": None, "numpy_cupy": None, "kvikio": 2.5,
+                                                          "preadv": 0.5}  # fmt: skip
+    rand = next(row for row in doc["summary"] if row["mode"] == "randread")
+    assert rand["best"]["gdscp"]["p99_us"] == 40.0 and rand["factor_p99"]["kvikio"] == 2.5
     read = next(row for row in doc["summary"] if row["mode"] == "read")
     assert read["best"]["gdscp"] == {"threads": 4, "gb_per_s": 40.0}
     assert read["best"]["kvikio"]["threads"] == 4

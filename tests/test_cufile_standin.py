@@ -192,6 +192,11 @@ def test_small_sizes_through_device_memory(go, compat):
     go(scenario_small_sizes, compat=compat)
 
 
+@pytest.mark.parametrize("compat", ["on", "off"])
+def test_small_synchronous_calls_into_device_memory(go, compat):
+    go(scenario_small_synchronous, compat=compat)
+
+
 def test_mmap_into_device_memory(go):
     go(scenario_mmap)
 
@@ -1453,6 +1458,43 @@ def scenario_small_sizes(folder, compat):
             assert f.write(standin.cuda.alloc(300_001).set(data[12_345 : 12_345 + 300_001]),
                            file_offset=12_345) == 300_001
     assert file_bytes(path) == data
+
+
+def scenario_small_synchronous(folder, compat):
+    """CuFile.read/write below gds_threshold run on the calling thread without a
+    future: byte-exact at page edges, unaligned offsets and past the end of the
+    file; through the POSIX path each read is one copy out of a pinned staging
+    buffer, with no event recorded (nothing waits for it but the stream's end)."""
+    import gdscp
+
+    data = random_bytes(3 * 4096 + 77, seed=33)
+    path = new_file(folder, "s.bin", data)
+    with settings(compat_mode=compat), gdscp.CuFile(path, "r+") as f:
+        for size in (0, 1, 4095, 4096, 4097, 64 * KiB):
+            for offset in (0, 3, 4097, len(data) - 10, len(data), len(data) + 4096):
+                case = f"size={size} offset={offset} compat={compat}"
+                buf = poisoned(size + 8)
+                m = mark()
+                n = f.read(buf[3 : 3 + size], size, offset)
+                want = data[offset : offset + size]
+                assert n == len(want), case
+                got = buf.bytes()
+                assert got[3 : 3 + n] == want, case
+                assert got[:3] + got[3 + n :] == bytes([POISON]) * (size + 8 - n), case
+                if compat == "on":
+                    copies = since(m, "cuMemcpyHtoDAsync", lib="cuda")
+                    assert len(copies) == (1 if n else 0), case
+                    assert all(c.flags & standin.PINNED_HOST and c.size == n for c in copies), case
+                    assert since(m, "cuEventRecord", lib="cuda") == [], case
+        for size in (1, 4095, 4097):
+            for offset in (0, 5, 8191):
+                new = random_bytes(size, seed=size * 7 + offset)
+                src = standin.cuda.alloc(size + 2).set(b"xy" + new)
+                assert f.write(src[2:], size, offset) == size
+                expect = data[:offset] + new + data[offset + size :]
+                assert file_bytes(path) == expect, (size, offset)
+                with open(path, "r+b") as raw:
+                    raw.write(data)
 
 
 def scenario_mmap(folder):

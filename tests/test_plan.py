@@ -6,7 +6,7 @@ import pytest
 
 from gdscp import _core
 
-KiB, MiB = 1 << 10, 1 << 20
+KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 STEP = 64 * KiB  # graded first pieces grow in steps of this
 
 
@@ -119,3 +119,47 @@ def test_one_worker_reads_everything():
     assert {w for w, *_ in got} == {0}
     check_cover(got, 130 * MiB + 7, 4095)
     assert [c[1] for c in got] == sorted(c[1] for c in got)
+
+
+# -- how a request is cut into chunks for the pool ---------------------------------
+def dispatch(size, task=16 * MiB, min_task=256 * KiB, bounce=4 * MiB, threads=16, offset=4095):
+    import gdscp
+
+    with gdscp.defaults.set("num_threads", threads):
+        return _core.testing.dispatch_chunks(offset, size, task, min_task, bounce)
+
+
+@pytest.mark.parametrize("size", [1, 2 * MiB, 64 * MiB + 5, 256 * MiB, GiB + 4097, 4 * GiB])
+@pytest.mark.parametrize("threads", [1, 4, 16])
+def test_chunks_cover_the_request_once_and_taper_at_the_end(size, threads):
+    tasks, chunk, chunks = dispatch(size, threads=threads)
+    pos = 0
+    for buf, fo, n in chunks:
+        assert buf == pos and fo == 4095 + buf and 0 < n <= chunk
+        pos += n
+    assert pos == size
+    sizes = [n for *_, n in chunks]
+    assert sizes[:-1] == sorted(sizes[:-1], reverse=True)  # never grow
+    if tasks > 1:
+        tail = min(chunk, 4 * MiB)
+        assert all(n >= tail for n in sizes[:-1])
+        # Whatever remains when a chunk is claimed, that chunk is at most
+        # 1/(2 * tasks) of it (rounded to pages) or a tail-sized one: the
+        # workers run out of work together.
+        left = size
+        for n in sizes:
+            assert n <= max(tail, -(-(left // (2 * tasks)) // 4096) * 4096)
+            left -= n
+
+
+def test_large_requests_keep_whole_task_sized_chunks_until_the_end():
+    tasks, chunk, chunks = dispatch(4 * GiB)
+    assert tasks == 16 and chunk == 16 * MiB
+    sizes = [n for *_, n in chunks]
+    whole = [n for n in sizes if n == chunk]
+    assert sum(whole) >= 4 * GiB - 2 * 16 * 16 * MiB  # all but the last 2 * tasks chunks' worth
+    assert sizes[-2] == 4 * MiB and len(sizes) < 4 * GiB // chunk + 100
+
+
+def test_small_requests_are_one_chunk_on_the_calling_thread():
+    assert dispatch(4096) == (1, 4096, [(0, 4095, 4096)])

@@ -7,6 +7,7 @@
 #include "gdscp/detail/device_pointer.hpp"
 #include "gdscp/detail/dispatch.hpp"
 #include "gdscp/detail/file.hpp"
+#include "gdscp/detail/host_destination.hpp"
 #include "gdscp/detail/plan.hpp"
 #include "gdscp/detail/request.hpp"
 #include "gdscp/detail/work_queue.hpp"
@@ -33,6 +34,11 @@ using detail::ChunkQueue;
 using detail::MemoryTarget;
 using detail::OpenFile;
 using detail::Request;
+
+// Reads into host memory this large check whether the destination is fresh,
+// and if so map it ahead of the copy (host_destination.hpp); smaller ones
+// fault too few pages to matter.
+constexpr size_t kPrepareMin = 8u << 20;
 
 MemoryTarget target_for(uintptr_t ptr, bool device) {
   return device ? detail::resolve_device_pointer(ptr) : MemoryTarget{};
@@ -104,12 +110,17 @@ std::unique_ptr<Future> Handle::submit(bool write, uintptr_t buf, bool device, s
                                        const Settings& s) {
   std::shared_ptr<const OpenFile> st = open_for(write);
   if (size == 0) return finished(0);
-  const MemoryTarget mem = target_for(buf, device);
+  MemoryTarget mem = target_for(buf, device);
   Backend* backend = mem.device ? st->backends.device.get() : st->backends.host.get();
   char* base = reinterpret_cast<char*>(buf);
   if (write && st->file->mode().append) {
     if (backend->append_whole(mem, base, size)) return finished(size);
     offset = st->file->reserve_append(size);
+  }
+  if (!write && !mem.device && size >= kPrepareMin && detail::destination_unmapped(base, size)) {
+    // Only what the file holds now: the read leaves pages past its end untouched.
+    const int64_t file_size = st->file->size();
+    mem.populate_bytes = file_size > offset ? std::min<size_t>(size, static_cast<size_t>(file_size - offset)) : 0;
   }
 
   detail::Dispatch d = detail::plan_dispatch(offset, size, s);
@@ -133,6 +144,32 @@ std::unique_ptr<Future> Handle::pread(uintptr_t buf, bool device, size_t size, i
 std::unique_ptr<Future> Handle::pwrite(uintptr_t buf, bool device, size_t size, int64_t file_offset,
                                        const Settings& s) {
   return submit(true, buf, device, size, file_offset, s);
+}
+
+size_t Handle::transfer_now(bool write, uintptr_t buf, bool device, size_t size, int64_t offset,
+                            const Settings& s) {
+  if (!runs_inline(size, s)) throw_invalid("an inline transfer must fit one task below gds_threshold");
+  std::shared_ptr<const OpenFile> st = open_for(write);
+  if (size == 0) return 0;
+  const MemoryTarget mem = target_for(buf, device);
+  Backend* backend = mem.device ? st->backends.device.get() : st->backends.host.get();
+  char* base = reinterpret_cast<char*>(buf);
+  if (write && st->file->mode().append) {
+    if (backend->append_whole(mem, base, size)) return size;
+    offset = st->file->reserve_append(size);
+  }
+  // The one chunk submit() would plan for this size, run as its one task would.
+  if (!write) return backend->read_one(mem, base, size, offset, s);
+  ChunkQueue one({Chunk{0, offset, size}}, size);
+  return backend->write(mem, base, one, s, nullptr);
+}
+
+size_t Handle::read_now(uintptr_t buf, bool device, size_t size, int64_t file_offset, const Settings& s) {
+  return transfer_now(false, buf, device, size, file_offset, s);
+}
+
+size_t Handle::write_now(uintptr_t buf, bool device, size_t size, int64_t file_offset, const Settings& s) {
+  return transfer_now(true, buf, device, size, file_offset, s);
 }
 
 size_t Handle::raw(bool write, uintptr_t base, size_t size, int64_t file_offset, int64_t dev_offset,

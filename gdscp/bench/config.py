@@ -246,7 +246,9 @@ def resolve(config: BenchConfig) -> Plan:
                 f"{directory} has {human(disk)} free",
             )
         host = available_memory()
-        host_need = size * (2 if kind == "gpu" else 1)
+        # A GPU run keeps a host copy of the buffer; a host run reading also a
+        # fresh buffer beside the touched one.
+        host_need = size * (2 if kind == "gpu" or "read" in modes else 1)
         if host_need > host * 0.8:
             raise BenchConfigError(
                 "size", f"{human(size)} needs {human(host_need)} of host memory; {human(host)} is available"

@@ -17,12 +17,14 @@ _STYLE = {
     "kvikio": {"color": "tab:blue", "marker": "s"},
     "python": {"color": "tab:orange", "linestyle": ":"},
     "numpy_cupy": {"color": "tab:red", "linestyle": "-."},
+    "preadv": {"color": "tab:gray", "linestyle": "--"},
 }
 _LABEL = {
     "gdscp": "gdscp",
     "kvikio": "KvikIO",
     "python": "Python readinto",
     "numpy_cupy": "numpy.fromfile + cupy.asarray",
+    "preadv": "bare os.preadv",
 }
 
 
@@ -47,6 +49,8 @@ def _title(record: dict) -> str:
     if record["io_size"]:
         size = record["io_size"]
         text += f", {size >> 20} MiB" if size >= 1 << 20 else f", {size >> 10} KiB" if size >= 1024 else f", {size} B"
+    if record.get("buffer") == "fresh":
+        text += ", fresh buffer"
     return text
 
 
@@ -57,7 +61,7 @@ def plot(document: dict, path: str) -> None:
 
     keys: list[tuple] = []
     for record in document["results"]:
-        key = (record["mode"], record["cache"], record["io_size"])
+        key = (record["mode"], record["cache"], record["io_size"], record.get("buffer", "touched"))
         if key not in keys:
             keys.append(key)
     if not keys:
@@ -69,7 +73,9 @@ def plot(document: dict, path: str) -> None:
     for ax in axes.flat[len(keys) :]:
         ax.set_visible(False)
     for ax, key in zip(axes.flat, keys):
-        records = [r for r in document["results"] if (r["mode"], r["cache"], r["io_size"]) == key]
+        records = [
+            r for r in document["results"] if (r["mode"], r["cache"], r["io_size"], r.get("buffer", "touched")) == key
+        ]
         for tool in ("gdscp", "kvikio"):
             mine = sorted((r for r in records if r["tool"] == tool), key=lambda r: r["threads"])
             if not mine:
@@ -79,7 +85,7 @@ def plot(document: dict, path: str) -> None:
             low = [y - r["gb_per_s"]["min"] for y, r in zip(ys, mine)]
             high = [r["gb_per_s"]["max"] - y for y, r in zip(ys, mine)]
             ax.errorbar(xs, ys, yerr=[low, high], capsize=3, label=_LABEL[tool], **_STYLE[tool])
-        for tool in ("python", "numpy_cupy"):
+        for tool in ("python", "numpy_cupy", "preadv"):
             for r in records:
                 if r["tool"] == tool:
                     ax.axhline(r["gb_per_s"]["median"], label=_LABEL[tool], **_STYLE[tool])

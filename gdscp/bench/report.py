@@ -10,6 +10,7 @@ Definitions (also in docs/benchmark-json.md):
   baseline's median p50 latency / gdscp's. Against KvikIO the same thread count
   is compared; against single-threaded baselines, each gdscp row is compared
   with the one baseline figure. Above 1 means gdscp is faster.
+* ``factor_p99[baseline]`` (random reads) = the same with p99 latencies.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Optional
 
 __all__ = ["compare", "ceiling_for", "BASELINES"]
 
-BASELINES = ("python", "numpy_cupy", "kvikio")
+BASELINES = ("python", "numpy_cupy", "kvikio", "preadv")
 
 
 def _median(entry: Optional[dict], key: str = "gb_per_s") -> Optional[float]:
@@ -49,14 +50,14 @@ def ceiling_for(document: dict, mode: str, cache: Optional[str]) -> Optional[dic
 
 
 def _key(record: dict) -> tuple:
-    return (record["mode"], record["cache"], record["io_size"])
+    return (record["mode"], record["cache"], record["io_size"], record.get("buffer", "touched"))
 
 
-def _speed(record: dict) -> Optional[float]:
-    """Bigger is better: GB/s for sequential modes, 1/p50 for random reads."""
+def _speed(record: dict, percentile: str = "p50") -> Optional[float]:
+    """Bigger is better: GB/s for sequential modes, 1/p50 (or 1/p99) for random reads."""
     if record["mode"] == "randread":
-        p50 = record.get("latency_us", {}).get("p50", {}).get("median")
-        return 1.0 / p50 if p50 else None
+        latency = record.get("latency_us", {}).get(percentile, {}).get("median")
+        return 1.0 / latency if latency else None
     return record["gb_per_s"]["median"] or None
 
 
@@ -83,17 +84,23 @@ def compare(document: dict) -> dict:
                 continue
             mine = _speed(record)
             factor = {}
+            factor_p99 = {}
             for baseline in BASELINES:
                 peers = [r for r in records if r["tool"] == baseline]
                 if baseline == "kvikio":
                     peers = [r for r in peers if r["threads"] == record["threads"]]
                 theirs = _speed(peers[0]) if peers else None
                 factor[baseline] = _round(mine / theirs) if mine and theirs else None
+                if record["mode"] == "randread":
+                    mine99, theirs99 = _speed(record, "p99"), _speed(peers[0], "p99") if peers else None
+                    factor_p99[baseline] = _round(mine99 / theirs99) if mine99 and theirs99 else None
             record["factor"] = factor
+            if record["mode"] == "randread":
+                record["factor_p99"] = factor_p99
 
     summary = []
     for key, records in by_key.items():
-        mode, cache, io_size = key
+        mode, cache, io_size, buffer = key
         best: dict[str, dict] = {}
         for record in records:
             speed = _speed(record)
@@ -107,11 +114,16 @@ def compare(document: dict) -> dict:
             "mode": mode,
             "cache": cache,
             "io_size": io_size,
+            "buffer": buffer,
             "best": {
                 tool: {
                     "threads": r["threads"],
                     "gb_per_s": r["gb_per_s"]["median"],
-                    **({"p50_us": r["latency_us"]["p50"]["median"]} if "latency_us" in r else {}),
+                    **(
+                        {"p50_us": r["latency_us"]["p50"]["median"], "p99_us": _median(r["latency_us"], "p99")}
+                        if "latency_us" in r
+                        else {}
+                    ),
                 }
                 for tool, r in best.items()
             },
@@ -126,6 +138,13 @@ def compare(document: dict) -> dict:
             for baseline in BASELINES:
                 theirs = best.get(baseline)
                 row["factor"][baseline] = _round(_speed(mine) / _speed(theirs)) if theirs else None
+            if mode == "randread":
+                row["factor_p99"] = {
+                    baseline: _round(_speed(mine, "p99") / _speed(best[baseline], "p99"))
+                    if baseline in best and _speed(mine, "p99") and _speed(best[baseline], "p99")
+                    else None
+                    for baseline in BASELINES
+                }
         summary.append(row)
     document["summary"] = summary
     return document

@@ -21,7 +21,7 @@ from .machine import describe_machine, now_iso
 from .measure import BenchError, check_read, random_offsets, time_random_reads, time_seq_read, time_seq_write
 from .stats import GB, percentile, spread, threads_text
 from .targets import make_target
-from .tools import GdscpTool, KvikioTool, NumpyCupyTool, PythonTool, Tool, kvikio_status
+from .tools import GdscpTool, KvikioTool, NumpyCupyTool, PreadvTool, PythonTool, Tool, kvikio_status
 
 __all__ = ["run_benchmark", "Progress", "SCHEMA"]
 
@@ -44,17 +44,23 @@ def cupy_missing() -> str:
 
 @dataclass(frozen=True)
 class Group:
-    """One kind of measurement: a mode, a cache state and, for random reads, an I/O size."""
+    """One kind of measurement: a mode, a cache state, for random reads an I/O
+    size, and the destination buffer: "touched" (allocated and written once,
+    before the runs) or "fresh" (a new ``numpy.empty`` for every run, never
+    touched before the read)."""
 
     mode: str
     cache: Optional[str]  # "hot", "cold", or None for writes
     io_size: Optional[int] = None
+    buffer: str = "touched"
 
     @property
     def label(self) -> str:
         text = self.mode if self.cache is None else f"{self.mode} {self.cache}"
         if self.io_size is not None:
             text += f" {_size_text(self.io_size)}"
+        if self.buffer == "fresh":
+            text += " fresh"
         return text
 
 
@@ -69,7 +75,10 @@ def groups_for(plan: Plan) -> list[Group]:
     caches = ["hot", "cold"] if plan.drop_cache else ["hot"]
     groups: list[Group] = []
     if "read" in plan.modes:
-        groups += [Group("read", cache) for cache in caches]
+        groups.append(Group("read", "hot"))
+        if plan.memory == "host":
+            groups.append(Group("read", "hot", buffer="fresh"))
+        groups += [Group("read", cache) for cache in caches if cache != "hot"]
     if "randread" in plan.modes:
         groups += [Group("randread", cache, io) for io in plan.io_sizes for cache in caches]
     if "write" in plan.modes:
@@ -119,13 +128,19 @@ class Benchmark:
             self.tools.append(GdscpTool(target, threads))
         if not plan.baselines:
             reason = "baselines were turned off"
-            self.baselines = {
-                name: {"available": False, "reason": reason} for name in ("python", "numpy_cupy", "kvikio")
-            }
+            self.baselines = {name: {"available": False, "reason": reason} for name in report.BASELINES}
             return
         python = PythonTool(target, self.host)
         self.tools.append(python)
         self.baselines["python"] = {"available": True, "what": {m: python.describe(m) for m in plan.modes}}
+        if target.kind == "host" and "randread" in plan.modes:
+            preadv = PreadvTool(target)
+            self.tools.append(preadv)
+            self.baselines["preadv"] = {"available": True, "what": {"randread": preadv.describe("randread")}}
+        else:
+            why = "GPU run: Python's readinto + copy is the plain way" if target.kind == "gpu" else (
+                "randread was not measured")
+            self.baselines["preadv"] = {"available": False, "reason": why}
         if target.kind == "gpu" and memory.usable_cupy() is not None:
             naive = NumpyCupyTool(target)
             self.tools.append(naive)
@@ -352,6 +367,7 @@ class Benchmark:
             "tool": tool.name,
             "mode": group.mode,
             "cache": group.cache,
+            "buffer": group.buffer,
             "memory": plan.memory,
             "threads": tool.threads,
             "task_size": task_size,
@@ -360,7 +376,8 @@ class Benchmark:
             "runs": plan.runs,
             "what": tool.describe(group.mode)
             + (", page cache dropped before each run" if group.cache == "cold" else "")
-            + (", file in the page cache" if group.cache == "hot" else ""),
+            + (", file in the page cache" if group.cache == "hot" else "")
+            + (", into a new numpy.empty array each run, never touched before" if group.buffer == "fresh" else ""),
             "seconds": [],
         }
 
@@ -370,11 +387,14 @@ class Benchmark:
         data = self.files.data_path
         with tool.configured():
             if group.mode == "read":
+                # A fresh buffer as a user makes one: allocated outside the clock, never touched.
+                buf = np.empty(plan.size, dtype=np.uint8) if group.buffer == "fresh" else self.buf
                 seconds = time_seq_read(
-                    tool, data, self.buf, plan.size, task_size=plan.task_size, cold=group.cache == "cold"
+                    tool, data, buf, plan.size, task_size=plan.task_size, cold=group.cache == "cold"
                 )
                 if run == 0:
-                    check_read(tool, data, self.buf, plan.size)
+                    check_read(tool, data, buf, plan.size)
+                del buf
                 record["seconds"].append(seconds)
             elif group.mode == "write":
                 seconds = time_seq_write(tool, self.files.write_path, self.buf, plan.size, task_size=plan.task_size)
@@ -440,8 +460,9 @@ class Benchmark:
         of each of ``ceiling_jobs`` (appended to ``ceiling_runs[job index]``)."""
         plan = self.plan
         assert self.files is not None
-        tools = self.tools
-        if group.cache == "hot":
+        tools = [tool for tool in self.tools if group.mode in tool.modes]
+        # A fresh-buffer group follows the hot group, whose warm-up it shares.
+        if group.cache == "hot" and group.buffer != "fresh":
             steps.start(f"{group.label}: warming up")
             warm_cache(self.files.data_path)
             for tool in tools:
@@ -497,15 +518,24 @@ class Benchmark:
             self._make_tools()
             groups = groups_for(plan)
             jobs = list(enumerate(self._ceiling_jobs()))
+
+            def bounded_by(group: Group) -> list:
+                """The ceiling jobs measured between ``group``'s rounds: those of
+                its measurement, beside the touched-buffer group only."""
+                if group.buffer == "fresh":
+                    return []
+                return [(i, job) for i, job in jobs if job[3] == (group.mode, group.cache)]
+
             measured_in = {(g.mode, g.cache) for g in groups}
             upfront = [(i, job) for i, job in jobs if job[3] not in measured_in]
             # One step for the file, one per ceiling measured up front, one
-            # warm-up per hot group, one per timed run of each tool and of each
-            # ceiling interleaved with the group.
+            # warm-up per hot group (a fresh-buffer group shares the hot one's),
+            # one per timed run of each tool and of each ceiling interleaved
+            # with the group.
             total = 1 + len(upfront)
             for g in groups:
-                beside = sum(job[3] == (g.mode, g.cache) for _, job in jobs)
-                total += (g.cache == "hot") + plan.runs * (len(self.tools) + beside)
+                tools = sum(g.mode in tool.modes for tool in self.tools)
+                total += (g.cache == "hot" and g.buffer != "fresh") + plan.runs * (tools + len(bounded_by(g)))
             steps = _Steps(total, self._progress)
 
             steps.start(f"writing a {_size_text(plan.size)} test file in {plan.dir}")
@@ -524,8 +554,7 @@ class Benchmark:
 
             results: list[dict] = []
             for group in groups:
-                beside = [(i, job) for i, job in jobs if job[3] == (group.mode, group.cache)]
-                results.extend(self._measure_group(group, steps, beside, ceiling_runs))
+                results.extend(self._measure_group(group, steps, bounded_by(group), ceiling_runs))
 
             ceilings = self._ceilings_skipped()
             measured: dict[str, list[dict]] = {}

@@ -23,11 +23,12 @@ __all__ = [
     "PythonTool",
     "NumpyCupyTool",
     "KvikioTool",
+    "PreadvTool",
     "kvikio_status",
     "TOOL_NAMES",
 ]
 
-TOOL_NAMES = ("gdscp", "python", "numpy_cupy", "kvikio")
+TOOL_NAMES = ("gdscp", "python", "numpy_cupy", "kvikio", "preadv")
 
 
 class Tool(abc.ABC):
@@ -36,6 +37,8 @@ class Tool(abc.ABC):
     name = ""
     #: whether ``read`` leaves the bytes in the caller's buffer (so they can be checked)
     fills_buffer = True
+    #: the modes the tool takes part in
+    modes: tuple[str, ...] = ("read", "write", "randread")
 
     def __init__(self, target: Any, threads: Optional[int] = None):
         self.target = target
@@ -96,20 +99,20 @@ class GdscpTool(Tool):
 
     def read(self, handle, buf, size, offset, task_size):
         view = buf if size == len(buf) else buf[:size]
-        return handle.pread(view, size, offset, task_size).get()
+        return handle.read(view, size, offset, task_size)
 
     def write(self, handle, buf, size, task_size):
         view = buf if size == len(buf) else buf[:size]
-        n = handle.pwrite(view, size, 0, task_size).get()
+        n = handle.write(view, size, 0, task_size)
         os.fsync(handle.fileno())
         return n
 
     def describe(self, mode: str) -> str:
         if mode == "write":
-            return "gdscp.CuFile(path, 'w').pwrite(buf).get() then os.fsync"
+            return "gdscp.CuFile(path, 'w').write(buf) then os.fsync"
         if mode == "randread":
-            return "gdscp.CuFile.pread(buf[:io_size], io_size, offset).get(), one call at a time"
-        return "gdscp.CuFile(path, 'r').pread(buf).get()"
+            return "gdscp.CuFile.read(view, io_size, offset) into one view of io_size bytes, one call at a time"
+        return "gdscp.CuFile(path, 'r').read(buf)"
 
 
 class KvikioTool(Tool):
@@ -167,7 +170,7 @@ class KvikioTool(Tool):
         if mode == "write":
             return "kvikio.CuFile(path, 'w').pwrite(buf).get() then os.fsync"
         if mode == "randread":
-            return "kvikio.CuFile.pread(buf[:io_size], io_size, offset).get(), one call at a time"
+            return "kvikio.CuFile.pread(view, io_size, offset).get() into one view of io_size bytes, one call at a time"
         return "kvikio.CuFile(path, 'r').pread(buf).get()"
 
 
@@ -198,7 +201,9 @@ class PythonTool(Tool):
         handle.close()
 
     def read(self, handle, buf, size, offset, task_size):
-        view = memoryview(self.host)[:size]
+        # Host memory: the benchmark's buffer itself (a fresh one where the run
+        # measures fresh buffers); GPU memory: the host buffer, then one copy.
+        view = memoryview(buf if self.target.kind == "host" else self.host)[:size]
         handle.seek(offset)
         done = 0
         while done < size:  # Linux returns at most ~2 GiB per read()
@@ -230,8 +235,36 @@ class PythonTool(Tool):
             return prefix + "open(path, 'wb', buffering=0).write(host) then os.fsync"
         suffix = " then cupy .set(host) into the device buffer" if gpu else ""
         if mode == "randread":
-            return "f.seek(offset); f.readinto(host[:io_size])" + suffix + ", one call at a time"
+            return "f.seek(offset); f.readinto(view)" + suffix + ", one call at a time"
         return "open(path, 'rb', buffering=0).readinto(host) into a preallocated buffer" + suffix
+
+
+class PreadvTool(Tool):
+    """The bare system call, from Python: ``os.preadv(fd, [view], offset)`` into
+    the same host buffer as the others. Random reads into host memory only:
+    the floor that a library adds its own cost to."""
+
+    name = "preadv"
+    modes = ("randread",)
+
+    def __init__(self, target: Any):
+        super().__init__(target, None)
+
+    def open(self, path: str, mode: str) -> Any:
+        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+
+    def close(self, handle: Any) -> None:
+        os.close(handle)
+
+    def read(self, handle, buf, size, offset, task_size):
+        view = buf if size == len(buf) else buf[:size]
+        return os.preadv(handle, [view], offset)
+
+    def write(self, handle, buf, size, task_size):
+        raise NotImplementedError("the preadv baseline only reads")
+
+    def describe(self, mode: str) -> str:
+        return "os.preadv(fd, [view], offset) into one view of io_size bytes, one call at a time"
 
 
 class NumpyCupyTool(Tool):

@@ -32,7 +32,8 @@ __all__ = ["benchmark"]
 _MEASURE = "Measurement"
 _OPTION_NAMES = {"random_ops": "--ops"}  # the rest are "--" + the name with dashes
 _DEFAULT_FILE_SIZE = "1K-64K"
-_TOOL_NAMES = {"gdscp": "gdscp", "python": "python", "numpy_cupy": "numpy+cupy", "kvikio": "kvikio"}
+_TOOL_NAMES = {"gdscp": "gdscp", "python": "python", "numpy_cupy": "numpy+cupy", "kvikio": "kvikio",
+               "preadv": "os.preadv"}
 
 
 def _list(option: str, text: str, parse: Callable[[str], Any]) -> list:
@@ -101,13 +102,13 @@ def _table(title: str) -> Table:
 
 
 def _compared(doc: dict) -> list[str]:
-    return [b for b in ("python", "numpy_cupy", "kvikio") if doc["baselines"].get(b, {}).get("available")]
+    return [b for b in ("python", "numpy_cupy", "kvikio", "preadv") if doc["baselines"].get(b, {}).get("available")]
 
 
 def _fill(table: Table, records: list[dict], cells: Callable[[dict, bool], list[str]]) -> Table:
     previous = None
     for r in records:
-        key = (r["mode"], r["cache"], r["io_size"])
+        key = (r["mode"], r["cache"], r["io_size"], r.get("buffer"))
         if previous is not None and key != previous:
             table.add_section()
         table.add_row(*cells(r, key != previous), style="bold" if r["tool"] == "gdscp" else None)
@@ -130,7 +131,9 @@ def _sequential_table(doc: dict, records: list[dict]) -> Table:
     def cells(r: dict, first: bool) -> list[str]:
         g = r["gb_per_s"]
         return [
-            (r["mode"] + (f" {r['cache']}" if r["cache"] else "")) if first else "",
+            (r["mode"] + (f" {r['cache']}" if r["cache"] else "") + (" fresh" if r.get("buffer") == "fresh" else ""))
+            if first
+            else "",
             _TOOL_NAMES[r["tool"]],
             "-" if r["threads"] is None else str(r["threads"]),
             _num(g["median"]),
@@ -216,6 +219,7 @@ _RATIO_MEANING = {
     "python": "plain Python: open(..., buffering=0).readinto() or .write() (+ os.fsync), one thread",
     "numpy_cupy": "numpy.fromfile then cupy.asarray (writes: cupy.asnumpy then tofile)",
     "kvikio": "KvikIO at the same thread count",
+    "preadv": "a bare os.preadv into the same buffer",
 }
 
 
@@ -223,7 +227,8 @@ def _legend(doc: dict) -> str:
     """What every column and word of the tables means, for the columns shown."""
     lines = [
         "GB/s: 10^9 bytes per second, median of the runs (min-max beside it). "
-        "hot: the file is in the page cache; cold: its cached pages are dropped before every run.",
+        "hot: the file is in the page cache; cold: its cached pages are dropped before every run; "
+        "fresh: into a new numpy.empty array each run, never touched before.",
         "of ceiling: the figure over the machine's own limit for that test (the last table), "
         "measured in this run without gdscp.",
     ]

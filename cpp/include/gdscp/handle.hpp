@@ -41,6 +41,22 @@ class Handle {
   std::unique_ptr<Future> pread(uintptr_t buf, bool device, size_t size, int64_t file_offset, const Settings& s);
   std::unique_ptr<Future> pwrite(uintptr_t buf, bool device, size_t size, int64_t file_offset, const Settings& s);
 
+  // Throws what pread (`write` false) or pwrite would throw before submitting
+  // anything: a closed file, a file not open for that.
+  void check_open(bool write) const { open_for(write); }
+
+  // Whether a request of `size` bytes runs as one task of one chunk: below
+  // `gds_threshold` and no larger than `task_size`. Such a request runs on the
+  // calling thread whichever way it is made, so read_now/write_now may take it.
+  static bool runs_inline(size_t size, const Settings& s) noexcept {
+    return size < s.gds_threshold && size <= s.task_size;
+  }
+  // A request for which runs_inline holds, run on the calling thread without
+  // a Future or a Request: the bytes moved, or the exception that the Future's
+  // get() would have thrown. Bad arguments throw as pread/pwrite do.
+  size_t read_now(uintptr_t buf, bool device, size_t size, int64_t file_offset, const Settings& s);
+  size_t write_now(uintptr_t buf, bool device, size_t size, int64_t file_offset, const Settings& s);
+
   // One transfer on the calling thread, device memory only.
   size_t raw_read(uintptr_t base, size_t size, int64_t file_offset, int64_t dev_offset, const Settings& s);
   size_t raw_write(uintptr_t base, size_t size, int64_t file_offset, int64_t dev_offset, const Settings& s);
@@ -56,6 +72,7 @@ class Handle {
   std::shared_ptr<const detail::OpenFile> open_for(bool write) const;
   std::unique_ptr<Future> submit(bool write, uintptr_t buf, bool device, size_t size, int64_t file_offset,
                                  const Settings& s);
+  size_t transfer_now(bool write, uintptr_t buf, bool device, size_t size, int64_t file_offset, const Settings& s);
   size_t raw(bool write, uintptr_t base, size_t size, int64_t file_offset, int64_t dev_offset, const Settings& s);
   std::unique_ptr<StreamFuture> raw_async(bool write, uintptr_t base, size_t size, int64_t file_offset,
                                           int64_t dev_offset, uintptr_t stream, const Settings& s);

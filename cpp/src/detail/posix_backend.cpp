@@ -1,5 +1,8 @@
 #include "gdscp/detail/posix_backend.hpp"
 
+#include <algorithm>
+
+#include "gdscp/detail/host_destination.hpp"
 #include "gdscp/detail/mapped_read.hpp"
 #include "gdscp/detail/posix_io.hpp"
 #include "gdscp/detail/request.hpp"
@@ -22,12 +25,27 @@ size_t PosixBackend::read(const MemoryTarget& mem, char* base, ChunkQueue& work,
   if (mem.device) return staged_read(*file_, mem, base, work, s, req);
   size_t total = 0;
   Chunk c;
+  // A fresh destination: this task maps its stripe of it first (the k-th task
+  // to start, the k-th stripe), so that the pages fault on every worker at once
+  // and the copies then run without faults (host_destination.hpp).
+  if (mem.populate_bytes > 0) {
+    const size_t workers = std::max<size_t>(work.workers(), 1);
+    const size_t stripe = (mem.populate_bytes + workers - 1) / workers;
+    const size_t from = (work.join() % workers) * stripe;
+    if (from < mem.populate_bytes) populate_for_write(base + from, std::min(stripe, mem.populate_bytes - from));
+  }
   while (work.next(c)) {
     const size_t got = read_host(base + c.buf_offset, c.size, c.file_offset, s);
     if (got < c.size) work.came_short(c, got);
     total += reported(got, req);
   }
   return total;
+}
+
+size_t PosixBackend::read_one(const MemoryTarget& mem, char* dst, size_t size, int64_t file_offset,
+                              const Settings& s) {
+  if (mem.device) return Backend::read_one(mem, dst, size, file_offset, s);
+  return read_host(dst, size, file_offset, s);
 }
 
 size_t PosixBackend::write(const MemoryTarget& mem, const char* base, ChunkQueue& work, const Settings& s,

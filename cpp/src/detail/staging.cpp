@@ -86,8 +86,17 @@ size_t staged_upload(const MemoryTarget& mem, char* base, ChunkQueue& work, cons
   Chunk p;
   // Read piece i into slot i % depth while the copies of the pieces before it
   // are still running; the pipeline runs on across chunks, draining once.
+  // A slot's event is recorded only once a later piece comes (nothing has
+  // been queued on the stream since that slot's copy): a request of one
+  // piece, such as a small read, records none.
+  bool unrecorded = false;  // a copy queued since the last event record
+  size_t last = 0;    // the slot of the newest queued copy
   for (size_t i = 0; pieces.next(p); ++i) {
     const size_t slot = i % pl.depth;
+    if (unrecorded) {
+      drv.check(drv.cuEventRecord(pl.st.events[last], pl.st.stream), "cuEventRecord");
+      unrecorded = false;
+    }
     if (i >= pl.depth) drv.check(drv.cuEventSynchronize(pl.st.events[slot]), "cuEventSynchronize");
     if (!pl.bufs[slot].get()) pl.bufs[slot] = BufferPool::pinned_near(mem.ordinal).acquire(s.bounce_buffer_size);
     char* staging = static_cast<char*>(pl.bufs[slot].get());
@@ -95,7 +104,8 @@ size_t staged_upload(const MemoryTarget& mem, char* base, ChunkQueue& work, cons
     if (got < p.size) work.came_short(p, got);
     if (got > 0) {
       drv.check(drv.cuMemcpyHtoDAsync(dev + p.buf_offset, staging, got, pl.st.stream), "cuMemcpyHtoDAsync");
-      drv.check(drv.cuEventRecord(pl.st.events[slot], pl.st.stream), "cuEventRecord");
+      unrecorded = true;
+      last = slot;
     }
     total += got;
     if (req) req->add_progress(got);

@@ -5,7 +5,9 @@
 
 #include <sys/types.h>
 
+#include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -36,6 +38,13 @@ class Backend {
   // blocking, on the calling thread; returns the bytes read (a chunk comes up
   // short only at end of file). `req`, when given, hears of bytes as they land.
   virtual size_t read(const MemoryTarget& mem, char* base, ChunkQueue& work, const Settings& s, Request* req) = 0;
+  // One range read on the calling thread, as read() would read a queue of
+  // that one chunk (the bytes read, short only at end of file). Backends
+  // with a shorter way for it override this.
+  virtual size_t read_one(const MemoryTarget& mem, char* dst, size_t size, int64_t file_offset, const Settings& s) {
+    ChunkQueue one({Chunk{0, file_offset, size}}, size);
+    return std::min(read(mem, dst, one, s, nullptr), one.moved());
+  }
   // Writes every chunk it claims, all bytes or a throw.
   virtual size_t write(const MemoryTarget& mem, const char* base, ChunkQueue& work, const Settings& s,
                        Request* req) = 0;

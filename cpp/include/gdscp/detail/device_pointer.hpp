@@ -4,6 +4,7 @@
 
 #include <cuda.h>
 
+#include <cstddef>
 #include <cstdint>
 
 namespace gdscp::detail {
@@ -13,6 +14,10 @@ struct MemoryTarget {
   CUcontext ctx = nullptr;  // for device memory
   int ordinal = -1;         // the GPU the memory lives on
   bool managed = false;
+  // Host memory not yet mapped (host_destination.hpp): a read's tasks map the
+  // pages of each chunk before copying into it, up to this many bytes from the
+  // start of the buffer (what the file holds; never more than the request).
+  size_t populate_bytes = 0;
 };
 
 // For an address the caller says is device memory: its GPU and context. The

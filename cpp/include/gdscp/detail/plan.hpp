@@ -17,6 +17,15 @@ struct Chunk {
 // Cuts [file_offset, file_offset + size) into chunks of at most `chunk_size` bytes.
 std::vector<Chunk> split(int64_t file_offset, size_t size, size_t chunk_size);
 
+// The same range for `workers` workers that claim chunks as they go: chunks
+// of `chunk_size`, except toward the end, where each is at most what is left
+// over 2 * workers (whole pages), down to `tail_min`. With equal chunks to the
+// end, a worker that takes the last one works on alone for up to a chunk's time
+// while the others are done; with chunks that taper, the workers finish within
+// about a `tail_min` chunk of each other.
+std::vector<Chunk> split_tapered(int64_t file_offset, size_t size, size_t chunk_size, size_t workers,
+                                 size_t tail_min);
+
 // The chunk size a request actually uses: never above `task_size`; for a
 // request that would otherwise run as few chunks, smaller ones (not below
 // `min_task`) so that every worker gets a share.

@@ -19,6 +19,8 @@ class PosixBackend final : public Backend {
   size_t read(const MemoryTarget& mem, char* base, ChunkQueue& work, const Settings& s, Request* req) override;
   size_t write(const MemoryTarget& mem, const char* base, ChunkQueue& work, const Settings& s,
                Request* req) override;
+  // Host memory: read_host straight away, without a queue.
+  size_t read_one(const MemoryTarget& mem, char* dst, size_t size, int64_t file_offset, const Settings& s) override;
 
   // Host memory below kAtomicAppendMax (posix_io.hpp).
   bool append_whole(const MemoryTarget& mem, const char* base, size_t size) override;

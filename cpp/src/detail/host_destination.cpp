@@ -1,0 +1,55 @@
+#include "gdscp/detail/host_destination.hpp"
+
+#include <sys/mman.h>
+
+#include <cstdint>
+#include <initializer_list>
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+namespace gdscp::detail {
+namespace {
+
+constexpr uintptr_t kPage = 4096;
+
+// Whether this kernel knows MADV_POPULATE_WRITE: asked once, of a page of our
+// own (EINVAL from a caller's buffer may also mean a mapping that cannot be
+// populated, such as VM_PFNMAP).
+bool populate_supported() {
+  static const bool supported = [] {
+    void* p = mmap(nullptr, kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return false;
+    const bool ok = madvise(p, kPage, MADV_POPULATE_WRITE) == 0;
+    munmap(p, kPage);
+    return ok;
+  }();
+  return supported;
+}
+
+}  // namespace
+
+bool destination_unmapped(const char* dst, size_t size) noexcept {
+  const uintptr_t start = reinterpret_cast<uintptr_t>(dst);
+  const uintptr_t first = (start + kPage - 1) & ~(kPage - 1);
+  const uintptr_t end = (start + size) & ~(kPage - 1);  // past the last whole page
+  if (first >= end) return false;
+  const uintptr_t last = end - kPage;
+  const uintptr_t middle = first + ((last - first) / 2 & ~(kPage - 1));
+  for (const uintptr_t page : {first, middle, last}) {
+    unsigned char resident = 0;
+    if (mincore(reinterpret_cast<void*>(page), kPage, &resident) == 0 && !(resident & 1)) return true;
+  }
+  return false;
+}
+
+void populate_for_write(char* dst, size_t n) noexcept {
+  if (n == 0 || !populate_supported()) return;
+  const uintptr_t start = reinterpret_cast<uintptr_t>(dst);
+  const uintptr_t a = start & ~(kPage - 1);
+  const uintptr_t b = (start + n + kPage - 1) & ~(kPage - 1);
+  madvise(reinterpret_cast<void*>(a), b - a, MADV_POPULATE_WRITE);
+}
+
+}  // namespace gdscp::detail

@@ -52,7 +52,9 @@ limit() {
 rc=0
 
 if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+  # (mpi4py and mpich go to the mpi step's own venv: mpich needs a prefix of its own.)
+  wheels=$(ls .whl/*.whl | grep -v -e /mpi4py- -e /mpich-)
+  python3 -m pip install -q --no-index --no-deps --upgrade --target /tmp/site $wheels && export PYTHONPATH=/tmp/site
 fi
 
 echo "== build"

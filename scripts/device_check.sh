@@ -147,6 +147,8 @@ fi
 
 if [[ $steps == *" mpi "* ]]; then
   echo "== mpi"
+  # Open MPI's mpiexec refuses root without these (this script runs as root there); MPICH ignores them.
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
   py=python3
   mpiexec=$(command -v mpiexec || true)
   if ! { [[ -n $mpiexec ]] && python3 -c "from mpi4py import MPI" 2>/dev/null; } \

@@ -156,6 +156,9 @@ GDSCP = [sys.executable, "-m", "gdscp"]
 
 def _env(**extra: str) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GDSCP_MPI_TEST", "PMI_", "OMPI_", "SLURM_"))}
+    # Open MPI's mpiexec refuses to start as root unless told twice (containers
+    # and CI machines often run as root); MPICH ignores these.
+    env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     env.update(extra)
     return env
 

@@ -159,6 +159,8 @@ def _env(**extra: str) -> dict:
     # Open MPI's mpiexec refuses to start as root unless told twice (containers
     # and CI machines often run as root); MPICH ignores these.
     env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    # Every rank runs on this machine: Open MPI needs no ssh/rsh agent for that.
+    env.update(OMPI_MCA_plm="^rsh")
     env.update(extra)
     return env
 

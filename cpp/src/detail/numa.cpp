@@ -1,5 +1,6 @@
 #include "gdscp/detail/numa.hpp"
 
+#include <fcntl.h>
 #include <sched.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -8,7 +9,6 @@
 #include <cctype>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -28,11 +28,27 @@ std::string sysfs_root() {
   return root && *root ? root : "/sys";
 }
 
+// The first word of a small sysfs file ("0-1", "3"); empty if it cannot be
+// read. Plain read(2), not iostreams: a Python process may hold another C++
+// runtime whose locale facets the extension's stream parsing crashed on.
+std::string first_word(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return {};
+  char buf[4096];
+  const ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  if (n <= 0) return {};
+  std::string text(buf, static_cast<size_t>(n));
+  const size_t begin = text.find_first_not_of(" \t\n");
+  if (begin == std::string::npos) return {};
+  const size_t end = text.find_first_of(" \t\n", begin);
+  return text.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
+}
+
 // How many NUMA nodes are online ("0-1", "0,2-3"); 1 if sysfs does not say.
 int online_nodes() {
-  std::ifstream f(sysfs_root() + "/devices/system/node/online");
-  std::string text;
-  if (!(f >> text)) return 1;
+  const std::string text = first_word(sysfs_root() + "/devices/system/node/online");
+  if (text.empty()) return 1;
   int count = 0;
   for (size_t i = 0; i < text.size();) {
     const size_t comma = text.find(',', i);
@@ -56,10 +72,11 @@ int read_node(int ordinal) {
     return -1;
   std::string id(bus);
   for (char& c : id) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  std::ifstream f(sysfs_root() + "/bus/pci/devices/" + id + "/numa_node");
-  int node = -1;
-  if (!(f >> node) || node < 0 || node >= kMaxNodes) return -1;
-  return node;
+  const std::string text = first_word(sysfs_root() + "/bus/pci/devices/" + id + "/numa_node");
+  char* end = nullptr;
+  const long node = std::strtol(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || node < 0 || node >= kMaxNodes) return -1;
+  return static_cast<int>(node);
 }
 
 }  // namespace
@@ -96,9 +113,8 @@ namespace {
 
 // The CPUs of `node` ("0-15,32-47"), within `allowed`; false if none.
 bool node_cpus(int node, const cpu_set_t& allowed, cpu_set_t& out) {
-  std::ifstream f(sysfs_root() + "/devices/system/node/node" + std::to_string(node) + "/cpulist");
-  std::string text;
-  if (!(f >> text)) return false;
+  const std::string text = first_word(sysfs_root() + "/devices/system/node/node" + std::to_string(node) + "/cpulist");
+  if (text.empty()) return false;
   CPU_ZERO(&out);
   bool any = false;
   for (size_t i = 0; i < text.size();) {

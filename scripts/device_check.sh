@@ -8,7 +8,7 @@
 # run them in separate calls (many fits beside tests).
 #
 #   tests  the whole test suite with GDSCP_REQUIRE_GPU=1 (a missing GPU fails)
-#   bench  the figures in docs/performance.md: gdscp benchmark --json, 7 runs,
+#   bench  the figures in docs/performance.md: gdscp benchmark --json, 6 runs,
 #          then scripts/bench_summary.py
 #   many   the many-files workloads: 2,000 files of 1 MiB and 20,000 of 64 KiB read
 #          into the GPU (gdscp's bulk read against per-file loops, KvikIO's too),

@@ -6,6 +6,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <cstring>
@@ -45,21 +46,25 @@ std::string first_word(const std::string& path) {
   return text.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
 }
 
-// How many NUMA nodes are online ("0-1", "0,2-3"); 1 if sysfs does not say.
-int online_nodes() {
-  const std::string text = first_word(sysfs_root() + "/devices/system/node/online");
-  if (text.empty()) return 1;
-  int count = 0;
+// Calls range(lo, hi) for each part of a sysfs list ("0-15,32-47", "3").
+template <class Range>
+void for_each_range(const std::string& text, Range range) {
   for (size_t i = 0; i < text.size();) {
     const size_t comma = text.find(',', i);
     const std::string part = text.substr(i, comma == std::string::npos ? std::string::npos : comma - i);
     const size_t dash = part.find('-');
     const int lo = std::atoi(part.c_str());
-    const int hi = dash == std::string::npos ? lo : std::atoi(part.c_str() + dash + 1);
-    count += hi >= lo ? hi - lo + 1 : 0;
+    range(lo, dash == std::string::npos ? lo : std::atoi(part.c_str() + dash + 1));
     if (comma == std::string::npos) break;
     i = comma + 1;
   }
+}
+
+// How many NUMA nodes are online ("0-1", "0,2-3"); 1 if sysfs does not say.
+int online_nodes() {
+  int count = 0;
+  for_each_range(first_word(sysfs_root() + "/devices/system/node/online"),
+                 [&](int lo, int hi) { count += hi >= lo ? hi - lo + 1 : 0; });
   return count > 0 ? count : 1;
 }
 
@@ -114,23 +119,15 @@ namespace {
 // The CPUs of `node` ("0-15,32-47"), within `allowed`; false if none.
 bool node_cpus(int node, const cpu_set_t& allowed, cpu_set_t& out) {
   const std::string text = first_word(sysfs_root() + "/devices/system/node/node" + std::to_string(node) + "/cpulist");
-  if (text.empty()) return false;
   CPU_ZERO(&out);
   bool any = false;
-  for (size_t i = 0; i < text.size();) {
-    const size_t comma = text.find(',', i);
-    const std::string part = text.substr(i, comma == std::string::npos ? std::string::npos : comma - i);
-    const size_t dash = part.find('-');
-    const int lo = std::atoi(part.c_str());
-    const int hi = dash == std::string::npos ? lo : std::atoi(part.c_str() + dash + 1);
-    for (int c = lo; c <= hi && c < CPU_SETSIZE; ++c)
-      if (c >= 0 && CPU_ISSET(c, &allowed)) {
+  for_each_range(text, [&](int lo, int hi) {
+    for (int c = std::max(lo, 0); c <= hi && c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &allowed)) {
         CPU_SET(c, &out);
         any = true;
       }
-    if (comma == std::string::npos) break;
-    i = comma + 1;
-  }
+  });
   return any;
 }
 

@@ -232,19 +232,23 @@ def _devices(device: Optional[int], devices: Any) -> Optional[list[int]]:
 
 def _spread_staging(devices: list[int], staging_size: Optional[int], options: Any) -> list:
     """Staging of ``staging_size`` bytes on each GPU, set on ``options``; what keeps it alive."""
-    from . import memory  # noqa: PLC0415
-
-    size = int(staging_size or _DEFAULT_STAGING)
-    keep, addresses = [], []
-    for d in devices:
-        array = memory.allocate(size, d)
-        b = _buffers.resolve(array, writable=True)
-        keep.append((array, b.keep))
-        addresses.append(b.ptr)
+    per_gpu = [_staging(d, staging_size) for d in devices]
     options.devices = devices
-    options.stagings = addresses
-    options.staging_size = size
-    return keep
+    options.stagings = [address for address, _, _ in per_gpu]
+    options.staging_size = per_gpu[0][2]
+    return [keep for _, keep, _ in per_gpu]
+
+
+def _job_staging(device: Optional[int], devices: Any, staging_size: Optional[int],
+                 staging: Any) -> tuple[Optional[list[int]], int, Any, int]:
+    """(spread, address, keep, size) for a job through staging memory: the
+    GPUs it spreads over (None: one GPU or host memory), and ``_staging``'s
+    answer for one GPU (host staging where the job spreads: each GPU's own is
+    set by ``_spread_staging``)."""
+    spread = _devices(device, devices)
+    if spread is not None and staging is not None:
+        raise ValueError("staging is one buffer; with devices each GPU gets staging of its own")
+    return (spread, *_staging(None if spread else device, staging_size, staging))
 
 
 def _balanced(sizes: list[int], devices: list[int]) -> list[int]:
@@ -393,10 +397,7 @@ def stream_files(
     paths = [_args.path(p) for p in paths]
     if ranges is not None and len(ranges) != len(paths):
         raise ValueError(f"{len(paths)} paths but {len(ranges)} ranges")
-    spread = _devices(device, devices)
-    if spread is not None and staging is not None:
-        raise ValueError("staging is one buffer; with devices each GPU gets staging of its own")
-    address, keep, size = _staging(None if spread else device, staging_size, staging)
+    spread, address, keep, size = _job_staging(device, devices, staging_size, staging)
     items = []
     for i, path in enumerate(paths):
         offset, length = (0, None) if ranges is None else ranges[i]
@@ -470,10 +471,7 @@ def copy_files(
         raise ValueError(f"{len(pairs)} pairs but {len(sizes)} sizes")
     if ranges is not None and len(ranges) != len(pairs):
         raise ValueError(f"{len(pairs)} pairs but {len(ranges)} ranges")
-    spread = _devices(device, devices)
-    if spread is not None and staging is not None:
-        raise ValueError("staging is one buffer; with devices each GPU gets staging of its own")
-    address, keep, size = _staging(None if spread else device, staging_size, staging)
+    spread, address, keep, size = _job_staging(device, devices, staging_size, staging)
     items = []
     for i, (src, dst) in enumerate(pairs):
         part = None if ranges is None else ranges[i]

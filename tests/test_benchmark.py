@@ -308,8 +308,11 @@ def test_many_files_workload_compares_copy_and_read(capsys, tmp_path):
     assert len(gdscp["seconds"]) == len(cp["seconds"]) == 3
     assert gdscp["factor"]["cp"] == round(cp["median_s"] / gdscp["median_s"], 4)
     check_spread(gdscp["command_seconds"])
-    assert [r["tool"] for r in read["results"]][:2] == ["gdscp", "python"]
+    assert [r["tool"] for r in read["results"]][:3] == ["gdscp", "gdscp-one-file", "python"]
+    assert all(len(r["seconds"]) == 3 for r in read["results"])  # the warm-up round is not timed
     assert read["results"][0]["factor"]["python"] > 0
+    one = read["results"][1]
+    assert read["results"][0]["share_of_one_file"] == round(one["median_s"] / read["results"][0]["median_s"], 4)
     if not read["kvikio"]["available"]:
         assert read["results"][0]["factor"]["kvikio"] is None and "kvikio" in read["kvikio"]["reason"]
     assert set(doc["ceilings"]) == {"disk_direct_write", "disk_buffered_write"}

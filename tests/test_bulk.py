@@ -248,6 +248,40 @@ def test_copies_of_a_tree_with_failures_leave_no_partial_file(tmp_path):
     assert temporaries(tmp_path) == []
 
 
+LOW_FD_LIMIT = r"""
+import resource, sys, gdscp
+resource.setrlimit(resource.RLIMIT_NOFILE, (int(sys.argv[3]), resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+src, dst = sys.argv[1], sys.argv[2]
+names = sorted(__import__("os").listdir(src))
+gdscp.defaults.set("num_threads", 8)
+results = gdscp.copy_files([(f"{src}/{n}", f"{dst}/{n}") for n in names]).results()
+bad = [r for r in results if r.status != "done"]
+print(len(results), len(bad), bad[0].error if bad else "")
+"""
+
+
+@pytest.mark.parametrize("limit", [128, 512])
+def test_copies_of_many_files_fit_a_low_descriptor_limit(tmp_path, limit):
+    """Each file waiting for its batch keeps one descriptor open; batches are
+    sized to the process's limit, so a job of many more files than the limit
+    allows open at once still copies every one (through 2 MiB files too, which
+    the engine opens as File objects)."""
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    src.mkdir()
+    dst.mkdir()
+    datas = {}
+    for i in range(1500):
+        datas[f"f{i:04d}"] = random_bytes(2 * MiB + 1 if i % 500 == 7 else 1 + i % 3000, seed=i)
+        (src / f"f{i:04d}").write_bytes(datas[f"f{i:04d}"])
+    proc = subprocess.run([sys.executable, "-c", LOW_FD_LIMIT, str(src), str(dst), str(limit)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split()[:2] == ["1500", "0"], proc.stdout
+    for name, data in datas.items():
+        assert (dst / name).read_bytes() == data, name
+    assert temporaries(tmp_path) == []
+
+
 def test_fail_fast_cancels_the_rest(tmp_path):
     files = files_of(tmp_path, [2000] * 200)
     pairs = [(p, str(tmp_path / f"c{i}")) for i, (p, _) in enumerate(files)]

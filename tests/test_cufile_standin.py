@@ -236,6 +236,11 @@ def test_parts_through_device_staging(go, compat):
     go(scenario_parts_through_device_staging, compat=compat)
 
 
+@pytest.mark.parametrize("depth", [2, 3])
+def test_bulk_reads_into_device_memory_overlap_across_files(go, depth):
+    go(scenario_bulk_reads_queued, depth=depth)
+
+
 # ==========================================================================
 # helpers for the scenarios (child process)
 # ==========================================================================
@@ -1424,6 +1429,69 @@ def scenario_parts_through_device_staging(folder, compat):
             assert {r.write_backend for r in results} == {"cufile"}, results
     finally:
         os.close(fd)
+
+
+def scenario_bulk_reads_queued(folder, depth):
+    """Many files read into slices of one device buffer and through device
+    staging: each worker reads its next file while the copies of the ones
+    before run (no stream drain per file), and every byte lands, whatever the
+    sizes (pieces of a 64 KiB staging buffer, so files of several pieces wrap
+    the ring). A file that cannot be read, or ends before its range, fails
+    alone and never counts bytes that did not land."""
+    import gdscp
+    import gdscp.bulk
+    import gdscp.memory
+
+    without_cupy()
+    sizes = [0, 1, 4095, 4096, 4097, 64 * KiB - 1, 64 * KiB + 1, 200 * KiB + 7, MiB + 3] * 12
+    datas = [random_bytes(n, seed=100 + i) for i, n in enumerate(sizes)]
+    paths = [new_file(folder, f"q{i:03d}.bin", d) for i, d in enumerate(datas)]
+    offsets = [sum(sizes[:i]) for i in range(len(sizes))]
+    total = sum(sizes)
+    values = {"compat_mode": "on", "num_threads": 4, "bounce_buffer_size": 64 * KiB, "pipeline_depth": depth}
+    with settings(**values):
+        buf = gdscp.memory.allocate(total + 1, 0)
+        views = [buf[o : o + n] for o, n in zip(offsets, sizes)]
+        m = mark()
+        job = gdscp.read_files(paths, views)
+        results = job.results()
+        syncs = len(since(m, "cuStreamSynchronize", lib="cuda"))
+    assert [r.status for r in results] == ["done"] * len(sizes), [r.error for r in results if r.error]
+    assert [r.bytes for r in results] == sizes
+    assert bytes(gdscp.memory.to_host(buf[:total])) == b"".join(datas)
+    # Drained when a worker runs out of files (and when one cannot be read),
+    # not once per file: 108 files on 4 workers.
+    assert syncs <= 3 * 4, syncs
+    assert job.progress().bytes_done == total
+
+    # Through device staging, the bytes dropped once landed: every file counted whole.
+    with settings(**values):
+        job = gdscp.bulk.stream_files(paths, device=0, staging_size=4 * 128 * KiB)
+        results = job.results()
+    assert [r.bytes for r in results] == sizes and {r.status for r in results} == {"done"}
+
+    # Failures among queued reads: a directory, a vanished file, and a range
+    # past the end of its file; the others land whole.
+    os.mkdir(os.path.join(folder, "adir"))
+    bad = list(paths)
+    bad[5] = os.path.join(folder, "adir")
+    bad[17] = os.path.join(folder, "gone.bin")
+    ranges = [(0, None)] * len(paths)
+    ranges[30] = (0, sizes[30] + 1)  # ends one byte early
+    with settings(**values):
+        buf = gdscp.memory.allocate(total + 1, 0)
+        views = [buf[o : o + n] for o, n in zip(offsets, sizes)]
+        job = gdscp.read_files(bad, views)
+        results = job.results()
+        streamed = gdscp.bulk.stream_files(paths, device=0, ranges=ranges).results()
+    failed = [i for i, r in enumerate(results) if r.status != "done"]
+    assert failed == [5, 17], [(i, r.error) for i, r in enumerate(results) if r.error]
+    landed = gdscp.memory.to_host(buf[:total])
+    for i, (o, n) in enumerate(zip(offsets, sizes)):
+        if i not in failed:
+            assert results[i].bytes == n and bytes(landed[o : o + n]) == datas[i], i
+    assert [i for i, r in enumerate(streamed) if r.status != "done"] == [30]
+    assert "ended at offset" in streamed[30].error or "ended after" in streamed[30].error, streamed[30].error
 
 
 def scenario_small_sizes(folder, compat):

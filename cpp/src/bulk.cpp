@@ -1,6 +1,7 @@
 #include "gdscp/bulk.hpp"
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -36,6 +37,17 @@ constexpr uint64_t kCommitBytes = 1ull << 30;
 // whole filesystem.
 constexpr size_t kSyncfsMin = 4;
 constexpr size_t kMinSlot = 64u << 10;
+
+// Files per commit batch: kCommitFiles, fewer where the process may open
+// fewer descriptors. Up to two batches wait with a temporary file open each,
+// beside the workers' transfers in flight (a source, a temporary file and
+// their File objects' descriptors: at most six each) and the process's own.
+size_t commit_batch_files(unsigned workers) {
+  struct rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) return kCommitFiles;
+  const int64_t spare = static_cast<int64_t>(lim.rlim_cur) - 64 - 6 * static_cast<int64_t>(workers);
+  return static_cast<size_t>(std::clamp<int64_t>(spare / 3, 16, static_cast<int64_t>(kCommitFiles)));
+}
 
 // The process's umask without changing it (umask(2) can only be read by
 // setting it, which would race with files other threads create).
@@ -120,6 +132,8 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
   std::vector<std::shared_ptr<Transfer>> pending;
   uint64_t pending_bytes = 0;
   bool committing = false;
+  std::condition_variable commit_cv;  // a batch's commit ended
+  size_t commit_files = kCommitFiles;  // files per batch, within the descriptors the process may open
 
   std::mutex dirs_mutex;
   std::unordered_set<std::string> cleaned_dirs;
@@ -131,7 +145,7 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
 
   unsigned umask = 022;
 
-  TransferContext context() const { return {opt, s, cancelled, slot_size, workers, umask}; }
+  TransferContext context() const { return {opt, s, cancelled, slot_size, workers, umask, items.size()}; }
 
   void set_status(size_t i, BulkStatus status) {
     std::lock_guard<std::mutex> lock(results_mutex);
@@ -222,12 +236,17 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
       succeed(*t, BulkStatus::done);
       return;
     }
+    // Waiting for its batch, a file keeps only its temporary file open (and
+    // locked): the descriptors of its source and of the File objects go now.
+    t->release_endpoints();
     bool commit_now;
     {
-      std::lock_guard<std::mutex> lock(commit_mutex);
+      std::unique_lock<std::mutex> lock(commit_mutex);
+      // While a batch commits, at most another batch waits: each holds a descriptor.
+      commit_cv.wait(lock, [&] { return !committing || pending.size() < commit_files; });
       pending.push_back(t);
       pending_bytes += t->bytes.load();
-      commit_now = !committing && (pending.size() >= kCommitFiles || pending_bytes >= kCommitBytes);
+      commit_now = !committing && (pending.size() >= commit_files || pending_bytes >= kCommitBytes);
     }
     if (commit_now) commit(false);
   }
@@ -250,8 +269,11 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
     place_all(batch);
     if (sync) sync_dirs(batch);
     batch.clear();  // closes the descriptors and drops their locks
-    std::lock_guard<std::mutex> lock(commit_mutex);
-    committing = false;
+    {
+      std::lock_guard<std::mutex> lock(commit_mutex);
+      committing = false;
+    }
+    commit_cv.notify_all();
   }
 
   // Makes the files' data durable: their own fsyncs for a few, else one syncfs
@@ -441,6 +463,10 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
       const size_t i = t->claim(w.group);
       if (i >= t->chunks.size()) return;
       if (!cancelled.load(std::memory_order_relaxed) && !t->failed()) {
+        // A read into device memory is queued on the worker's ring: the chunk
+        // counts once its copy has landed (chunk_landed), while the worker goes on.
+        if (upload_chunk(cx, *t, i, w, [this, t, &w](size_t got, std::exception_ptr e) { chunk_landed(t, w, got, e); }))
+          continue;
         try {
           move_chunk(cx, *t, i, w, bytes_done);
         } catch (...) {
@@ -449,6 +475,18 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
       }
       if (t->left.fetch_sub(1) == 1) finish(t);
     }
+  }
+
+  // A chunk queued by upload_chunk has landed (or failed).
+  void chunk_landed(const std::shared_ptr<Transfer>& t, BulkWorker& w, size_t got, std::exception_ptr e) {
+    if (e) {
+      t->fail(e);
+    } else {
+      t->bytes.fetch_add(got, std::memory_order_relaxed);
+      bytes_done.fetch_add(got, std::memory_order_relaxed);
+      if (w.group_moved) w.group_moved->fetch_add(got, std::memory_order_relaxed);
+    }
+    if (t->left.fetch_sub(1) == 1) finish(t);
   }
 
   // Item `i`, claimed (and counted as opening) by claim_item.
@@ -524,14 +562,18 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
           start_item(i, w);
           continue;
         }
-        // Nothing left to start: wait while an item not yet opened (by any
-        // group) may still turn into a file with chunks for this group.
+        // Nothing left to start: what this worker queued lands first (a file
+        // another worker waits for may end with it), then wait while an item
+        // not yet opened (by any group) may still turn into a file with
+        // chunks for this group.
+        if (w.ring) w.ring->drain();
         std::unique_lock<std::mutex> lock(split_mutex);
         auto idle = [&] { return opening == 0 && (items_left == 0 || cancelled.load()); };
         split_cv.wait(lock, [&] { return has_split(w.group) || idle(); });
         if (!has_split(w.group) && idle()) break;
       }
     }
+    w.ring.reset();  // drains: the last chunks land, their files finish
     w.host_lease.release();
     end_worker();
   }
@@ -693,6 +735,7 @@ BulkJob::BulkJob(std::vector<BulkItem> items, const BulkOptions& options, const 
   detail::assign_groups(*st, options.devices, std::max(st->slot_size, s.task_size));
   if (options.devices.size() > 1)
     for (int d : options.devices) st->group_node.push_back(detail::gpu_numa_node(d));
+  st->commit_files = detail::commit_batch_files(workers);
   st->group = options.sync == BulkSync::group || (options.sync == BulkSync::automatic && writers >= detail::kGroupSyncFiles);
   st->running = workers;
   if (st->items.empty()) {

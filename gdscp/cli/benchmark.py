@@ -286,8 +286,12 @@ def _files_render(doc: dict) -> Group:
             if "ceiling_gb_per_s" in work:
                 parts.append(f"  disk write ceiling measured in this run: {_num(work['ceiling_gb_per_s'])} GB/s; "
                              f"gdscp at {_pct(gdscp.get('share_of_ceiling'))} of it")
-        elif not work["kvikio"]["available"]:
-            parts.append(f"  not compared with kvikio: {work['kvikio']['reason']}")
+        else:
+            if "share_of_one_file" in gdscp:
+                parts.append(f"  the files read at {_pct(gdscp['share_of_one_file'])} of the rate of one file of "
+                             "the same bytes (gdscp-one-file)")
+            if not work["kvikio"]["available"]:
+                parts.append(f"  not compared with kvikio: {work['kvikio']['reason']}")
     return Group(*parts)
 
 

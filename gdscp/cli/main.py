@@ -41,7 +41,23 @@ def _guard() -> object:
         return None
 
 
+def _raise_open_file_limit() -> None:
+    """The soft limit on open descriptors raised to the hard one: a bulk job
+    keeps a temporary file open for each file waiting for its batch's sync and
+    rename, and larger batches cost fewer syncs (docs/durability.md)."""
+    try:
+        import resource  # noqa: PLC0415 (POSIX only)
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        target = 1 << 20 if hard == resource.RLIM_INFINITY else hard
+        if soft != resource.RLIM_INFINITY and soft < target:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (ImportError, OSError, ValueError):
+        pass  # the engine sizes its batches to whatever limit there is
+
+
 def _run() -> int:
+    _raise_open_file_limit()
     previous = _guard()
     try:
         try:

@@ -366,6 +366,17 @@ Transfer::~Transfer() {
   if (own_dst_fd && dst_fd >= 0) ::close(dst_fd);
 }
 
+void Transfer::release_endpoints() noexcept {
+  src_backend = nullptr;
+  dst_backend = nullptr;
+  src_backends = {};
+  dst_backends = {};
+  src_file.reset();
+  dst_file.reset();
+  if (src_fd >= 0) ::close(src_fd);
+  src_fd = -1;
+}
+
 void Transfer::fail(std::exception_ptr e) {
   std::lock_guard<std::mutex> lock(mutex);
   if (!error) error = e;
@@ -440,7 +451,11 @@ std::shared_ptr<Transfer> open_transfer(const TransferContext& cx, size_t index,
   // memory at most a task, split further so that every worker gets a share.
   const size_t size = static_cast<size_t>(t->size);
   const size_t cap = t->scratch ? cx.chunk_cap : cx.s.task_size;
-  const size_t chunk = effective_task_size(size, cap, cx.workers, cx.s.min_task_size);
+  // Cut a file below the cap into shares for the workers only where the job's
+  // files are too few to keep them all busy: otherwise each chunk costs a
+  // claim and a queue entry for nothing.
+  const size_t chunk = cx.items >= cx.workers ? std::min(cap, std::max<size_t>(size, 1))
+                                              : effective_task_size(size, cap, cx.workers, cx.s.min_task_size);
   t->chunks = split(t->offset, size, chunk);
   t->left = t->chunks.size();
   return t;
@@ -512,6 +527,37 @@ void move_chunk(const TransferContext& cx, Transfer& t, size_t index, BulkWorker
   t.bytes.fetch_add(n, std::memory_order_relaxed);
   moved.fetch_add(n, std::memory_order_relaxed);
   if (w.group_moved) w.group_moved->fetch_add(n, std::memory_order_relaxed);
+}
+
+bool upload_chunk(const TransferContext& cx, Transfer& t, size_t index, BulkWorker& w, UploadRing::Landed landed) {
+  const BulkItem& item = *t.item;
+  const MemoryTarget& mem = memory_of(t, w);
+  if (item.kind != BulkKind::read || !mem.device || !t.replicas.empty() || cx.opt.verify || !t.src_file ||
+      !t.src_backend || std::strcmp(t.src_backend->name(), "posix") != 0)
+    return false;
+  if (!w.ring) w.ring = std::make_unique<UploadRing>(cx.s);
+  const Chunk& c = t.chunks[index];
+  char* base = t.scratch ? w.staging() : reinterpret_cast<char*>(item.buf) + c.buf_offset;
+  const File& file = *t.src_file;
+  const Settings& s = cx.s;
+  auto fill = [&file, &s](char* dst, size_t n, int64_t off) {
+    return read_range(file, dst, n, off, s.direct_io, s.bounce_buffer_size);
+  };
+  const bool exact = item.exact;
+  const size_t want = c.size;
+  const int64_t at = c.file_offset;
+  Transfer* tp = &t;
+  w.ring->upload(mem, base, want, at, fill, [tp, exact, want, at, landed = std::move(landed)](size_t got, std::exception_ptr e) {
+    if (!e && got < want && exact) {
+      try {
+        truncated(*tp, at + static_cast<int64_t>(got));
+      } catch (...) {
+        e = std::current_exception();
+      }
+    }
+    landed(got, e);
+  });
+  return true;
 }
 
 void move_sequential(const TransferContext& cx, Transfer& t, BulkWorker& w, std::atomic<uint64_t>& moved) {

@@ -158,6 +158,104 @@ size_t staged_write(const File& f, const MemoryTarget& mem, const char* base, Ch
   return total;
 }
 
+UploadRing::UploadRing(const Settings& s)
+    : depth_(pipeline_depth(s)),
+      piece_(std::max<size_t>(1, s.bounce_buffer_size)),
+      bufs_(depth_),
+      busy_(depth_, 0),
+      waiting_(depth_) {}
+
+UploadRing::~UploadRing() { drain(); }
+
+void UploadRing::wait_slot(size_t k) noexcept {
+  std::exception_ptr copy_error;
+  if (busy_[k]) {
+    const CudaDriver& drv = CudaDriver::require();
+    try {
+      drv.check(drv.cuEventSynchronize(stream_state(drv, ctx_).events[k]), "cuEventSynchronize");
+    } catch (...) {
+      copy_error = std::current_exception();
+    }
+    busy_[k] = 0;
+  }
+  std::vector<Waiting> ready;
+  ready.swap(waiting_[k]);
+  for (Waiting& w : ready) {
+    try {
+      w.landed(w.got, w.error ? w.error : copy_error);
+    } catch (...) {
+      // A callback must not throw; nothing here could report it.
+    }
+  }
+}
+
+void UploadRing::drain() noexcept {
+  if (!ctx_) return;
+  try {
+    ScopedContext scope(CudaDriver::require(), ctx_);
+    // Oldest first: the copies complete in stream order.
+    for (size_t i = 0; i < depth_; ++i) wait_slot((next_ + i) % depth_);
+  } catch (...) {
+  }
+}
+
+void UploadRing::upload(const MemoryTarget& mem, char* dst, size_t n, int64_t file_offset, const StageFill& fill,
+                        Landed landed) {
+  size_t got = 0;
+  std::exception_ptr error;
+  size_t last = depth_;  // the slot of this chunk's last queued copy; depth_: none
+  try {
+    const CudaDriver& drv = CudaDriver::require();
+    if (ctx_ != mem.ctx) {
+      // Another GPU (or the first use): the queued copies finish under their own context.
+      drain();
+      if (ordinal_ != mem.ordinal)
+        for (auto& b : bufs_) b.release();
+      ctx_ = mem.ctx;
+      ordinal_ = mem.ordinal;
+    }
+    ScopedContext scope(drv, ctx_);
+    StreamState& st = stream_state(drv, ctx_);
+    const auto dev = reinterpret_cast<CUdeviceptr>(dst);
+    while (got < n) {
+      const size_t k = next_;
+      wait_slot(k);
+      if (!bufs_[k].get()) bufs_[k] = BufferPool::pinned_near(mem.ordinal).acquire(piece_);
+      char* staging = static_cast<char*>(bufs_[k].get());
+      const size_t want = std::min(piece_, n - got);
+      const size_t r = fill(staging, want, file_offset + static_cast<int64_t>(got));
+      if (r > 0) {
+        drv.check(drv.cuMemcpyHtoDAsync(dev + got, staging, r, st.stream), "cuMemcpyHtoDAsync");
+        drv.check(drv.cuEventRecord(st.events[k], st.stream), "cuEventRecord");
+        busy_[k] = 1;
+        last = k;
+        next_ = (k + 1) % depth_;
+      }
+      got += r;
+      if (r < want) break;  // end of the source
+    }
+  } catch (...) {
+    error = std::current_exception();
+    // Whatever failed, no copy may still be reading a buffer that is refilled next.
+    if (ctx_) {
+      try {
+        const CudaDriver& drv = CudaDriver::require();
+        ScopedContext scope(drv, ctx_);
+        drv.cuStreamSynchronize(stream_state(drv, ctx_).stream);
+      } catch (...) {
+      }
+    }
+  }
+  if (last == depth_) {
+    try {
+      landed(got, error);
+    } catch (...) {
+    }
+    return;
+  }
+  waiting_[last].push_back({std::move(landed), got, error});
+}
+
 void copy_to_device(const MemoryTarget& mem, char* dst, const void* src, size_t n) {
   if (n == 0) return;
   Pipeline pl(mem, Settings{});

@@ -21,6 +21,7 @@
 #include "gdscp/detail/device_pointer.hpp"
 #include "gdscp/detail/file.hpp"
 #include "gdscp/detail/plan.hpp"
+#include "gdscp/detail/staging.hpp"
 #include "gdscp/detail/temp_file.hpp"
 
 namespace gdscp::detail {
@@ -36,6 +37,9 @@ struct BulkWorker {
   size_t group = 0;             // its group: the GPU it stages through (BulkOptions::devices)
   std::atomic<uint64_t>* group_moved = nullptr;  // the group's bytes moved
   BufferPool::Lease host_lease;
+  // Reads into device memory through pinned staging, queued across chunks
+  // (upload_chunk); made on first use, drained before the worker waits or ends.
+  std::unique_ptr<UploadRing> ring;
   char* staging();  // slot_size bytes of staging: the device slot, else host memory
   char* host();     // slot_size bytes of host memory
 };
@@ -109,6 +113,9 @@ struct Transfer {
   double seconds = 0;
 
   void fail(std::exception_ptr e);
+  // Once its data is written: closes the source and the File objects (and
+  // their backends), keeping only the destination's descriptor (dst_fd).
+  void release_endpoints() noexcept;
   bool failed() const noexcept { return has_error.load(std::memory_order_acquire); }
   // The descriptor verify reads the source through.
   int source_fd() const { return src_file ? src_file->fd() : src_fd; }
@@ -130,6 +137,7 @@ struct TransferContext {
   size_t chunk_cap;  // largest chunk through staging: the slot size
   unsigned workers;
   unsigned umask;    // the process's, read once for the job
+  size_t items;      // how many files the job has
 };
 
 // Opens the item's endpoints and plans its chunks. Returns null with `note`
@@ -143,6 +151,13 @@ std::shared_ptr<Transfer> open_transfer(const TransferContext& cx, size_t index,
 // Moves one chunk (its bytes counted into t.bytes and `moved`); throws.
 // `index`: the chunk's place in t.chunks (replicas land on the GPUs in turn).
 void move_chunk(const TransferContext& cx, Transfer& t, size_t index, BulkWorker& w, std::atomic<uint64_t>& moved);
+
+// A chunk of a read into device memory through gdscp's staging (POSIX backend,
+// no replicas, no verify), queued on the worker's ring (w.ring) instead of
+// moved at once: `landed` runs once its bytes are in place or it failed (the
+// chunk's bytes not yet counted; a short read that the item does not allow is
+// passed as its error). False, with nothing done, for any other chunk.
+bool upload_chunk(const TransferContext& cx, Transfer& t, size_t index, BulkWorker& w, UploadRing::Landed landed);
 
 // Moves a sequential transfer front to back on this worker; throws.
 void move_sequential(const TransferContext& cx, Transfer& t, BulkWorker& w, std::atomic<uint64_t>& moved);

@@ -6,8 +6,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <functional>
+#include <vector>
 
+#include "gdscp/detail/buffer_pool.hpp"
 #include "gdscp/detail/device_pointer.hpp"
 #include "gdscp/detail/file.hpp"
 #include "gdscp/detail/request.hpp"
@@ -35,6 +38,49 @@ size_t staged_read(const File& f, const MemoryTarget& mem, char* base, ChunkQueu
 // into a staging buffer, then written to the file. All bytes or a throw.
 size_t staged_write(const File& f, const MemoryTarget& mem, const char* base, ChunkQueue& work, const Settings& s,
                     Request* req);
+
+// A bulk worker's staging kept across the chunks and files it reads into
+// device memory, so that it reads the next chunk (or file) while the copies
+// of the ones before it run, where staged_upload drains its stream at the end
+// of every call. Pieces go round a ring of `pipeline_depth` pinned buffers on
+// the worker's stream; a buffer is waited for only when its turn comes again.
+// Each chunk's `landed` runs exactly once, on the worker's thread, when the
+// chunk's last copy has completed (or at once where it queued none), with the
+// bytes read and the first error: the fill's, or the copy's. One thread uses a
+// ring; drain() (and the destructor) waits for every copy and runs what is left.
+class UploadRing {
+ public:
+  using Landed = std::function<void(size_t got, std::exception_ptr error)>;
+
+  explicit UploadRing(const Settings& s);
+  ~UploadRing();
+  UploadRing(const UploadRing&) = delete;
+  UploadRing& operator=(const UploadRing&) = delete;
+
+  // Fills and queues the `n` bytes of the source at `file_offset` for device
+  // memory `mem` at `dst`, stopping at a short fill (end of file). Never throws.
+  void upload(const MemoryTarget& mem, char* dst, size_t n, int64_t file_offset, const StageFill& fill,
+              Landed landed);
+  // Waits for every queued copy and runs the callbacks still waiting. Never throws.
+  void drain() noexcept;
+
+ private:
+  struct Waiting {
+    Landed landed;
+    size_t got;
+    std::exception_ptr error;
+  };
+  void wait_slot(size_t k) noexcept;
+
+  size_t depth_;
+  size_t piece_;
+  CUcontext ctx_ = nullptr;  // where the queued copies run (events are per context)
+  int ordinal_ = -1;
+  size_t next_ = 0;
+  std::vector<BufferPool::Lease> bufs_;
+  std::vector<char> busy_;
+  std::vector<std::vector<Waiting>> waiting_;
+};
 
 // Blocking copies between host memory and device memory on this worker's
 // stream, for the bytes that move front to back (read(2), write(2)) or are

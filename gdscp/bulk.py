@@ -111,9 +111,20 @@ class BulkJob:
                 if deadline is not None and time.monotonic() >= deadline:
                     return False
         except BaseException:
-            job.cancel()
-            job.wait(-1.0)
+            self._stop()
             raise
+
+    def _stop(self) -> None:
+        """Cancel, then wait until the files in flight have stopped and their
+        temporary files are gone, even through more interrupts meanwhile (a
+        second Ctrl-C must not leave the job running behind the exception)."""
+        self._job.cancel()
+        while True:
+            try:
+                self._job.wait(-1.0)
+                return
+            except BaseException:  # noqa: BLE001 - the files stop within a second: wait for them
+                continue
 
     def done(self) -> bool:
         return self._job.done()
@@ -165,8 +176,9 @@ class BulkJob:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is not None:
-            self.cancel()
-        self.wait()
+            self._stop()
+        else:
+            self.wait()
 
 
 def _options(

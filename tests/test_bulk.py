@@ -413,6 +413,29 @@ def test_ctrl_c_while_waiting_cancels_the_job(tmp_path):
             assert (dst / name).read_bytes() == Path(src, name).read_bytes(), f"attempt {attempt}: {name} differs"
 
 
+def test_a_second_interrupt_while_stopping_still_waits(tmp_path, monkeypatch):
+    """Ctrl-C again while a cancelled job stops (here: every wait interrupted):
+    the exception leaves only once the files in flight have stopped and their
+    temporary files are gone."""
+    tree = make_tree(str(tmp_path / "src"), 400, 1, 64 * KiB, seed=11, dirs=1)
+    src = os.path.join(tree.root, "d000")
+    dst = tmp_path / "dst"
+    dst.mkdir()
+    job = gdscp.copy_files([(os.path.join(src, n), str(dst / n)) for n in sorted(os.listdir(src))])
+
+    def interrupted(self, timeout=None):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bulk.BulkJob, "wait", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        with job:
+            raise KeyboardInterrupt
+    assert job.done()
+    for name in os.listdir(dst):
+        assert not name.endswith(bulk.TEMPORARY_SUFFIX), f"{name} left behind"
+        assert (dst / name).read_bytes() == Path(src, name).read_bytes(), name
+
+
 # -- device memory over the stand-ins ---------------------------------------------------
 
 

@@ -488,11 +488,19 @@ def read(world: World, out: Output, make_plan: Any, *, host: bool, device: Optio
     """``gdscp read`` on every rank of ``world``: each file's range shared by bytes."""
     from ..bulk import FileResult  # noqa: PLC0415
 
-    def setup() -> tuple[Optional[int], Optional[int], Any]:
-        return choose_memory(out, host, device), options.staging_size(chunk_size), make_plan() if world.root else None
+    from .read import ready_gpus  # noqa: PLC0415
+
+    ready: list[Any] = []
+
+    def setup() -> tuple[Optional[int], Optional[int], Any, float]:
+        where = choose_memory(out, host, device)
+        begun = time.perf_counter()
+        ready.extend(ready_gpus([] if where is None else [where]))  # this rank's GPU context, before the clock
+        return (where, options.staging_size(chunk_size), make_plan() if world.root else None,
+                time.perf_counter() - begun)
 
     code, messages, got = _run(world, setup)
-    where, staging, plan = got if got else (None, None, None)
+    where, staging, plan, setup_seconds = got if got else (None, None, None, 0.0)
     _settle(world, out, world.agree(code, messages))
     plan = world.bcast(plan)
     world.barrier()
@@ -527,7 +535,7 @@ def read(world: World, out: Output, make_plan: Any, *, host: bool, device: Optio
                     None, first[6] if first else None, None, first[7] if first else None, None))
             if job_code(everyone) in (130, 143):
                 raise typer.Exit(job_code(everyone))
-            report(out, plan, results, where, verify, seconds, {"ranks": world.size})
+            report(out, plan, results, where, verify, seconds, {"ranks": world.size, "setup_seconds": setup_seconds})
 
         code, messages, _ = _run(world, conclude)
         code = worst(code, job_code(everyone))

@@ -101,6 +101,35 @@ def test_node_device_is_local_rank_modulo_visible_gpus():
     assert node_device(2, {}) == 0
 
 
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="no CPU affinity on this system")
+def test_a_rank_bound_to_few_cpus_is_warned(monkeypatch):
+    """Bound to one core (Open MPI's default for two ranks), a rank's workers
+    would share it: rank 0 says so and how to start the ranks; unbound, nothing."""
+    import io
+
+    from rich.console import Console
+
+    from gdscp import defaults
+    from gdscp.cli import ranks
+    from gdscp.cli.output import Output
+
+    def warnings() -> str:
+        out = Output("copy")
+        out.stderr = Console(file=io.StringIO(), width=300)
+        ranks.warn_if_bound_tightly(out)
+        return out.stderr.file.getvalue()
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 32)
+    with defaults.set("num_threads", 16):
+        monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3})
+        text = warnings()
+        assert "1 CPU only" in text and "16 workers" in text and "--bind-to none" in text
+        monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(32)))
+        assert warnings() == ""
+        monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))  # a NUMA node of 16 CPUs
+        assert warnings() == ""
+
+
 def test_import_gdscp_never_imports_mpi4py():
     code = "import gdscp, gdscp.cli.app, sys; gdscp.cli.app._register(gdscp.cli.app.COMMANDS); print('mpi4py' in sys.modules)"
     env = dict(os.environ, PMI_RANK="0", PMI_SIZE="1")
@@ -285,6 +314,9 @@ def test_interrupting_the_launcher_leaves_no_partial_destination(tmp_path, sig, 
     deadline = time.monotonic() + 120
     while not (dst.exists() and _temporaries(dst)) and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.02)
+    if proc.poll() is not None:
+        out, err = proc.communicate()
+        pytest.fail(f"the launcher ended (exit {proc.returncode}) before the copy was seen in flight:\n{err}")
     assert _temporaries(dst), "the copy never started"
     time.sleep(0.5)  # the ranks are in their copies
     proc.send_signal(sig)

@@ -61,7 +61,25 @@ def join(out: Output, threads: Optional[int] = None) -> Optional[World]:
         from .. import defaults  # noqa: PLC0415
 
         defaults.set_num_threads(max(2, -(-(os.cpu_count() or 1) // local)))
+    if world.root:
+        warn_if_bound_tightly(out)
     return world
+
+
+def warn_if_bound_tightly(out: Output) -> None:
+    """A warning when the launcher bound this rank to far fewer CPUs than it
+    has workers (Open MPI binds each rank to one core when there are at most
+    two): the workers would take turns on those CPUs, a fraction of the speed."""
+    if not hasattr(os, "sched_getaffinity"):
+        return
+    from .. import defaults  # noqa: PLC0415
+
+    cpus = len(os.sched_getaffinity(0))
+    workers = int(defaults.get("num_threads"))
+    if 2 * cpus <= min(workers, os.cpu_count() or 1):
+        out.warn(f"this rank may run on {cpus} CPU{'s' if cpus != 1 else ''} only (the launcher's binding), "
+                 f"shared by its {workers} workers: start the ranks unbound (Open MPI: --bind-to none) or with "
+                 "a NUMA node each (--bind-to numa)")
 
 
 def launched() -> bool:

@@ -465,7 +465,9 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
       if (!cancelled.load(std::memory_order_relaxed) && !t->failed()) {
         // A read into device memory is queued on the worker's ring: the chunk
         // counts once its copy has landed (chunk_landed), while the worker goes on.
-        if (upload_chunk(cx, *t, i, w, [this, t, &w](size_t got, std::exception_ptr e) { chunk_landed(t, w, got, e); }))
+        if (upload_chunk(cx, *t, i, w, [this, t, i, &w](size_t got, std::exception_ptr e) {
+              chunk_landed(t, i, w, got, e);
+            }))
           continue;
         try {
           move_chunk(cx, *t, i, w, bytes_done);
@@ -478,13 +480,13 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
   }
 
   // A chunk queued by upload_chunk has landed (or failed).
-  void chunk_landed(const std::shared_ptr<Transfer>& t, BulkWorker& w, size_t got, std::exception_ptr e) {
+  void chunk_landed(const std::shared_ptr<Transfer>& t, size_t i, const BulkWorker& w, size_t got,
+                    std::exception_ptr e) {
+    if (!e) e = short_read(*t, i, got);
     if (e) {
       t->fail(e);
     } else {
-      t->bytes.fetch_add(got, std::memory_order_relaxed);
-      bytes_done.fetch_add(got, std::memory_order_relaxed);
-      if (w.group_moved) w.group_moved->fetch_add(got, std::memory_order_relaxed);
+      count_moved(*t, w, bytes_done, got);
     }
     if (t->left.fetch_sub(1) == 1) finish(t);
   }

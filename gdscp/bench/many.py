@@ -242,7 +242,7 @@ class _Run:
 
         def one_file_read() -> None:
             with gdscp.CuFile(one_file, "r") as f:
-                f.read(buf[: int(offsets[-1])] if int(offsets[-1]) else buf[:0])
+                f.read(buf[: int(offsets[-1])])
 
         contenders: list[tuple[str, Optional[int], Callable[[], None], str]] = [
             ("gdscp", None, gdscp_read, "gdscp.read_files(paths, buffers).results()"),

@@ -524,9 +524,23 @@ void move_chunk(const TransferContext& cx, Transfer& t, size_t index, BulkWorker
       verify_landed(t, mem, base, c.file_offset, n);
     }
   }
+  count_moved(t, w, moved, n);
+}
+
+void count_moved(Transfer& t, const BulkWorker& w, std::atomic<uint64_t>& moved, size_t n) {
   t.bytes.fetch_add(n, std::memory_order_relaxed);
   moved.fetch_add(n, std::memory_order_relaxed);
   if (w.group_moved) w.group_moved->fetch_add(n, std::memory_order_relaxed);
+}
+
+std::exception_ptr short_read(const Transfer& t, size_t index, size_t got) {
+  const Chunk& c = t.chunks[index];
+  if (got >= c.size || !t.item->exact) return nullptr;
+  try {
+    truncated(t, c.file_offset + static_cast<int64_t>(got));
+  } catch (...) {
+    return std::current_exception();
+  }
 }
 
 bool upload_chunk(const TransferContext& cx, Transfer& t, size_t index, BulkWorker& w, UploadRing::Landed landed) {
@@ -538,25 +552,7 @@ bool upload_chunk(const TransferContext& cx, Transfer& t, size_t index, BulkWork
   if (!w.ring) w.ring = std::make_unique<UploadRing>(cx.s);
   const Chunk& c = t.chunks[index];
   char* base = t.scratch ? w.staging() : reinterpret_cast<char*>(item.buf) + c.buf_offset;
-  const File& file = *t.src_file;
-  const Settings& s = cx.s;
-  auto fill = [&file, &s](char* dst, size_t n, int64_t off) {
-    return read_range(file, dst, n, off, s.direct_io, s.bounce_buffer_size);
-  };
-  const bool exact = item.exact;
-  const size_t want = c.size;
-  const int64_t at = c.file_offset;
-  Transfer* tp = &t;
-  w.ring->upload(mem, base, want, at, fill, [tp, exact, want, at, landed = std::move(landed)](size_t got, std::exception_ptr e) {
-    if (!e && got < want && exact) {
-      try {
-        truncated(*tp, at + static_cast<int64_t>(got));
-      } catch (...) {
-        e = std::current_exception();
-      }
-    }
-    landed(got, e);
-  });
+  w.ring->upload(mem, base, c.size, c.file_offset, file_fill(*t.src_file, cx.s), std::move(landed));
   return true;
 }
 
@@ -612,9 +608,7 @@ void move_sequential(const TransferContext& cx, Transfer& t, BulkWorker& w, std:
       }
     }
     done += static_cast<int64_t>(got);
-    t.bytes.fetch_add(got, std::memory_order_relaxed);
-    moved.fetch_add(got, std::memory_order_relaxed);
-    if (w.group_moved) w.group_moved->fetch_add(got, std::memory_order_relaxed);
+    count_moved(t, w, moved, got);
     if (got < want) {
       if (t.src_sized && item.kind == BulkKind::copy) truncated(t, pos + static_cast<int64_t>(got));
       break;  // end of the source

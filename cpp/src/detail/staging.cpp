@@ -114,13 +114,17 @@ size_t staged_upload(const MemoryTarget& mem, char* base, ChunkQueue& work, cons
   return total;
 }
 
-size_t staged_read(const File& f, const MemoryTarget& mem, char* base, ChunkQueue& work, const Settings& s,
-                   Request* req) {
+StageFill file_fill(const File& f, const Settings& s) {
   // Not a mapped read: staging buffers are small, reused and still in the
   // CPU cache, where pread's ordinary stores beat streaming ones.
-  return staged_upload(mem, base, work, s, req, [&f, &s](char* dst, size_t n, int64_t off) {
+  return [&f, &s](char* dst, size_t n, int64_t off) {
     return read_range(f, dst, n, off, s.direct_io, s.bounce_buffer_size);
-  });
+  };
+}
+
+size_t staged_read(const File& f, const MemoryTarget& mem, char* base, ChunkQueue& work, const Settings& s,
+                   Request* req) {
+  return staged_upload(mem, base, work, s, req, file_fill(f, s));
 }
 
 size_t staged_write(const File& f, const MemoryTarget& mem, const char* base, ChunkQueue& work, const Settings& s,
@@ -178,14 +182,13 @@ void UploadRing::wait_slot(size_t k) noexcept {
     }
     busy_[k] = 0;
   }
-  std::vector<Waiting> ready;
-  ready.swap(waiting_[k]);
-  for (Waiting& w : ready) {
-    try {
-      w.landed(w.got, w.error ? w.error : copy_error);
-    } catch (...) {
-      // A callback must not throw; nothing here could report it.
-    }
+  if (!waiting_[k].landed) return;
+  Waiting w = std::move(waiting_[k]);
+  waiting_[k].landed = nullptr;
+  try {
+    w.landed(w.got, w.error ? w.error : copy_error);
+  } catch (...) {
+    // A callback must not throw; nothing here could report it.
   }
 }
 
@@ -253,7 +256,7 @@ void UploadRing::upload(const MemoryTarget& mem, char* dst, size_t n, int64_t fi
     }
     return;
   }
-  waiting_[last].push_back({std::move(landed), got, error});
+  waiting_[last] = {std::move(landed), got, error};
 }
 
 void copy_to_device(const MemoryTarget& mem, char* dst, const void* src, size_t n) {

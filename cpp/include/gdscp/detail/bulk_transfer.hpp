@@ -154,10 +154,18 @@ void move_chunk(const TransferContext& cx, Transfer& t, size_t index, BulkWorker
 
 // A chunk of a read into device memory through gdscp's staging (POSIX backend,
 // no replicas, no verify), queued on the worker's ring (w.ring) instead of
-// moved at once: `landed` runs once its bytes are in place or it failed (the
-// chunk's bytes not yet counted; a short read that the item does not allow is
-// passed as its error). False, with nothing done, for any other chunk.
+// moved at once: `landed` runs once its bytes are in place or it failed, and
+// counts them (count_moved) unless short_read says they fall short. False,
+// with nothing done, for any other chunk.
 bool upload_chunk(const TransferContext& cx, Transfer& t, size_t index, BulkWorker& w, UploadRing::Landed landed);
+
+// The error of chunk `index` of a read that brought only `got` bytes where
+// its item wants them all (`exact`); null where that is fine.
+std::exception_ptr short_read(const Transfer& t, size_t index, size_t got);
+
+// `n` more bytes moved for `t`: counted for it, for the job (`moved`) and
+// for the worker's group.
+void count_moved(Transfer& t, const BulkWorker& w, std::atomic<uint64_t>& moved, size_t n);
 
 // Moves a sequential transfer front to back on this worker; throws.
 void move_sequential(const TransferContext& cx, Transfer& t, BulkWorker& w, std::atomic<uint64_t>& moved);

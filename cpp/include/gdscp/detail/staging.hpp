@@ -30,6 +30,9 @@ using StageFill = std::function<size_t(char* dst, size_t n, int64_t file_offset)
 size_t staged_upload(const MemoryTarget& mem, char* base, ChunkQueue& work, const Settings& s, Request* req,
                      const StageFill& fill);
 
+// The fill of a staged read from the file: each piece read with read_range.
+StageFill file_fill(const File& f, const Settings& s);
+
 // staged_upload from the file: each piece read with read_range.
 size_t staged_read(const File& f, const MemoryTarget& mem, char* base, ChunkQueue& work, const Settings& s,
                    Request* req);
@@ -65,9 +68,11 @@ class UploadRing {
   void drain() noexcept;
 
  private:
+  // The chunk whose last copy a slot holds (none: `landed` empty). A slot
+  // takes a new chunk only once it has been waited for, so one is enough.
   struct Waiting {
     Landed landed;
-    size_t got;
+    size_t got = 0;
     std::exception_ptr error;
   };
   void wait_slot(size_t k) noexcept;
@@ -79,7 +84,7 @@ class UploadRing {
   size_t next_ = 0;
   std::vector<BufferPool::Lease> bufs_;
   std::vector<char> busy_;
-  std::vector<std::vector<Waiting>> waiting_;
+  std::vector<Waiting> waiting_;
 };
 
 // Blocking copies between host memory and device memory on this worker's

@@ -134,12 +134,14 @@ print(f"devices {doc['devices']}, files of {doc['file_size'] >> 20} MiB, numa {d
 for name, c in doc["ceilings"].items():
     print(f"  {name:18} {c['gb_per_s']['median'] if c.get('available') else '-':>8} GB/s  {c.get('what') or c.get('reason')}")
 print(f"  bound min(host side, aggregate PCIe) = {r['bound_gb_per_s']} GB/s")
+print(f"  both at once: page-cache reads {r['host_side_while_copying_gb_per_s']} GB/s while the GPUs copy "
+      f"{r['copies_while_reading_gb_per_s']} GB/s")
 for t, q in r["by_threads"].items():
     res = doc["results"][t]
     med = {k: v["gb_per_s"]["median"] for k, v in res.items()}
     print(f"  threads {t}: {med}; distinct {q['distinct_share_of_bound']:.2f} of bound (>= 0.9: "
           f"{q['distinct_meets_target']}), replicate {q['replicate_over_one_gpu']:.2f}x one GPU (<= 1.15: "
-          f"{q['replicate_meets_target']})")
+          f"{q['replicate_meets_target']}), distinct / both at once {q['distinct_share_of_both_at_once']}")
 PY
 fi
 

@@ -236,6 +236,10 @@ def test_parts_through_device_staging(go, compat):
     go(scenario_parts_through_device_staging, compat=compat)
 
 
+def test_pinned_staging_is_mapped_then_registered(go):
+    go(scenario_pinned_staging_registered)
+
+
 @pytest.mark.parametrize("depth", [2, 3])
 def test_bulk_reads_into_device_memory_overlap_across_files(go, depth):
     go(scenario_bulk_reads_queued, depth=depth)
@@ -901,17 +905,17 @@ def scenario_posix_device_failures(folder):
          "cuEventSynchronize: CUDA_ERROR_ILLEGAL_ADDRESS (an illegal memory access was encountered)"),
         ("cuMemcpyDtoHAsync", CUDA_ERROR_ILLEGAL_ADDRESS, "write",
          "cuMemcpyDtoHAsync: CUDA_ERROR_ILLEGAL_ADDRESS (an illegal memory access was encountered)"),
-        ("cuMemHostAlloc", CUDA_ERROR_OUT_OF_MEMORY, "read",
-         "cuMemHostAlloc (pinned staging buffer): CUDA_ERROR_OUT_OF_MEMORY (out of memory)"),
-        ("cuMemHostAlloc", CUDA_ERROR_OUT_OF_MEMORY, "write",
-         "cuMemHostAlloc (pinned staging buffer): CUDA_ERROR_OUT_OF_MEMORY (out of memory)"),
+        ("cuMemHostRegister", CUDA_ERROR_OUT_OF_MEMORY, "read",
+         "cuMemHostRegister (pinned staging buffer): CUDA_ERROR_OUT_OF_MEMORY (out of memory)"),
+        ("cuMemHostRegister", CUDA_ERROR_OUT_OF_MEMORY, "write",
+         "cuMemHostRegister (pinned staging buffer): CUDA_ERROR_OUT_OF_MEMORY (out of memory)"),
     ]
     with settings(compat_mode="on", num_threads=4, bounce_buffer_size=64 * KiB, task_size=MiB, gds_threshold=0):
         with gdscp.CuFile(path, "r+") as f:
             for entry, code, op, message in cases:
                 _core.trim_pools()  # so that staging buffers are allocated anew
                 # (The first allocation: one worker may take every chunk and allocate only `depth` buffers.)
-                standin.cuda.fail(entry, code, skip=0 if entry == "cuMemHostAlloc" else 2)
+                standin.cuda.fail(entry, code, skip=0 if entry == "cuMemHostRegister" else 2)
                 buf = standin.cuda.alloc(len(data)).set(data) if op == "write" else poisoned(len(data))
                 with pytest.raises(gdscp.CudaError) as info:
                     (f.write if op == "write" else f.read)(buf)
@@ -1429,6 +1433,42 @@ def scenario_parts_through_device_staging(folder, compat):
             assert {r.write_backend for r in results} == {"cufile"}, results
     finally:
         os.close(fd)
+
+
+def scenario_pinned_staging_registered(folder):
+    """Pinned staging buffers are the process's own pages, registered with
+    cuMemHostRegister (never cuMemHostAlloc, which the driver serialises across
+    threads); one of 2 MiB or more starts on a 2 MiB boundary, so that huge
+    pages can back it. A read and a write through them move every byte, and
+    trim_pools unregisters each buffer once."""
+    import gdscp
+    import gdscp.memory
+    from gdscp import _core
+
+    without_cupy()
+    data = random_bytes(13 * MiB + 5, seed=21)
+    path = new_file(folder, "s.bin", data)
+    for staging in (4 * MiB, 64 * KiB + 4096):
+        _core.trim_pools()
+        m = mark()
+        with settings(compat_mode="on", num_threads=4, bounce_buffer_size=staging, task_size=2 * MiB):
+            buf = poisoned(len(data))
+            with gdscp.CuFile(path, "r") as f:
+                assert f.read(buf) == len(data)
+            assert buf.bytes() == data
+            out = os.path.join(folder, "s.out")
+            with gdscp.CuFile(out, "w") as f:
+                assert f.write(buf) == len(data)
+            assert file_bytes(out) == data
+        assert since(m, "cuMemHostAlloc", lib="cuda") == []
+        registered = [c for c in since(m, "cuMemHostRegister", lib="cuda") if c.result == 0]
+        assert registered and all(c.size >= staging and c.host % 4096 == 0 for c in registered), staging
+        if staging >= 2 * MiB:
+            assert all(c.host % (2 * MiB) == 0 for c in registered), [hex(c.host) for c in registered]
+        m = mark()
+        _core.trim_pools()
+        unregistered = sorted(c.host for c in since(m, "cuMemHostUnregister", lib="cuda") if c.result == 0)
+        assert unregistered == sorted(c.host for c in registered)
 
 
 def scenario_bulk_reads_queued(folder, depth):

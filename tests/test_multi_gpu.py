@@ -452,8 +452,12 @@ def scenario_command_line(folder):
         assert r["distinct"]["bytes"] == 6 * MiB and len(r["distinct"]["seconds"]) == 3
     assert doc["ceilings"]["host_page_cache"]["available"] and doc["ceilings"]["host_page_cache"]["bytes"] == 6 * MiB
     assert not doc["ceilings"]["pinned_h2d_all"]["available"]
+    shared = doc["ceilings"]["host_page_cache_while_copying"]
+    assert not shared["available"] and "no GPU copies" in shared["reason"], shared
     ratios = doc["ratios"]
     assert ratios["bound_gb_per_s"] == ratios["host_side_gb_per_s"] > 0
+    assert ratios["both_at_once_gb_per_s"] is None
+    assert all(q["distinct_share_of_both_at_once"] is None for q in ratios["by_threads"].values())
     assert set(ratios["by_threads"]) == {"2", "4"}
     assert [f for f in os.listdir(folder) if f.startswith(".gdscp-multi")] == []
     code, _, err = cli("read", paths[0], "--devices", "0,0")

@@ -14,6 +14,10 @@
 * ``host_page_cache`` (``page_cache_rate``): hot files read with pread into
   page-locked buffers by every core at once, no GPU copy: the host side's
   ceiling for any hot read into GPUs through staging, however many GPUs.
+* ``host_page_cache_while_copying`` (``page_cache_rate`` with
+  ``while_copying``): the same reads while every GPU named takes pinned host
+  -> GPU copies of other buffers without pause; the rates both halves keep
+  when they share the host's memory, as a load through staging makes them.
 * ``pinned_h2d_all`` (``multi_pinned_copy_rate``): pinned host -> GPU copies
   on every GPU named at once: the aggregate PCIe ceiling.
 * ``disk_direct_read`` / ``disk_buffered_read``: the disk itself, cold, with
@@ -165,12 +169,81 @@ def _host_buffers(count: int, nbytes: int) -> tuple[list, str]:
     return bufs, kind
 
 
-def page_cache_rate(paths: Sequence[str], threads: int, runs: int, request: int = 4 << 20) -> dict:
+class _CopiesRunning:
+    """Pinned host -> GPU copies on every GPU of ``devices``, one after another
+    without pause from start() to stop(), each GPU its own pinned source and
+    stream, two copies of ``piece`` bytes in flight; ``moved()`` is the bytes
+    whose copies have ended so far."""
+
+    def __init__(self, devices: Sequence[int], piece: int = 32 << 20, pieces: int = 8) -> None:
+        import cupy
+        import cupyx
+
+        self._cupy = cupy
+        self._piece = piece
+        self._sides = []
+        for d in devices:
+            with cupy.cuda.Device(d):
+                host = cupyx.empty_pinned((piece * pieces,), dtype=np.uint8)
+                host.fill(1)
+                self._sides.append((d, host, cupy.empty(piece * pieces, dtype=cupy.uint8)))
+        self._done = [0] * len(self._sides)
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(len(self._sides))]
+        self._errors: list[BaseException] = []
+
+    def _run(self, i: int) -> None:
+        cupy = self._cupy
+        d, host, dev = self._sides[i]
+        count = host.nbytes // self._piece
+        try:
+            with cupy.cuda.Device(d):
+                stream = cupy.cuda.Stream(non_blocking=True)
+                events: list = []
+                k = 0
+                while not self._stop.is_set():
+                    off = (k % count) * self._piece
+                    cupy.cuda.runtime.memcpyAsync(dev.data.ptr + off, host.ctypes.data + off, self._piece,
+                                                  cupy.cuda.runtime.memcpyHostToDevice, stream.ptr)
+                    events.append(stream.record())
+                    k += 1
+                    if len(events) > 2:
+                        events.pop(0).synchronize()
+                        self._done[i] += self._piece
+                stream.synchronize()
+        except BaseException as exc:  # noqa: BLE001 - reported by stop()
+            self._errors.append(exc)
+
+    def start(self) -> None:
+        for t in self._threads:
+            t.start()
+        time.sleep(0.05)  # every copy engine busy before anything is timed
+
+    def moved(self) -> int:
+        return sum(self._done)
+
+    def stop(self) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join()
+        self._sides.clear()
+        if self._errors:
+            raise self._errors[0]
+
+
+def page_cache_rate(paths: Sequence[str], threads: int, runs: int, request: int = 4 << 20,
+                    while_copying: Sequence[int] = ()) -> dict:
     """Hot files (read once first) copied out of the page cache by ``threads``
     threads at once, each with its own ``request``-byte page-locked buffer,
     reused as staging is: pread only, no GPU copy. The bytes of all files per
-    run; chunks handed out across the files from one counter."""
+    run; chunks handed out across the files from one counter.
+
+    With ``while_copying`` (GPU ordinals), those GPUs take pinned host -> GPU
+    copies of other buffers throughout (``_CopiesRunning``), and the entry adds
+    ``copies_gb_per_s``: the rate the copies kept during each timed run."""
     what = f"pread of hot files into {{kind}}, {_mib(request)} requests, {threads_text(threads)}"
+    if while_copying:
+        what += f", while GPUs {', '.join(map(str, while_copying))} copy from other pinned buffers"
     sizes = [os.path.getsize(p) for p in paths]
     total = sum(sizes)
     if total == 0:
@@ -181,10 +254,19 @@ def page_cache_rate(paths: Sequence[str], threads: int, runs: int, request: int 
         warm_cache(p)
     chunks = [(i, off) for i, n in enumerate(sizes) for off in range(0, n, request)]
     bufs, kind = _host_buffers(threads, request)
+    copies = None
+    if while_copying:
+        try:
+            copies = _CopiesRunning(while_copying)
+        except Exception as exc:  # noqa: BLE001 - no CuPy or no GPU
+            return unavailable(f"no GPU copies ({type(exc).__name__}: {exc})", what.format(kind=kind))
     fds = [os.open(p, os.O_RDONLY) for p in paths]
+    copy_rates = []
     try:
         seconds = []
         with ThreadPoolExecutor(max_workers=threads) as pool:
+            if copies:
+                copies.start()
             for i in range(runs + 1):
                 lock = threading.Lock()
                 cursor = [0]
@@ -201,16 +283,23 @@ def page_cache_rate(paths: Sequence[str], threads: int, runs: int, request: int 
                         f, off = chunks[k]
                         moved += os.preadv(fds[f], [view[: min(request, sizes[f] - off)]], off)
 
+                copied = copies.moved() if copies else 0
                 start = time.perf_counter()
                 moved = sum(pool.map(work, range(threads)))
+                elapsed = time.perf_counter() - start
                 if i:
-                    seconds.append(time.perf_counter() - start)
+                    seconds.append(elapsed)
+                    if copies:
+                        copy_rates.append((copies.moved() - copied) / elapsed / GB)
                 if moved != total:
                     return unavailable(f"read {moved} of {total} bytes: the files changed", what.format(kind=kind))
     finally:
+        if copies:
+            copies.stop()
         for fd in fds:
             os.close(fd)
-    return _figure(what.format(kind=kind), total, seconds, threads, files=len(paths))
+    extra = {"copies_gb_per_s": spread(copy_rates), "copy_devices": list(while_copying)} if copies else {}
+    return _figure(what.format(kind=kind), total, seconds, threads, files=len(paths), **extra)
 
 
 def multi_pinned_copy_rate(nbytes: int, runs: int, devices: Sequence[int]) -> dict:

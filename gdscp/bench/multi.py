@@ -112,6 +112,8 @@ def _ceilings(config: MultiConfig, paths: list[str], size: int, runs: int, step:
     out: dict = {}
     step("host side: page cache -> pinned, every core")
     out["host_page_cache"] = page_cache_rate(paths, cpus, runs)
+    step("host side while every GPU copies")
+    out["host_page_cache_while_copying"] = page_cache_rate(paths, cpus, runs, while_copying=config.devices)
     step("host memory bandwidth")
     out["host_memcpy"] = host_memcpy_rate(min(size, 1 << 30), cpus, runs)
     copy = min(size, 1 << 30)
@@ -131,7 +133,7 @@ def run_multi_benchmark(config: MultiConfig, progress: Optional[Callable[[int, i
     runs = config.runs
     size = _size(config)
     thread_counts = _threads(config)
-    steps_total = len(thread_counts) + len(devs) + 4
+    steps_total = len(thread_counts) + len(devs) + 5
     done = [0]
 
     def step(text: str) -> None:
@@ -209,10 +211,20 @@ def _ratios(ceilings: dict, results: dict) -> dict:
         pcie = sum(singles) if singles and all(s is not None for s in singles) else None
     bounds = [b for b in (host, pcie) if b is not None]
     bound = min(bounds) if bounds else None
+    # Both halves at once: what the reads and the copies each kept while the
+    # other ran. Not a bound (each pushed the other as hard as it could,
+    # where a load needs them at one rate), a measure of what is left.
+    shared = ceilings.get("host_page_cache_while_copying") or {}
+    reads_shared = _median(shared)
+    copies_shared = shared["copies_gb_per_s"]["median"] if reads_shared is not None else None
+    both = min(reads_shared, copies_shared) if reads_shared is not None else None
     out: dict = {
         "host_side_gb_per_s": host,
         "aggregate_pcie_gb_per_s": pcie,
         "bound_gb_per_s": bound,
+        "host_side_while_copying_gb_per_s": reads_shared,
+        "copies_while_reading_gb_per_s": copies_shared,
+        "both_at_once_gb_per_s": both,
         "distinct_target": DISTINCT_TARGET,
         "replicate_target": REPLICATE_TARGET,
         "by_threads": {},
@@ -225,6 +237,7 @@ def _ratios(ceilings: dict, results: dict) -> dict:
         out["by_threads"][threads] = {
             "distinct_gb_per_s": distinct,
             "distinct_share_of_bound": share,
+            "distinct_share_of_both_at_once": distinct / both if both else None,
             "distinct_meets_target": None if share is None else share >= DISTINCT_TARGET,
             "distinct_over_one_pool": distinct / r["distinct_one_pool"]["gb_per_s"]["median"],
             "replicate_over_one_gpu": rep / one,

@@ -36,17 +36,15 @@ BufferPool::~BufferPool() { trim(); }
 
 void* BufferPool::allocate(size_t size) {
   if (kind_ == Kind::pinned) {
+    // Mapped and populated here, then registered: cuMemHostAlloc zeroes and
+    // pins under a lock the driver holds across threads, so that the first
+    // buffers of every worker of a new process were made one at a time.
     const CudaDriver& drv = CudaDriver::require();
-    void* p = nullptr;
-    if (node_ >= 0) {
-      p = map_on_node(size, node_);
-      if (!p) throw std::bad_alloc();
-      const CUresult r = drv.cuMemHostRegister(p, size, CU_MEMHOSTREGISTER_PORTABLE);
-      if (r != CUDA_SUCCESS) unmap_on_node(p, size);
-      drv.check(r, "cuMemHostRegister (pinned staging buffer)");
-      return p;
-    }
-    drv.check(drv.cuMemHostAlloc(&p, size, CU_MEMHOSTALLOC_PORTABLE), "cuMemHostAlloc (pinned staging buffer)");
+    void* p = map_on_node(size, node_);
+    if (!p) throw std::bad_alloc();
+    const CUresult r = drv.cuMemHostRegister(p, size, CU_MEMHOSTREGISTER_PORTABLE);
+    if (r != CUDA_SUCCESS) unmap_on_node(p, size);
+    drv.check(r, "cuMemHostRegister (pinned staging buffer)");
     return p;
   }
   void* p = nullptr;
@@ -59,10 +57,6 @@ void BufferPool::deallocate(void* ptr, size_t size) noexcept {
     const CudaDriver* drv = CudaDriver::get();
     if (!drv) return;
     auto release = [&] {
-      if (node_ < 0) {
-        drv->cuMemFreeHost(ptr);
-        return;
-      }
       drv->cuMemHostUnregister(ptr);
       unmap_on_node(ptr, size);
     };

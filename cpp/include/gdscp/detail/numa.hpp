@@ -13,9 +13,10 @@ namespace gdscp::detail {
 // GDSCP_SYSFS_ROOT (default /sys) lets tests give a machine of several nodes.
 int gpu_numa_node(int ordinal);
 
-// `size` bytes of anonymous memory whose pages are on `node` (preferred with
-// mbind, then touched so they exist before a driver pins them); nullptr if
-// the memory could not be mapped. Free with unmap_on_node.
+// `size` bytes of anonymous memory, populated by the calling thread so that
+// the pages exist before a driver pins them, on `node` where `node` >= 0
+// (preferred with mbind); huge pages asked for from 2 MiB up. nullptr if the
+// memory could not be mapped. Free with unmap_on_node.
 void* map_on_node(size_t size, int node);
 void unmap_on_node(void* p, size_t size) noexcept;
 

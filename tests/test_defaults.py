@@ -65,6 +65,18 @@ def test_default_num_threads_is_one_per_cpu_from_4_to_32():
     assert [int(n) for n in out.stdout.split()] == [expected, expected]
 
 
+def test_default_bounce_buffer_shares_128_mib_among_the_default_workers():
+    """Without GDSCP_BOUNCE_BUFFER_SIZE, the staging buffer is sized so that
+    the default workers' two buffers each total 128 MiB: 4 MiB up to 16 CPUs,
+    2 MiB at 32, whole MiB, never below 1 MiB or above 4 MiB."""
+    code = "import gdscp; print(gdscp.defaults.get('num_threads'), gdscp.defaults.get('bounce_buffer_size'))"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GDSCP_")}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    threads, bounce = (int(n) for n in out.stdout.split())
+    assert bounce == min(4 * MiB, max(MiB, (128 * MiB // (2 * threads)) // MiB * MiB))
+    assert threads > 16 or bounce == 4 * MiB
+
+
 def test_task_size_of_one_call_leaves_the_setting(tmp_file):
     """``task_size=`` on a call runs that request with it; the process-wide
     setting, and the next call, keep theirs."""

@@ -456,8 +456,7 @@ def scenario_command_line(folder):
     assert not shared["available"] and "no GPU copies" in shared["reason"], shared
     ratios = doc["ratios"]
     assert ratios["bound_gb_per_s"] == ratios["host_side_gb_per_s"] > 0
-    assert ratios["both_at_once_gb_per_s"] is None
-    assert all(q["distinct_share_of_both_at_once"] is None for q in ratios["by_threads"].values())
+    assert ratios["host_side_while_copying_gb_per_s"] is None and ratios["copies_while_reading_gb_per_s"] is None
     assert set(ratios["by_threads"]) == {"2", "4"}
     assert [f for f in os.listdir(folder) if f.startswith(".gdscp-multi")] == []
     code, _, err = cli("read", paths[0], "--devices", "0,0")

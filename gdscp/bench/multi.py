@@ -212,19 +212,17 @@ def _ratios(ceilings: dict, results: dict) -> dict:
     bounds = [b for b in (host, pcie) if b is not None]
     bound = min(bounds) if bounds else None
     # Both halves at once: what the reads and the copies each kept while the
-    # other ran. Not a bound (each pushed the other as hard as it could,
-    # where a load needs them at one rate), a measure of what is left.
+    # other ran flat out. Not a bound (a load needs the two at one rate, and
+    # then each leaves the other more), but where the host's memory runs out.
     shared = ceilings.get("host_page_cache_while_copying") or {}
     reads_shared = _median(shared)
     copies_shared = shared["copies_gb_per_s"]["median"] if reads_shared is not None else None
-    both = min(reads_shared, copies_shared) if reads_shared is not None else None
     out: dict = {
         "host_side_gb_per_s": host,
         "aggregate_pcie_gb_per_s": pcie,
         "bound_gb_per_s": bound,
         "host_side_while_copying_gb_per_s": reads_shared,
         "copies_while_reading_gb_per_s": copies_shared,
-        "both_at_once_gb_per_s": both,
         "distinct_target": DISTINCT_TARGET,
         "replicate_target": REPLICATE_TARGET,
         "by_threads": {},
@@ -237,7 +235,6 @@ def _ratios(ceilings: dict, results: dict) -> dict:
         out["by_threads"][threads] = {
             "distinct_gb_per_s": distinct,
             "distinct_share_of_bound": share,
-            "distinct_share_of_both_at_once": distinct / both if both else None,
             "distinct_meets_target": None if share is None else share >= DISTINCT_TARGET,
             "distinct_over_one_pool": distinct / r["distinct_one_pool"]["gb_per_s"]["median"],
             "replicate_over_one_gpu": rep / one,

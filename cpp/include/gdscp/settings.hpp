@@ -16,11 +16,15 @@ enum class CompatMode { off = 0, on = 1, automatic = 2 };
 // aligned middle of reads and writes); or for writes of 4 MiB and more.
 enum class DirectIO { off = 0, on = 1, automatic = 2 };
 
+// The pinned staging buffer size unless the caller sets one: the default
+// workers' buffers (pipeline depth 2) share 128 MiB, from 1 to 4 MiB each.
+size_t default_bounce_buffer_size();
+
 struct Settings {
   CompatMode compat_mode = CompatMode::automatic;  // read when a file is opened
   size_t task_size = 16u << 20;           // largest chunk a worker claims at once
   size_t gds_threshold = 1u << 20;        // below this a request runs on the calling thread
-  size_t bounce_buffer_size = 4u << 20;   // pinned staging buffer size
+  size_t bounce_buffer_size = default_bounce_buffer_size();  // pinned staging buffer size
   size_t min_task_size = 256u << 10;      // medium requests are split down to this
   DirectIO direct_io = DirectIO::automatic;
   int pipeline_depth = 2;                 // staging buffers in flight per worker (2..8)

@@ -44,12 +44,13 @@ bool destination_unmapped(const char* dst, size_t size) noexcept {
   return false;
 }
 
-void populate_for_write(char* dst, size_t n) noexcept {
-  if (n == 0 || !populate_supported()) return;
+bool populate_for_write(char* dst, size_t n) noexcept {
+  if (n == 0) return true;
+  if (!populate_supported()) return false;
   const uintptr_t start = reinterpret_cast<uintptr_t>(dst);
   const uintptr_t a = start & ~(kPage - 1);
   const uintptr_t b = (start + n + kPage - 1) & ~(kPage - 1);
-  madvise(reinterpret_cast<void*>(a), b - a, MADV_POPULATE_WRITE);
+  return madvise(reinterpret_cast<void*>(a), b - a, MADV_POPULATE_WRITE) == 0;
 }
 
 }  // namespace gdscp::detail

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "gdscp/detail/host_destination.hpp"
 #include "gdscp/shim/cuda_driver.hpp"
 
 namespace gdscp::detail {
@@ -26,7 +27,6 @@ constexpr int kMpolPreferred = 1;
 constexpr int kMaxNodes = 1024;
 constexpr size_t kPageSize = 4096;
 constexpr size_t kHugePage = size_t{2} << 20;
-constexpr int kMadvPopulateWrite = 23;  // MADV_POPULATE_WRITE, Linux 5.14; older kernels: EINVAL
 
 std::string sysfs_root() {
   const char* root = std::getenv("GDSCP_SYSFS_ROOT");
@@ -128,7 +128,7 @@ void* map_on_node(size_t size, int node) {
   // The pages exist, on the node, before they are pinned: populated by this
   // (the calling worker's) thread, not inside the driver, where pinning is
   // serialised across threads.
-  if (::madvise(p, size, kMadvPopulateWrite) != 0) std::memset(p, 0, size);
+  if (!populate_for_write(p, size)) std::memset(p, 0, size);
   return p;
 }
 

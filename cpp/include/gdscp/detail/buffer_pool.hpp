@@ -30,14 +30,15 @@ class BufferPool {
     size_t size_ = 0;
   };
 
-  // `node` >= 0: pinned buffers whose pages are on that NUMA node (mapped
-  // there, then registered with cuMemHostRegister, portable as well).
+  // `node` >= 0: pinned buffers whose pages are on that NUMA node
+  // (preferred with mbind before they are populated).
   explicit BufferPool(Kind kind, int node = -1) : kind_(kind), node_(node) {}
   ~BufferPool();  // frees what is idle; a lease outliving the pool is a bug
 
   // A buffer of exactly `size` bytes, reused when one is idle. Pinned buffers
-  // are allocated with CU_MEMHOSTALLOC_PORTABLE (any context may use them) and
-  // need a current CUDA context on the calling thread.
+  // are mapped by the calling thread and registered with
+  // CU_MEMHOSTREGISTER_PORTABLE (any context may use them); they need a
+  // current CUDA context on the calling thread.
   Lease acquire(size_t size);
   size_t trim();  // frees every idle buffer; the bytes freed
 

@@ -22,7 +22,8 @@ bool destination_unmapped(const char* dst, size_t size) noexcept;
 // Maps the pages under [dst, dst + n) for writing (MADV_POPULATE_WRITE, Linux
 // 5.14 and later). Mapping a page the copy is about to write changes nothing
 // the caller can see; errors are ignored (the copy then faults as it would
-// have), and so is a kernel without MADV_POPULATE_WRITE.
-void populate_for_write(char* dst, size_t n) noexcept;
+// have), and so is a kernel without MADV_POPULATE_WRITE. Whether the pages
+// were mapped.
+bool populate_for_write(char* dst, size_t n) noexcept;
 
 }  // namespace gdscp::detail

@@ -30,8 +30,6 @@ namespace gdscp {
   X(cuMemsetD8)                 \
   X(cuMemcpyHtoD)               \
   X(cuMemcpyDtoH)               \
-  X(cuMemHostAlloc)             \
-  X(cuMemFreeHost)              \
   X(cuMemcpyHtoDAsync)          \
   X(cuMemcpyDtoHAsync)          \
   X(cuStreamCreate)             \

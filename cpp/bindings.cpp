@@ -226,6 +226,7 @@ NB_MODULE(_core, m) {
   m.def("default_num_threads", &gdscp::default_num_threads);
   m.def("set_num_threads", &gdscp::set_num_threads, "n"_a, release());
   m.def("num_threads", &gdscp::num_threads);
+  m.def("prepare_device", &gdscp::prepare_device, "ordinal"_a, "settings"_a, "workers"_a, release());
   m.def("trim_pools", &gdscp::trim_pools, release());
   m.def("gpu_numa_node", &gdscp::gpu_numa_node, "ordinal"_a, release());
   m.def("stream_synchronize", &gdscp::stream_synchronize, "stream"_a, release());

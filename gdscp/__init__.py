@@ -22,7 +22,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # what the lazy names are, for type checkers
     from . import defaults
     from ._errors import ArgumentError, CudaError, CuFileError, EnvironmentVariableError
-    from .buffer import bounce_buffer_free, memory_deregister, memory_register
+    from .buffer import bounce_buffer_free, memory_deregister, memory_register, prepare
     from .bulk import BulkJob, copy_files, read_files, replicate, write_files
     from .cufile import CuFile, IOFuture, IOFutureStream
     from .defaults import CompatMode
@@ -56,6 +56,7 @@ _HOME = {
     "is_remote_file_available": "remote_file",
     "memory_deregister": "buffer",
     "memory_register": "buffer",
+    "prepare": "buffer",
     "read_files": "bulk",
     "replicate": "bulk",
     "stream_deregister": "stream",

@@ -240,6 +240,10 @@ def test_pinned_staging_is_mapped_then_registered(go):
     go(scenario_pinned_staging_registered)
 
 
+def test_prepare_makes_the_first_transfers_staging(go):
+    go(scenario_prepare)
+
+
 @pytest.mark.parametrize("depth", [2, 3])
 def test_bulk_reads_into_device_memory_overlap_across_files(go, depth):
     go(scenario_bulk_reads_queued, depth=depth)
@@ -1469,6 +1473,53 @@ def scenario_pinned_staging_registered(folder):
         _core.trim_pools()
         unregistered = sorted(c.host for c in since(m, "cuMemHostUnregister", lib="cuda") if c.result == 0)
         assert unregistered == sorted(c.host for c in registered)
+
+
+def scenario_prepare(folder):
+    """gdscp.prepare makes a pipeline's worth of pinned staging per worker
+    (num_threads x pipeline_depth of bounce_buffer_size), registered once
+    each, on the workers; the reads and writes after it take those buffers
+    and register none, moving every byte; preparing again makes none, and
+    trim_pools frees them. A GPU that does not exist, or no workers, is an
+    error that makes nothing."""
+    import gdscp
+    import gdscp.memory
+    from gdscp import _core
+
+    without_cupy()
+    data = random_bytes(9 * MiB + 3, seed=23)
+    path = new_file(folder, "p.bin", data)
+    _core.trim_pools()
+    with settings(compat_mode="on", num_threads=4, bounce_buffer_size=MiB, pipeline_depth=3, task_size=MiB):
+        m = mark()
+        gdscp.prepare(0)
+        made = [c for c in since(m, "cuMemHostRegister", lib="cuda") if c.result == 0]
+        assert len(made) == 4 * 3 and all(c.size >= MiB for c in made), [(hex(c.host), c.size) for c in made]
+        assert len({c.host for c in made}) == 12
+        assert since(m, "cuStreamCreate", lib="cuda"), "no worker made its stream"
+        m = mark()
+        gdscp.prepare(0)
+        gdscp.prepare(0, workers=2)
+        buf = poisoned(len(data))
+        with gdscp.CuFile(path, "r") as f:
+            assert f.read(buf) == len(data)
+        assert buf.bytes() == data
+        out = os.path.join(folder, "p.out")
+        with gdscp.CuFile(out, "w") as f:
+            assert f.write(buf) == len(data)
+        assert file_bytes(out) == data
+        assert [c for c in since(m, "cuMemHostRegister", lib="cuda") if c.result == 0] == []
+        m = mark()
+        for bad, error in ((5, gdscp.memory.DeviceError), (-1, gdscp.memory.DeviceError)):
+            with pytest.raises(error):
+                gdscp.prepare(bad)
+        with pytest.raises(ValueError, match="workers"):
+            gdscp.prepare(0, workers=0)
+        assert since(m, "cuMemHostRegister", lib="cuda") == []
+    m = mark()
+    _core.trim_pools()
+    freed = sorted(c.host for c in since(m, "cuMemHostUnregister", lib="cuda") if c.result == 0)
+    assert freed == sorted(c.host for c in made)
 
 
 def scenario_bulk_reads_queued(folder, depth):

@@ -193,10 +193,11 @@ def big_file(tmp_path):
     return str(path), data
 
 
-@pytest.mark.parametrize("threads", [1, 4])
+@pytest.mark.parametrize("threads", [1, 4, 16])
 @pytest.mark.parametrize("lead,offset", [(0, 0), (5, 7), (4096, 4099), (2 * MiB - 1, 1)])
 def test_fresh_destinations_get_the_file(big_file, threads, lead, offset):
-    """numpy.empty, never touched, at unaligned starts and ends of the array."""
+    """numpy.empty, never touched, at unaligned starts and ends of the array:
+    mapped ahead (a few tasks) or faulted by the copies (16)."""
     path, data = big_file
     size = len(data) - offset
     with gdscp.defaults.set("num_threads", threads), gdscp.CuFile(path, "r") as f:
@@ -205,7 +206,8 @@ def test_fresh_destinations_get_the_file(big_file, threads, lead, offset):
         assert raw[lead : lead + size].tobytes() == data[offset:]
 
 
-def test_fresh_destination_past_the_end_of_the_file_stays_unmapped(big_file):
+@pytest.mark.parametrize("threads", [4, 16])
+def test_fresh_destination_past_the_end_of_the_file_stays_unmapped(big_file, threads):
     """The read maps only the pages it fills: the rest of a buffer larger than
     the file stays unmapped (and zero)."""
     path, data = big_file
@@ -213,7 +215,7 @@ def test_fresh_destination_past_the_end_of_the_file_stays_unmapped(big_file):
     try:
         start = 100  # unaligned in the mapping
         buf = fresh.array[start : start + 40 * MiB]
-        with gdscp.defaults.set("num_threads", 4), gdscp.CuFile(path, "r") as f:
+        with gdscp.defaults.set("num_threads", threads), gdscp.CuFile(path, "r") as f:
             assert f.read(buf) == len(data)
         end = start + len(data)
         # Asked before anything reads the rest (a read maps the zero page).

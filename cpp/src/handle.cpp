@@ -35,10 +35,12 @@ using detail::MemoryTarget;
 using detail::OpenFile;
 using detail::Request;
 
-// Reads into host memory this large check whether the destination is fresh,
-// and if so map it ahead of the copy (host_destination.hpp); smaller ones
-// fault too few pages to matter.
+// Reads into host memory this large, on at most this many tasks, check
+// whether the destination is fresh, and if so map it ahead of the copy
+// (host_destination.hpp); smaller ones fault too few pages to matter, and on
+// more tasks the faults inside the copies are faster.
 constexpr size_t kPrepareMin = 8u << 20;
+constexpr size_t kPrepareMaxTasks = 4;
 
 MemoryTarget target_for(uintptr_t ptr, bool device) {
   return device ? detail::resolve_device_pointer(ptr) : MemoryTarget{};
@@ -117,13 +119,13 @@ std::unique_ptr<Future> Handle::submit(bool write, uintptr_t buf, bool device, s
     if (backend->append_whole(mem, base, size)) return finished(size);
     offset = st->file->reserve_append(size);
   }
-  if (!write && !mem.device && size >= kPrepareMin && detail::destination_unmapped(base, size)) {
+  detail::Dispatch d = detail::plan_dispatch(offset, size, s);
+  if (!write && !mem.device && size >= kPrepareMin && d.tasks <= kPrepareMaxTasks &&
+      detail::destination_unmapped(base, size)) {
     // Only what the file holds now: the read leaves pages past its end untouched.
     const int64_t file_size = st->file->size();
     mem.populate_bytes = file_size > offset ? std::min<size_t>(size, static_cast<size_t>(file_size - offset)) : 0;
   }
-
-  detail::Dispatch d = detail::plan_dispatch(offset, size, s);
   auto req = std::make_shared<Request>(d.tasks, st);
   auto work = std::make_shared<ChunkQueue>(std::move(d.chunks), d.chunk_size, req->cancel_flag(), d.tasks);
   req->count_contiguous(work);

@@ -2,6 +2,7 @@
 
 #include "gdscp/detail/buffer_pool.hpp"
 #include "gdscp/detail/numa.hpp"
+#include "gdscp/detail/staging.hpp"
 #include "gdscp/detail/thread_pool.hpp"
 #include "gdscp/shim/cuda_driver.hpp"
 
@@ -9,6 +10,10 @@ namespace gdscp {
 
 void set_num_threads(unsigned n) { detail::ThreadPool::process_default().resize(n); }
 unsigned num_threads() { return detail::ThreadPool::process_default().size(); }
+
+void prepare_device(int ordinal, const Settings& s, size_t workers) {
+  detail::prepare_staging(ordinal, s, workers);
+}
 
 size_t trim_pools() { return detail::BufferPool::trim_pinned() + detail::BufferPool::aligned().trim(); }
 

@@ -220,13 +220,19 @@ def read(
 
 
 def ready_gpus(gpus: list[int]) -> list[Any]:
-    """A byte of memory on each GPU, to keep until the files are read: each
-    GPU's context is made before the clock starts. That costs a few hundred
-    milliseconds once per process, is not the loading of the files, and is
-    reported apart from it (``setup_seconds``)."""
-    from .. import memory  # noqa: PLC0415
+    """A byte of memory on each GPU, to keep until the files are read, and
+    each GPU's share of the workers' streams and pinned staging
+    (gdscp.prepare): made before the clock starts. That costs a few hundred
+    milliseconds once per process (the GPU's context most of it), is not the
+    loading of the files, and is reported apart from it (``setup_seconds``)."""
+    from .. import defaults, memory  # noqa: PLC0415
+    from ..buffer import prepare  # noqa: PLC0415
 
-    return [memory.allocate(1, d) for d in gpus]
+    held = [memory.allocate(1, d) for d in gpus]
+    share = -(-int(defaults.get("num_threads")) // max(1, len(gpus)))
+    for d in gpus:
+        prepare(d, share)
+    return held
 
 
 def report(out: Output, plan: list[_File], results: list[FileResult], where: Optional[int], verify: bool,

@@ -5,6 +5,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "gdscp/settings.hpp"
+
 namespace gdscp {
 
 // Sets the process-wide pool's size (gdscp.defaults num_threads); safe while
@@ -12,6 +14,11 @@ namespace gdscp {
 // runs the workers it could start (num_threads() says how many).
 void set_num_threads(unsigned n);
 unsigned num_threads();
+
+// Makes the workers' CUDA streams and pinned staging for GPU `ordinal` now
+// for `workers` workers (0: all; detail::prepare_staging), so that the first
+// transfer does not.
+void prepare_device(int ordinal, const Settings& s, size_t workers);
 
 // Frees the idle pinned and aligned staging buffers; the bytes freed.
 size_t trim_pools();

@@ -1,5 +1,6 @@
 #include "gdscp/detail/buffer_pool.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <new>
 
@@ -91,6 +92,27 @@ BufferPool::Lease BufferPool::acquire(size_t size) {
   std::lock_guard<std::mutex> lock(mutex_);
   allocated_ += size;
   return Lease(this, p, size);
+}
+
+bool BufferPool::stock(size_t size, size_t target) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (idle_[size].size() + stocking_ >= std::min(target, kMaxIdlePerSize)) return false;
+    ++stocking_;
+  }
+  void* p = nullptr;
+  try {
+    p = allocate(size);
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    --stocking_;
+    throw;
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  --stocking_;
+  idle_[size].push_back(p);
+  allocated_ += size;
+  return true;
 }
 
 void BufferPool::give_back(void* ptr, size_t size) noexcept {

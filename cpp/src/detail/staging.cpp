@@ -1,10 +1,14 @@
 #include "gdscp/detail/staging.hpp"
 
 #include <algorithm>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
 #include <unordered_map>
 
 #include "gdscp/detail/buffer_pool.hpp"
 #include "gdscp/detail/posix_io.hpp"
+#include "gdscp/detail/thread_pool.hpp"
 #include "gdscp/shim/cuda_driver.hpp"
 
 namespace gdscp::detail {
@@ -112,6 +116,42 @@ size_t staged_upload(const MemoryTarget& mem, char* base, ChunkQueue& work, cons
   }
   pl.drain.finish();
   return total;
+}
+
+void prepare_staging(int ordinal, const Settings& s, size_t workers) {
+  const CudaDriver& drv = CudaDriver::require();
+  const CUcontext ctx = primary_context(ordinal);
+  ThreadPool& pool = ThreadPool::process_default();
+  BufferPool& staging = BufferPool::pinned_near(ordinal);
+  const size_t piece = std::max<size_t>(1, s.bounce_buffer_size);
+  const size_t buffers = (workers ? workers : static_cast<size_t>(pool.size())) * pipeline_depth(s);
+  // One task per buffer: every worker takes some, so each makes its stream
+  // and events, and the buffers are mapped and registered side by side.
+  struct Done {
+    std::mutex mutex;
+    std::condition_variable cv;
+    size_t left;
+    std::exception_ptr error;
+  };
+  auto done = std::make_shared<Done>();
+  done->left = buffers;
+  std::vector<std::function<void()>> tasks(buffers, [&drv, ctx, &staging, piece, buffers, done] {
+    std::exception_ptr error;
+    try {
+      ScopedContext scope(drv, ctx);
+      stream_state(drv, ctx);
+      staging.stock(piece, buffers);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    std::lock_guard<std::mutex> lock(done->mutex);
+    if (error && !done->error) done->error = error;
+    if (--done->left == 0) done->cv.notify_all();
+  });
+  pool.submit_many(std::move(tasks));
+  std::unique_lock<std::mutex> lock(done->mutex);
+  done->cv.wait(lock, [&] { return done->left == 0; });
+  if (done->error) std::rethrow_exception(done->error);
 }
 
 StageFill file_fill(const File& f, const Settings& s) {

@@ -40,6 +40,10 @@ class BufferPool {
   // CU_MEMHOSTREGISTER_PORTABLE (any context may use them); they need a
   // current CUDA context on the calling thread.
   Lease acquire(size_t size);
+  // Allocates one buffer of `size` bytes and keeps it idle, unless `target`
+  // of that size are already idle (or being made); whether it made one. Many
+  // threads may call it at once: each makes its own buffer in parallel.
+  bool stock(size_t size, size_t target);
   size_t trim();  // frees every idle buffer; the bytes freed
 
   size_t bytes_allocated() const;  // idle + leased
@@ -62,6 +66,7 @@ class BufferPool {
   mutable std::mutex mutex_;
   std::unordered_map<size_t, std::vector<void*>> idle_;
   size_t allocated_ = 0;
+  size_t stocking_ = 0;  // buffers stock() is making now
 };
 
 }  // namespace gdscp::detail

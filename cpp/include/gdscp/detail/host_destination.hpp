@@ -5,7 +5,11 @@
 // the copies then run without faults: on a 2-core machine a hot 1 GiB file
 // read into a fresh numpy.empty (2 MiB pages, which numpy asks for) at 2.4 GB/s
 // against 1.1, into fresh 4 KiB pages at 1.75 against 1.24 (docs/performance.md,
-// fresh host buffers). gdscp does not ask for huge pages itself: the allocator's
+// fresh host buffers). That holds for requests of a few tasks only: with 16
+// or 32 tasks on an H200 host the pages faulted inside the copies (each zeroed
+// page still in the CPU's cache when the copy fills it) made a fresh 4 GiB
+// read 1.15-1.3x faster than mapping it ahead, so larger requests leave the
+// faults to the copies. gdscp does not ask for huge pages itself: the allocator's
 // choice stands, and on a machine short of free huge pages the kernel's
 // compaction for them cost more than the faults they save.
 #pragma once

@@ -87,6 +87,15 @@ class UploadRing {
   std::vector<Waiting> waiting_;
 };
 
+// Makes, before any transfer needs them, what the workers' staged transfers
+// to or from GPU `ordinal` would otherwise make inside the first one: each
+// worker's stream and events under the GPU's primary context, and a
+// pipeline's worth of pinned staging buffers for `workers` workers (0: the
+// whole pool; x pipeline_depth of bounce_buffer_size, NUMA-placed near the GPU). The
+// buffers are made on the workers, in parallel; this returns once they are
+// all idle in the pool, or throws the first error.
+void prepare_staging(int ordinal, const Settings& s, size_t workers);
+
 // Blocking copies between host memory and device memory on this worker's
 // stream, for the bytes that move front to back (read(2), write(2)) or are
 // compared on the host (the bulk engine's verify).

@@ -657,6 +657,71 @@ def test_write_failing_midway_keeps_the_old_file(capsys, tmp_path):
     assert temp_files(tmp_path) == []
 
 
+@pytest.mark.parametrize("size", [0, 1, 4095, 4097, MiB + 3])
+def test_write_several_files_as_one_job(capsys, tmp_path, size):
+    """Each FILE gets the whole pattern (the bytes depend only on position);
+    an existing file is replaced and keeps its mode; no temporary is left."""
+    names = [tmp_path / f"w{i}.bin" for i in range(5)]
+    names[2].write_bytes(b"old")
+    names[2].chmod(0o640)
+    code, doc, err = cli_json(capsys, "write", *names, "--size", size, "--pattern", "random", "--seed", "9",
+                              "--host", "--verify")
+    assert code == 0, err
+    expect = memory.pattern(size, "random", seed=9).tobytes()
+    for p in names:
+        assert p.read_bytes() == expect, p
+    assert stat.S_IMODE(names[2].stat().st_mode) == 0o640
+    assert temp_files(tmp_path) == []
+    assert doc["ok"] is True and doc["bytes"] == 5 * size and doc["verified"] is True
+    assert [f["path"] for f in doc["files"]] == [str(p) for p in names]
+    assert all(f["status"] == "done" and f["bytes"] == size and f["seconds"] >= 0 for f in doc["files"])
+
+
+def test_write_several_files_one_failing(capsys, tmp_path):
+    """A file that cannot be written fails alone, with its path and reason;
+    the others are written, and the exit code is 1."""
+    names = [tmp_path / "a.bin", tmp_path / "missing" / "b.bin", tmp_path / "c.bin"]
+    code, doc, err = cli_json(capsys, "write", *names, "--size", "100K", "--pattern", "seq", "--host")
+    assert code == 1 and doc["ok"] is False
+    (line,) = error_lines(err)
+    assert "missing/b.bin" in line and "No such file or directory" in line
+    assert [f["status"] for f in doc["files"]] == ["done", "failed", "done"]
+    expect = memory.pattern(100 * KiB, "seq").tobytes()
+    assert names[0].read_bytes() == expect and names[2].read_bytes() == expect
+    assert temp_files(tmp_path) == []
+
+
+def test_write_several_files_failing_midway_keep_the_old_ones(capsys, tmp_path):
+    """An I/O error in one file's writes: that file keeps its old bytes, the
+    others get the pattern."""
+    names = [tmp_path / f"f{i}.bin" for i in range(4)]
+    for p in names:
+        p.write_bytes(b"precious")
+    _core.testing.arm_fault("pwrite", 2, 1, errno.EIO)
+    try:
+        code, doc, err = cli_json(capsys, "write", *names, "--size", "1M", "--pattern", "random", "--host")
+    finally:
+        _core.testing.disarm_fault()
+    assert code == 1 and "Input/output error" in err
+    failed = [f["path"] for f in doc["files"] if f["status"] == "failed"]
+    assert len(failed) == 1
+    expect = memory.pattern(MiB, "random").tobytes()
+    for p in names:
+        assert p.read_bytes() == (b"precious" if str(p) in failed else expect), p
+    assert temp_files(tmp_path) == []
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["{a}"], "named twice"),
+    (["/dev/null"], "not a regular file"),
+])
+def test_write_several_files_usage_errors(capsys, tmp_path, extra, message):
+    a = tmp_path / "a.bin"
+    code, _, err = cli(capsys, "write", a, *[e.format(a=a) for e in extra], "--size", "1K", "--host")
+    assert code == 2 and message in err
+    assert not a.exists()
+
+
 @pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_copy_interrupted_by_a_signal(capsys, tmp_path, monkeypatch, signum, code):
     random_file(tmp_path / "src.bin", 8 * MiB)
@@ -675,6 +740,32 @@ def test_copy_interrupted_by_a_signal(capsys, tmp_path, monkeypatch, signum, cod
     assert ("interrupted" if signum == signal.SIGINT else "terminated") in err
     assert dst.read_bytes() == b"precious" and temp_files(tmp_path) == []
     assert signal.getsignal(signal.SIGTERM) == before
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_write_of_hundreds_of_files_interrupted(capsys, tmp_path, monkeypatch, signum, code):
+    """A signal while 300 files are written: the exit code says which, no
+    temporary file is left, and every FILE is either untouched or complete."""
+    names = [tmp_path / f"n{i:03d}.bin" for i in range(300)]
+    for p in names[::7]:
+        p.write_bytes(b"precious")
+    real_wait = BulkJob.wait
+
+    def signal_then_wait(self, timeout=None):
+        os.kill(os.getpid(), signum)  # the signal lands while the files are written
+        return real_wait(self, timeout)
+
+    monkeypatch.setattr(BulkJob, "wait", signal_then_wait)
+    got, _, err = cli(capsys, "write", *names, "--size", "200K", "--pattern", "random", "--seed", "4", "--host")
+    assert got == code
+    assert ("interrupted" if signum == signal.SIGINT else "terminated") in err
+    assert temp_files(tmp_path) == []
+    expect = memory.pattern(200 * KiB, "random", seed=4).tobytes()
+    for i, p in enumerate(names):
+        if p.exists():
+            assert p.read_bytes() in ((b"precious", expect) if i % 7 == 0 else (expect,)), p
+        else:
+            assert i % 7 != 0, p
 
 
 def test_copy_of_a_tree_of_many_files(capsys, tmp_path):

@@ -1,4 +1,7 @@
-"""``gdscp write``: fill GPU (or host) memory with a pattern and write it to a file."""
+"""``gdscp write``: fill GPU (or host) memory with a pattern and write it to
+files. One file is written in pieces through ``CuFile`` (any size; devices and
+FIFOs in place); several go as one bulk job (gdscp.bulk.write_files), all from
+one buffer holding the pattern, since the bytes depend only on position."""
 
 from __future__ import annotations
 
@@ -16,7 +19,8 @@ from .. import CuFile, memory
 from ..page_cache import drop_file_page_cache as drop_cache
 from . import options, ranks
 from .atomic import commit, discard, fsync_dir, make_temp
-from .output import Failure, Output, UsageError
+from .jobs import run_job
+from .output import EXIT_FAILURE, Failure, Output, UsageError
 from .progress import TransferProgress
 from .special import SequentialWriter, check_room, writes_in_place
 from .units import format_bytes, format_rate, format_seconds, gb_per_s, size_option
@@ -57,8 +61,13 @@ def verify_pattern(path: str, size: int, kind: str, seed: int) -> None:
 
 
 def write(
-    file: Annotated[
-        str, typer.Argument(metavar="FILE", help="File to create or overwrite (or a device to write in place).")
+    files: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="FILE...",
+            help="Files to create or overwrite (one FILE may also be a device, written in place).",
+            show_default=False,
+        ),
     ],
     size: Annotated[
         int,
@@ -84,6 +93,9 @@ def write(
         bool,
         typer.Option("--verify", help="Read the file back and check every byte (past the page cache, once fsynced)."),
     ] = False,
+    fail_fast: Annotated[
+        bool, typer.Option("--fail-fast", help="With several FILEs: stop at the first that fails.")
+    ] = False,
     device: options.Device = None,
     devices: options.Devices = None,
     host: options.Host = False,
@@ -95,7 +107,7 @@ def write(
     quiet: options.Quiet = False,
     debug: options.Debug = False,
 ) -> None:
-    """Fill GPU memory with a pattern and write SIZE bytes of it to FILE, like dd.
+    """Fill GPU memory with a pattern and write SIZE bytes of it to each FILE, like dd.
 
     FILE is created or replaced: the bytes go to a temporary file beside it,
     renamed over FILE once all are written (and fsynced), so an interrupted
@@ -106,13 +118,23 @@ def write(
     With --devices 0,1 (or all) the pieces are filled and written from the
     GPUs in turn, two buffers on each.
 
+    Several FILEs (regular files) are written at once, as one bulk job from
+    one buffer of SIZE bytes holding the pattern: a file that fails is
+    reported and the others are still written (unless --fail-fast); the exit
+    code is then 1.
+
     Example: gdscp write /data/test.bin --size 10G --pattern random --seed 7 --verify
     """
     out = Output("write", json=json, quiet=quiet, debug=debug)
     with out.guard(), options.settings(threads, task_size, compat_mode):
-        path = options.check_path(file, "FILE")
+        paths = [options.check_path(f, "FILE") for f in files]
         if seed >= 1 << 64:
             raise UsageError(f"--seed {seed} does not fit in 64 bits")
+        if len(paths) > 1:
+            _write_many(out, paths, size, kind=pattern.value, seed=seed, fsync=fsync, verify=verify,
+                        fail_fast=fail_fast, host=host, device=device, devices=devices, threads=threads)
+            return
+        path = paths[0]
         # A device or FIFO is written in place; a regular file (or a new one)
         # beside its final name, renamed into place once complete, so that an
         # interrupted or failed write never leaves a partial FILE where a good one was.
@@ -225,6 +247,110 @@ def write(
             return table
 
         out.result(data, render)
+
+
+def _write_many(out: Output, paths: list[str], size: int, *, kind: str, seed: int, fsync: bool, verify: bool,
+                fail_fast: bool, host: bool, device: Any, devices: Any, threads: Any) -> None:
+    """Several regular files, one bulk job: each a temporary file beside it,
+    renamed into place once complete (and fsynced), all from one buffer. A
+    file that cannot be written (no such directory, a full disk) fails alone."""
+    from ..bulk import write_files  # noqa: PLC0415
+
+    seen: set[str] = set()
+    for p in paths:
+        key = os.path.realpath(p)
+        if key in seen:
+            raise UsageError(f"'{p}' is named twice")
+        seen.add(key)
+        special = writes_in_place(p)
+        if special is not None:
+            raise UsageError(f"'{p}' is not a regular file: several FILEs must all be regular files")
+    if ranks.join(out, threads) is not None:
+        raise UsageError("under MPI, gdscp write writes one FILE (its ranges shared among the ranks)")
+    spread = options.choose_devices(host, device, devices)
+    where = options.choose_memory(out, host, device) if spread is None else spread[0]
+    gpus = spread or [where]
+    if size > memory.available_bytes(where):
+        raise UsageError(
+            f"several FILEs are written from one buffer of SIZE bytes, and {format_bytes(size)} does not fit in "
+            f"{options.memory_name(where)}: write them one at a time"
+        )
+    # One buffer per GPU (each GPU's workers write from their own), filled
+    # before the clock starts: filling is not writing.
+    buffers = {g: memory.allocate(size, g) for g in gpus}
+    for b in buffers.values():
+        memory.fill(b, kind, seed, 0)
+    owner = [gpus[i % len(gpus)] for i in range(len(paths))]
+
+    def failed(r: Any) -> None:
+        path = paths[r.index]
+        out.error(r.error if path in (r.error or "") else f"cannot write '{path}': {r.error}")
+
+    with TransferProgress(out.stderr, size * len(paths), len(paths), "write", enabled=out.show_progress) as progress:
+        start = time.perf_counter()
+        job = write_files([buffers[g] for g in owner], paths, fsync=fsync, fail_fast=fail_fast, devices=spread)
+        results = run_job(job, progress, failed)
+        seconds = time.perf_counter() - start
+    del job, buffers
+    checked = []
+    for r in results:
+        ok = r.status == "done"
+        if ok and verify:
+            try:
+                verify_pattern(paths[r.index], size, kind, seed)
+            except Failure as exc:
+                out.error(str(exc))
+                ok = False
+        checked.append(ok)
+    backend = next((r.write_backend for r in results if r.write_backend), "posix")
+    nbytes = sum(r.bytes for r in results)
+    data = {
+        "command": "write",
+        "ok": all(checked),
+        "paths": paths,
+        "files": [
+            {
+                "path": paths[r.index],
+                "status": r.status if ok or r.status != "done" else "failed",
+                "bytes": r.bytes,
+                "seconds": r.seconds,
+                "error": r.error if r.status != "done" else (None if ok else "verify failed"),
+                "backend": r.write_backend,
+            }
+            for r, ok in zip(results, checked)
+        ],
+        "bytes": nbytes,
+        "seconds": seconds,
+        "gb_per_s": gb_per_s(nbytes, seconds),
+        "pattern": kind,
+        "seed": seed,
+        "fsync": fsync,
+        "memory": "host" if where is None else "gpu",
+        "device": where,
+        "devices": spread,
+        "backend": backend,
+        "verified": verify and all(checked),
+    }
+
+    def render() -> Table:
+        name = options.memory_name(where) if spread is None else options.devices_name(spread)
+        table = Table(title=f"write from {name}", title_justify="left")
+        for col in ("file", "bytes", "time", "rate", "status"):
+            table.add_column(col, justify="right" if col in ("bytes", "time", "rate") else "left")
+        for f in data["files"]:
+            table.add_row(f["path"], format_bytes(f["bytes"]), format_seconds(f["seconds"]),
+                          format_rate(f["bytes"], f["seconds"]), f["status"])
+        notes = [f"{len(paths)} files, {format_bytes(nbytes)} in {format_seconds(seconds)} "
+                 f"({format_rate(nbytes, seconds)})", f"pattern {kind}" + (f", seed {seed}" if kind == "random" else "")]
+        notes.append("fsynced" if fsync else "not fsynced")
+        if verify:
+            notes.append("verified" if all(checked) else "verify failed")
+        table.caption = "; ".join(notes)
+        return table
+
+    out.result(data, render)
+    if not all(checked):
+        raise typer.Exit(EXIT_FAILURE)
 
 
 def _write_across(world: Any, out: Output, path: str, size: int, *, kind: str, seed: int, fsync: bool,

@@ -45,8 +45,9 @@ def prepare(device: int = 0, workers: Optional[int] = None) -> None:
     staging per worker (``bounce_buffer_size`` x ``pipeline_depth``, on the
     NUMA node nearest the GPU), made by the workers side by side. In a new
     process that is tens of milliseconds a first large read no longer spends.
-    ``workers``: how many workers' staging (default: ``num_threads``), for a
-    job that gives each of several GPUs its share of them. The buffers stay
+    ``workers``: how many workers' staging (default, and at most:
+    ``num_threads``), for a job that gives each of several GPUs its share of
+    them, or a small job that needs only a few. The buffers stay
     idle in the pool until a transfer takes them, or
     :func:`bounce_buffer_free` frees them. Raises ``DeviceError`` for a GPU
     that cannot be used."""

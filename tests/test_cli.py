@@ -322,6 +322,29 @@ def test_no_progress_when_stderr_is_not_a_terminal(capsys, tmp_path):
     assert code == 0 and "━" not in err  # only the table (on stdout) draws lines
 
 
+def test_read_prepares_staging_for_the_bytes_it_reads(monkeypatch):
+    """gdscp read makes each GPU's share of the workers' staging before its
+    clock, and for a small job only what its bytes can fill."""
+    from gdscp import buffer, defaults
+    from gdscp.cli import read as read_module
+
+    made = []
+    monkeypatch.setattr(memory, "allocate", lambda n, d=None: ("byte on", d))
+    monkeypatch.setattr(buffer, "prepare", lambda device, workers=None: made.append((device, workers)))
+    with defaults.set({"num_threads": 16, "bounce_buffer_size": 4 * MiB, "pipeline_depth": 2}):
+        assert read_module.ready_gpus([0]) == [("byte on", 0)] and made == [(0, 16)]
+        made.clear()
+        read_module.ready_gpus([0, 1])
+        assert made == [(0, 8), (1, 8)]
+        made.clear()
+        read_module.ready_gpus([0], 4096)
+        read_module.ready_gpus([0], 20 * MiB)  # 3 workers' 8 MiB
+        read_module.ready_gpus([0, 1], 10 << 30)
+        assert made == [(0, 1), (0, 3), (0, 8), (1, 8)]
+        made.clear()
+        assert read_module.ready_gpus([], 1 << 30) == [] and made == []
+
+
 # -- write -----------------------------------------------------------------------------
 
 

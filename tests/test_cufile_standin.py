@@ -1510,6 +1510,9 @@ def scenario_prepare(folder):
         assert file_bytes(out) == data
         assert [c for c in since(m, "cuMemHostRegister", lib="cuda") if c.result == 0] == []
         m = mark()
+        gdscp.prepare(0, workers=10**6)  # no more than the pool's 4 workers: all made already
+        assert since(m, "cuMemHostRegister", lib="cuda") == []
+        m = mark()
         for bad, error in ((5, gdscp.memory.DeviceError), (-1, gdscp.memory.DeviceError)):
             with pytest.raises(error):
                 gdscp.prepare(bad)

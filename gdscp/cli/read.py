@@ -195,7 +195,8 @@ def read(
             out.error(f"cannot read '{path}': {r.error}" if r.errno is not None else r.error)
 
         setup = time.perf_counter()
-        ready = ready_gpus(spread if spread is not None else ([] if where is None else [where]))
+        known = None if any(f.length is None for f in plan) else total
+        ready = ready_gpus(spread if spread is not None else ([] if where is None else [where]), known)
         setup_seconds = time.perf_counter() - setup
         with TransferProgress(out.stderr, total, len(plan), "read", enabled=out.show_progress) as progress:
             start = time.perf_counter()
@@ -219,17 +220,24 @@ def read(
                replicate=replicate, device_bytes=per_device if spread else None)
 
 
-def ready_gpus(gpus: list[int]) -> list[Any]:
+def ready_gpus(gpus: list[int], nbytes: Optional[int] = None) -> list[Any]:
     """A byte of memory on each GPU, to keep until the files are read, and
-    each GPU's share of the workers' streams and pinned staging
-    (gdscp.prepare): made before the clock starts. That costs a few hundred
-    milliseconds once per process (the GPU's context most of it), is not the
-    loading of the files, and is reported apart from it (``setup_seconds``)."""
+    the workers' streams and pinned staging for it (gdscp.prepare): made
+    before the clock starts. That costs a few hundred milliseconds once per
+    process (the GPU's context most of it), is not the loading of the files,
+    and is reported apart from it (``setup_seconds``). Each GPU gets its share
+    of the workers' staging, or no more than ``nbytes`` (the job's bytes, when
+    known) fill: a small job pins little."""
     from .. import defaults, memory  # noqa: PLC0415
     from ..buffer import prepare  # noqa: PLC0415
 
     held = [memory.allocate(1, d) for d in gpus]
-    share = -(-int(defaults.get("num_threads")) // max(1, len(gpus)))
+    if not gpus:
+        return held
+    share = -(-int(defaults.get("num_threads")) // len(gpus))
+    if nbytes is not None:
+        per_worker = int(defaults.get("bounce_buffer_size")) * int(defaults.get("pipeline_depth"))
+        share = min(share, max(1, -(-nbytes // (len(gpus) * per_worker))))
     for d in gpus:
         prepare(d, share)
     return held

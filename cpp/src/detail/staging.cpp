@@ -124,7 +124,8 @@ void prepare_staging(int ordinal, const Settings& s, size_t workers) {
   ThreadPool& pool = ThreadPool::process_default();
   BufferPool& staging = BufferPool::pinned_near(ordinal);
   const size_t piece = std::max<size_t>(1, s.bounce_buffer_size);
-  const size_t buffers = (workers ? workers : static_cast<size_t>(pool.size())) * pipeline_depth(s);
+  const size_t pool_size = pool.size();
+  const size_t buffers = (workers ? std::min(workers, pool_size) : pool_size) * pipeline_depth(s);
   // One task per buffer: every worker takes some, so each makes its stream
   // and events, and the buffers are mapped and registered side by side.
   struct Done {

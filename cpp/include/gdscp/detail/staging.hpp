@@ -90,8 +90,8 @@ class UploadRing {
 // Makes, before any transfer needs them, what the workers' staged transfers
 // to or from GPU `ordinal` would otherwise make inside the first one: each
 // worker's stream and events under the GPU's primary context, and a
-// pipeline's worth of pinned staging buffers for `workers` workers (0: the
-// whole pool; x pipeline_depth of bounce_buffer_size, NUMA-placed near the GPU). The
+// pipeline's worth of pinned staging buffers for `workers` workers (0, or
+// more than the pool has: the whole pool; x pipeline_depth of bounce_buffer_size, NUMA-placed near the GPU). The
 // buffers are made on the workers, in parallel; this returns once they are
 // all idle in the pool, or throws the first error.
 void prepare_staging(int ordinal, const Settings& s, size_t workers);

@@ -285,6 +285,20 @@ def assert_tiles(calls, start: int, length: int, what: str) -> None:
     assert at == start + length, f"{what}: calls cover [{start}, {at}), not [{start}, {start + length})"
 
 
+def read_and_write_back(path: str, data: bytes, out: str) -> None:
+    """``path`` (holding ``data``) read into device memory with CuFile, then
+    written to ``out``: both exact to the byte."""
+    import gdscp
+
+    buf = poisoned(len(data))
+    with gdscp.CuFile(path, "r") as f:
+        assert f.read(buf) == len(data)
+    assert buf.bytes() == data
+    with gdscp.CuFile(out, "w") as f:
+        assert f.write(buf) == len(data)
+    assert file_bytes(out) == data
+
+
 def poisoned(nbytes: int, device: int = 0, **kw) -> standin.DeviceBuffer:
     return standin.cuda.alloc(nbytes, device, **kw).fill(POISON)
 
@@ -1456,14 +1470,7 @@ def scenario_pinned_staging_registered(folder):
         _core.trim_pools()
         m = mark()
         with settings(compat_mode="on", num_threads=4, bounce_buffer_size=staging, task_size=2 * MiB):
-            buf = poisoned(len(data))
-            with gdscp.CuFile(path, "r") as f:
-                assert f.read(buf) == len(data)
-            assert buf.bytes() == data
-            out = os.path.join(folder, "s.out")
-            with gdscp.CuFile(out, "w") as f:
-                assert f.write(buf) == len(data)
-            assert file_bytes(out) == data
+            read_and_write_back(path, data, os.path.join(folder, "s.out"))
         assert since(m, "cuMemHostAlloc", lib="cuda") == []
         registered = [c for c in since(m, "cuMemHostRegister", lib="cuda") if c.result == 0]
         assert registered and all(c.size >= staging and c.host % 4096 == 0 for c in registered), staging
@@ -1500,14 +1507,7 @@ def scenario_prepare(folder):
         m = mark()
         gdscp.prepare(0)
         gdscp.prepare(0, workers=2)
-        buf = poisoned(len(data))
-        with gdscp.CuFile(path, "r") as f:
-            assert f.read(buf) == len(data)
-        assert buf.bytes() == data
-        out = os.path.join(folder, "p.out")
-        with gdscp.CuFile(out, "w") as f:
-            assert f.write(buf) == len(data)
-        assert file_bytes(out) == data
+        read_and_write_back(path, data, os.path.join(folder, "p.out"))
         assert [c for c in since(m, "cuMemHostRegister", lib="cuda") if c.result == 0] == []
         m = mark()
         gdscp.prepare(0, workers=10**6)  # no more than the pool's 4 workers: all made already

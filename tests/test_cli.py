@@ -737,12 +737,25 @@ def test_write_several_files_failing_midway_keep_the_old_ones(capsys, tmp_path):
 @pytest.mark.parametrize("extra, message", [
     (["{a}"], "named twice"),
     (["/dev/null"], "not a regular file"),
+    (["{d}"], "not a regular file"),
+    (["{d}/"], "not a regular file"),
+    (["{d}/new/"], "not a regular file"),
 ])
 def test_write_several_files_usage_errors(capsys, tmp_path, extra, message):
     a = tmp_path / "a.bin"
-    code, _, err = cli(capsys, "write", a, *[e.format(a=a) for e in extra], "--size", "1K", "--host")
+    (tmp_path / "d").mkdir()
+    code, _, err = cli(capsys, "write", a, *[e.format(a=a, d=tmp_path / "d") for e in extra], "--size", "1K",
+                       "--host")
     assert code == 2 and message in err
-    assert not a.exists()
+    assert not a.exists() and os.listdir(tmp_path / "d") == []
+
+
+@pytest.mark.parametrize("name", ["d", "d/", "d/new/"])
+def test_write_to_a_directory_fails_before_writing(capsys, tmp_path, name):
+    (tmp_path / "d").mkdir()
+    code, _, err = cli(capsys, "write", f"{tmp_path}/{name}", "--size", "1M", "--host")
+    assert code == 1 and "directory" in err and ".gdscp-tmp" not in err
+    assert sorted(os.listdir(tmp_path)) == ["d"] and os.listdir(tmp_path / "d") == []
 
 
 @pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])

@@ -135,6 +135,9 @@ def write(
                         fail_fast=fail_fast, host=host, device=device, devices=devices, threads=threads)
             return
         path = paths[0]
+        if os.path.isdir(path) or path.endswith(os.sep):
+            raise Failure(f"cannot write '{path}': it is a directory" if os.path.isdir(path)
+                          else f"cannot write '{path}': a name ending in '{os.sep}' names a directory")
         # A device or FIFO is written in place; a regular file (or a new one)
         # beside its final name, renamed into place once complete, so that an
         # interrupted or failed write never leaves a partial FILE where a good one was.
@@ -263,7 +266,7 @@ def _write_many(out: Output, paths: list[str], size: int, *, kind: str, seed: in
             raise UsageError(f"'{p}' is named twice")
         seen.add(key)
         special = writes_in_place(p)
-        if special is not None:
+        if special is not None or os.path.isdir(p) or p.endswith(os.sep):
             raise UsageError(f"'{p}' is not a regular file: several FILEs must all be regular files")
     if ranks.join(out, threads) is not None:
         raise UsageError("under MPI, gdscp write writes one FILE (its ranges shared among the ranks)")

@@ -157,6 +157,12 @@ def test_write_files_are_exact_and_keep_modes(tmp_path, small_chunks):
     # Not atomic: written in place.
     results = gdscp.write_files([np.ones(5, np.uint8)], [paths[2]], atomic=False, fsync=False).results()
     assert results[0].status == "done" and paths[2].read_bytes() == b"\x01" * 5
+    # A directory in the way fails alone, and says so.
+    (tmp_path / "d").mkdir()
+    r1, r2 = gdscp.write_files([np.ones(5, np.uint8)] * 2, [tmp_path / "d", paths[3]]).results()
+    assert r1.status == "failed" and r1.error == f"cannot write '{tmp_path / 'd'}': it is a directory"
+    assert r2.status == "done" and paths[3].read_bytes() == b"\x01" * 5
+    assert os.listdir(tmp_path / "d") == [] and temporaries(tmp_path) == []
 
 
 # -- copies ----------------------------------------------------------------------------

@@ -144,7 +144,9 @@ bool open_destination(const TransferContext& cx, Transfer& t, std::string& note)
   }
   if (exists) {
     if (S_ISDIR(st.st_mode))
-      fail_state("cannot overwrite directory '" + t.dst + "' with non-directory '" + item.src + "'", t.dst);
+      fail_state(item.src.empty() ? "cannot write '" + t.dst + "': it is a directory"
+                                  : "cannot overwrite directory '" + t.dst + "' with non-directory '" + item.src + "'",
+                 t.dst);
     if (from_source && src.st_dev == st.st_dev && src.st_ino == st.st_ino)
       fail_state("'" + item.src + "' and '" + t.dst + "' are the same file", t.dst);
     if (cx.opt.no_clobber) {

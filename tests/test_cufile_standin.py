@@ -1519,6 +1519,17 @@ def scenario_prepare(folder):
         with pytest.raises(ValueError, match="workers"):
             gdscp.prepare(0, workers=0)
         assert since(m, "cuMemHostRegister", lib="cuda") == []
+        # The driver refusing a buffer: prepare raises its error, and the next
+        # prepare makes what is missing.
+        _core.trim_pools()
+        standin.cuda.fail("cuMemHostRegister", CUDA_ERROR_OUT_OF_MEMORY, skip=5)
+        with pytest.raises(gdscp.CudaError, match="cuMemHostRegister"):
+            gdscp.prepare(0)
+        m = mark()
+        gdscp.prepare(0)
+        made_again = [c for c in since(m, "cuMemHostRegister", lib="cuda") if c.result == 0]
+        assert len(made_again) == 1, made_again  # 11 of the 12 were made the first time
+        made = [c for c in since((0, 0), "cuMemHostRegister", lib="cuda") if c.result == 0][-12:]
     m = mark()
     _core.trim_pools()
     freed = sorted(c.host for c in since(m, "cuMemHostUnregister", lib="cuda") if c.result == 0)

@@ -97,19 +97,19 @@ BufferPool::Lease BufferPool::acquire(size_t size) {
 bool BufferPool::stock(size_t size, size_t target) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (idle_[size].size() + stocking_ >= std::min(target, kMaxIdlePerSize)) return false;
-    ++stocking_;
+    if (idle_[size].size() + stocking_[size] >= std::min(target, kMaxIdlePerSize)) return false;
+    ++stocking_[size];
   }
   void* p = nullptr;
   try {
     p = allocate(size);
   } catch (...) {
     std::lock_guard<std::mutex> lock(mutex_);
-    --stocking_;
+    --stocking_[size];
     throw;
   }
   std::lock_guard<std::mutex> lock(mutex_);
-  --stocking_;
+  --stocking_[size];
   idle_[size].push_back(p);
   allocated_ += size;
   return true;

@@ -66,7 +66,7 @@ class BufferPool {
   mutable std::mutex mutex_;
   std::unordered_map<size_t, std::vector<void*>> idle_;
   size_t allocated_ = 0;
-  size_t stocking_ = 0;  // buffers stock() is making now
+  std::unordered_map<size_t, size_t> stocking_;  // by size: buffers stock() is making now
 };
 
 }  // namespace gdscp::detail

@@ -343,6 +343,9 @@ def test_read_prepares_staging_for_the_bytes_it_reads(monkeypatch):
         assert made == [(0, 1), (0, 3), (0, 8), (1, 8)]
         made.clear()
         assert read_module.ready_gpus([], 1 << 30) == [] and made == []
+    with defaults.set({"compat_mode": defaults.CompatMode.OFF}):
+        read_module.ready_gpus([0], 1 << 30)  # cuFile only: nothing to stage
+        assert made == []
 
 
 # -- write -----------------------------------------------------------------------------

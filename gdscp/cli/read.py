@@ -232,8 +232,8 @@ def ready_gpus(gpus: list[int], nbytes: Optional[int] = None) -> list[Any]:
     from ..buffer import prepare  # noqa: PLC0415
 
     held = [memory.allocate(1, d) for d in gpus]
-    if not gpus:
-        return held
+    if not gpus or defaults.get("compat_mode") == defaults.CompatMode.OFF:
+        return held  # cuFile only: no staging of gdscp's own
     share = -(-int(defaults.get("num_threads")) // len(gpus))
     if nbytes is not None:
         per_worker = int(defaults.get("bounce_buffer_size")) * int(defaults.get("pipeline_depth"))

@@ -90,10 +90,11 @@ class UploadRing {
 // Makes, before any transfer needs them, what the workers' staged transfers
 // to or from GPU `ordinal` would otherwise make inside the first one: each
 // worker's stream and events under the GPU's primary context, and a
-// pipeline's worth of pinned staging buffers for `workers` workers (0, or
-// more than the pool has: the whole pool; x pipeline_depth of bounce_buffer_size, NUMA-placed near the GPU). The
-// buffers are made on the workers, in parallel; this returns once they are
-// all idle in the pool, or throws the first error.
+// pipeline's worth of pinned staging buffers (pipeline_depth of
+// bounce_buffer_size, NUMA-placed near the GPU) for `workers` workers (0, or
+// more than the pool has: the whole pool). The buffers are made on the
+// workers, in parallel; this returns once they are all idle in the pool, or
+// throws the first error.
 void prepare_staging(int ordinal, const Settings& s, size_t workers);
 
 // Blocking copies between host memory and device memory on this worker's

@@ -135,9 +135,9 @@ def write(
                         fail_fast=fail_fast, host=host, device=device, devices=devices, threads=threads)
             return
         path = paths[0]
-        if os.path.isdir(path) or path.endswith(os.sep):
-            raise Failure(f"cannot write '{path}': it is a directory" if os.path.isdir(path)
-                          else f"cannot write '{path}': a name ending in '{os.sep}' names a directory")
+        directory = _names_a_directory(path)
+        if directory:
+            raise Failure(f"cannot write '{path}': {directory}")
         # A device or FIFO is written in place; a regular file (or a new one)
         # beside its final name, renamed into place once complete, so that an
         # interrupted or failed write never leaves a partial FILE where a good one was.
@@ -237,17 +237,8 @@ def write(
         }
 
         def render() -> Table:
-            name = options.memory_name(where) if spread is None else options.devices_name(spread)
-            table = Table(title=f"write from {name}", title_justify="left")
-            for name in ("file", "bytes", "time", "rate", "backend"):
-                table.add_column(name, justify="right" if name in ("bytes", "time", "rate") else "left")
-            table.add_row(path, format_bytes(size), format_seconds(seconds), format_rate(size, seconds), backend)
-            notes = [f"pattern {kind}" + (f", seed {seed}" if kind == "random" else "")]
-            notes.append("fsynced" if synced else "not fsynced")
-            if verify:
-                notes.append("verified")
-            table.caption = "; ".join(notes)
-            return table
+            notes = _pattern_notes(kind, seed, synced) + (["verified"] if verify else [])
+            return _table(where, spread, "backend", [(path, size, seconds, backend)], notes)
 
         out.result(data, render)
 
@@ -265,8 +256,7 @@ def _write_many(out: Output, paths: list[str], size: int, *, kind: str, seed: in
         if key in seen:
             raise UsageError(f"'{p}' is named twice")
         seen.add(key)
-        special = writes_in_place(p)
-        if special is not None or os.path.isdir(p) or p.endswith(os.sep):
+        if writes_in_place(p) is not None or _names_a_directory(p):
             raise UsageError(f"'{p}' is not a regular file: several FILEs must all be regular files")
     if ranks.join(out, threads) is not None:
         raise UsageError("under MPI, gdscp write writes one FILE (its ranges shared among the ranks)")
@@ -295,32 +285,34 @@ def _write_many(out: Output, paths: list[str], size: int, *, kind: str, seed: in
         results = run_job(job, progress, failed)
         seconds = time.perf_counter() - start
     del job, buffers
-    checked = []
+    # Each file's (status, error), a failed --verify included.
+    outcome = []
     for r in results:
-        ok = r.status == "done"
-        if ok and verify:
+        status, error = r.status, r.error
+        if status == "done" and verify:
             try:
                 verify_pattern(paths[r.index], size, kind, seed)
             except Failure as exc:
                 out.error(str(exc))
-                ok = False
-        checked.append(ok)
+                status, error = "failed", "verify failed"
+        outcome.append((status, error))
+    ok = all(status == "done" for status, _ in outcome)
     backend = next((r.write_backend for r in results if r.write_backend), "posix")
     nbytes = sum(r.bytes for r in results)
     data = {
         "command": "write",
-        "ok": all(checked),
+        "ok": ok,
         "paths": paths,
         "files": [
             {
                 "path": paths[r.index],
-                "status": r.status if ok or r.status != "done" else "failed",
+                "status": status,
                 "bytes": r.bytes,
                 "seconds": r.seconds,
-                "error": r.error if r.status != "done" else (None if ok else "verify failed"),
+                "error": error,
                 "backend": r.write_backend,
             }
-            for r, ok in zip(results, checked)
+            for r, (status, error) in zip(results, outcome)
         ],
         "bytes": nbytes,
         "seconds": seconds,
@@ -332,28 +324,46 @@ def _write_many(out: Output, paths: list[str], size: int, *, kind: str, seed: in
         "device": where,
         "devices": spread,
         "backend": backend,
-        "verified": verify and all(checked),
+        "verified": verify and ok,
     }
 
     def render() -> Table:
-        name = options.memory_name(where) if spread is None else options.devices_name(spread)
-        table = Table(title=f"write from {name}", title_justify="left")
-        for col in ("file", "bytes", "time", "rate", "status"):
-            table.add_column(col, justify="right" if col in ("bytes", "time", "rate") else "left")
-        for f in data["files"]:
-            table.add_row(f["path"], format_bytes(f["bytes"]), format_seconds(f["seconds"]),
-                          format_rate(f["bytes"], f["seconds"]), f["status"])
         notes = [f"{len(paths)} files, {format_bytes(nbytes)} in {format_seconds(seconds)} "
-                 f"({format_rate(nbytes, seconds)})", f"pattern {kind}" + (f", seed {seed}" if kind == "random" else "")]
-        notes.append("fsynced" if fsync else "not fsynced")
+                 f"({format_rate(nbytes, seconds)})", *_pattern_notes(kind, seed, fsync)]
         if verify:
-            notes.append("verified" if all(checked) else "verify failed")
-        table.caption = "; ".join(notes)
-        return table
+            notes.append("verified" if ok else "verify failed")
+        rows = [(f["path"], f["bytes"], f["seconds"], f["status"]) for f in data["files"]]
+        return _table(where, spread, "status", rows, notes)
 
     out.result(data, render)
-    if not all(checked):
+    if not ok:
         raise typer.Exit(EXIT_FAILURE)
+
+
+def _names_a_directory(path: str) -> str:
+    """Why ``path`` names a directory (an existing one, or a name ending in
+    the separator), or "" where it does not."""
+    if os.path.isdir(path):
+        return "it is a directory"
+    if path.endswith(os.sep):
+        return f"a name ending in '{os.sep}' names a directory"
+    return ""
+
+
+def _pattern_notes(kind: str, seed: int, fsynced: bool) -> list[str]:
+    return [f"pattern {kind}" + (f", seed {seed}" if kind == "random" else ""), "fsynced" if fsynced else "not fsynced"]
+
+
+def _table(where: Any, spread: Any, last: str, rows: list[tuple], notes: list[str]) -> Table:
+    """The result table: a row (file, bytes, seconds, ``last``) per file."""
+    name = options.memory_name(where) if spread is None else options.devices_name(spread)
+    table = Table(title=f"write from {name}", title_justify="left")
+    for col in ("file", "bytes", "time", "rate", last):
+        table.add_column(col, justify="right" if col in ("bytes", "time", "rate") else "left")
+    for path, nbytes, seconds, tail in rows:
+        table.add_row(path, format_bytes(nbytes), format_seconds(seconds), format_rate(nbytes, seconds), tail)
+    table.caption = "; ".join(notes)
+    return table
 
 
 def _write_across(world: Any, out: Output, path: str, size: int, *, kind: str, seed: int, fsync: bool,

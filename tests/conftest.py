@@ -195,3 +195,17 @@ def _outside_the_source_tree(tmp_path_factory, monkeypatch):
     repository root they would import the uncompiled source tree instead of
     the installed package."""
     monkeypatch.chdir(tmp_path_factory.getbasetemp())
+
+
+@pytest.fixture(autouse=True)
+def _settings_restored():
+    """Every test starts from the same settings: one that changes a setting
+    (as a KvikIO-style program does) has it put back afterwards, so a later
+    test's transfers are split the same way whatever ran before it."""
+    from gdscp import defaults
+
+    before = defaults.current()
+    yield
+    changed = {name: old for name, old in before.items() if defaults.current().get(name) != old}
+    if changed:
+        defaults.set(changed)

@@ -6,6 +6,7 @@
 #include <nanobind/stl/unique_ptr.h>
 
 #include "buffers.hpp"
+#include "fs_path.hpp"
 #include "release_gil.hpp"
 #include "bulk_bindings.hpp"
 #include "gdscp/error.hpp"
@@ -22,6 +23,8 @@
 namespace nb = nanobind;
 using namespace nb::literals;
 using gdscp::Settings;
+using gdscp::bindings::FsPath;
+using gdscp::bindings::fs_text;
 
 namespace {
 
@@ -31,7 +34,8 @@ using release = nb::call_guard<ReleaseGil>;
 // The Python exception (gdscp._errors) that an engine error becomes.
 nb::object engine_exception(const gdscp::Error& e) {
   nb::object errors = nb::module_::import_("gdscp._errors");
-  return errors.attr("from_engine")(static_cast<int>(e.kind()), e.code(), e.what(), e.path(), e.offset());
+  return errors.attr("from_engine")(static_cast<int>(e.kind()), e.code(), fs_text(e.what()), fs_text(e.path()),
+                                    e.offset());
 }
 
 void translate(const std::exception_ptr& p, void*) {
@@ -172,13 +176,19 @@ NB_MODULE(_core, m) {
       .def("check_bytes_done", &gdscp::StreamFuture::check_bytes_done, release());
 
   nb::class_<gdscp::Handle>(m, "Handle")
-      .def(nb::init<std::string, const std::string&, const Settings&, const std::string&>(), "path"_a, "flags"_a,
-           "settings"_a, "cufile_library"_a, release())
+      .def(
+          "__init__",
+          [](gdscp::Handle* self, FsPath path, const std::string& flags, const Settings& s,
+             const std::string& library) {
+            const ReleaseGil unlocked;
+            new (self) gdscp::Handle(std::move(path.value), flags, s, library);
+          },
+          "path"_a, "flags"_a, "settings"_a, "cufile_library"_a)
       .def("close", &gdscp::Handle::close, release())
       .def("closed", &gdscp::Handle::closed)
       .def("fileno", &gdscp::Handle::fileno)
       .def("open_flags", &gdscp::Handle::open_flags)
-      .def("path", &gdscp::Handle::path)
+      .def("path", [](const gdscp::Handle& h) { return fs_text(h.path()); })
       .def("direct_io_supported", &gdscp::Handle::direct_io_supported)
       .def("backend", &gdscp::Handle::backend)
       .def("backend_reason", &gdscp::Handle::backend_reason)
@@ -207,11 +217,17 @@ NB_MODULE(_core, m) {
            "dev_offset"_a, "stream"_a, "settings"_a, release());
 
   nb::class_<gdscp::MappedFile>(m, "MappedFile")
-      .def(nb::init<std::string, const std::string&, std::optional<size_t>, int64_t, int>(), "path"_a, "flags"_a,
-           "map_size"_a.none(), "map_offset"_a, "map_flags"_a, release())
+      .def(
+          "__init__",
+          [](gdscp::MappedFile* self, FsPath path, const std::string& flags, std::optional<size_t> map_size,
+             int64_t map_offset, int map_flags) {
+            const ReleaseGil unlocked;
+            new (self) gdscp::MappedFile(std::move(path.value), flags, map_size, map_offset, map_flags);
+          },
+          "path"_a, "flags"_a, "map_size"_a.none(), "map_offset"_a, "map_flags"_a)
       .def("close", &gdscp::MappedFile::close, release())
       .def("closed", &gdscp::MappedFile::closed)
-      .def("path", &gdscp::MappedFile::path)
+      .def("path", [](const gdscp::MappedFile& f) { return fs_text(f.path()); })
       .def("file_size", &gdscp::MappedFile::file_size)
       .def("map_size", &gdscp::MappedFile::map_size)
       .def("map_offset", &gdscp::MappedFile::map_offset)
@@ -219,8 +235,8 @@ NB_MODULE(_core, m) {
       .def("read", &gdscp::MappedFile::read, "buf"_a, "device"_a, "size"_a, "offset"_a, "settings"_a, release())
       .def("pread", &gdscp::MappedFile::pread, "buf"_a, "device"_a, "size"_a, "offset"_a, "settings"_a, release());
 
-  m.def("page_cache_info", [](int fd, int64_t offset, size_t length, const std::string& path) {
-    const gdscp::PageCacheInfo info = gdscp::page_cache_info(fd, offset, length, path);
+  m.def("page_cache_info", [](int fd, int64_t offset, size_t length, const FsPath& path) {
+    const gdscp::PageCacheInfo info = gdscp::page_cache_info(fd, offset, length, path.value);
     return std::make_pair(info.cached_pages, info.total_pages);
   }, "fd"_a, "offset"_a, "length"_a, "path"_a, release());
   m.def("default_num_threads", &gdscp::default_num_threads);

@@ -7,6 +7,7 @@
 
 #include <tuple>
 
+#include "fs_path.hpp"
 #include "gdscp/bulk.hpp"
 #include "release_gil.hpp"
 
@@ -20,7 +21,7 @@ using release = nb::call_guard<ReleaseGil>;
 
 // One item as Python passes it: (kind, src, dst, buf, device, size, offset,
 // exact, mode, keep_mode, set_times, atime_ns, mtime_ns, part).
-using ItemTuple = std::tuple<int, std::string, std::string, uintptr_t, bool, int64_t, int64_t, bool, int, bool, bool,
+using ItemTuple = std::tuple<int, FsPath, FsPath, uintptr_t, bool, int64_t, int64_t, bool, int, bool, bool,
                              int64_t, int64_t, bool>;
 
 std::vector<BulkItem> to_items(const std::vector<ItemTuple>& in) {
@@ -28,8 +29,11 @@ std::vector<BulkItem> to_items(const std::vector<ItemTuple>& in) {
   for (size_t i = 0; i < in.size(); ++i) {
     BulkItem& it = out[i];
     int kind;
-    std::tie(kind, it.src, it.dst, it.buf, it.device, it.size, it.offset, it.exact, it.mode, it.keep_mode,
+    FsPath src, dst;
+    std::tie(kind, src, dst, it.buf, it.device, it.size, it.offset, it.exact, it.mode, it.keep_mode,
              it.set_times, it.atime_ns, it.mtime_ns, it.part) = in[i];
+    it.src = std::move(src.value);
+    it.dst = std::move(dst.value);
     if (kind < 0 || kind > 2) throw nb::value_error("bulk item kind must be 0 (read), 1 (write) or 2 (copy)");
     it.kind = static_cast<BulkKind>(kind);
   }
@@ -37,8 +41,8 @@ std::vector<BulkItem> to_items(const std::vector<ItemTuple>& in) {
 }
 
 nb::tuple result_tuple(const BulkResult& r) {
-  return nb::make_tuple(static_cast<int>(r.status), r.bytes, r.seconds, r.error, r.error_kind, r.error_code,
-                        r.read_backend, r.write_backend, r.backend_reason, r.note);
+  return nb::make_tuple(static_cast<int>(r.status), r.bytes, r.seconds, fs_text(r.error), r.error_kind,
+                        r.error_code, r.read_backend, r.write_backend, fs_text(r.backend_reason), fs_text(r.note));
 }
 
 }  // namespace
@@ -101,8 +105,15 @@ void define_bulk(nb::module_& m) {
         return out;
       });
 
-  m.def("clean_temporaries", &clean_temporaries, "dir"_a, release());
-  m.def("create_temporary", &create_temporary, "dst"_a, release());
+  m.def("clean_temporaries", [](const FsPath& dir) { return clean_temporaries(dir.value); }, "dir"_a, release());
+  m.def("create_temporary", [](const FsPath& dst) {
+    std::pair<int, std::string> made;
+    {
+      const ReleaseGil unlocked;
+      made = create_temporary(dst.value);
+    }
+    return nb::make_tuple(made.first, fs_text(made.second));
+  }, "dst"_a);
   m.attr("TEMPORARY_SUFFIX") = kTemporarySuffix;
 }
 

@@ -561,3 +561,47 @@ def test_a_part_needs_an_existing_file(tmp_path):
     (r,) = job.results()
     assert r.status == "failed" and r.errno == 2
     assert not (tmp_path / "missing").exists()
+
+
+def test_names_that_are_not_utf8(tmp_path):
+    """Names whose bytes are not UTF-8, as str (surrogates) or bytes, reach the
+    files they name in every call, and come back unchanged in results and errors."""
+    root = os.fsencode(tmp_path)
+    names = [os.path.join(root, b"in-\xff-%d" % i) for i in range(3)]
+    payloads = [random_bytes(n, seed=i + 1) for i, n in enumerate((0, 4097, 70_001))]
+    for name, data in zip(names, payloads):
+        with open(name, "wb") as f:
+            f.write(data)
+    as_str = [os.fsdecode(n) for n in names]
+
+    for given in (as_str, names):
+        bufs = [np.empty(len(d), np.uint8) for d in payloads]
+        results = gdscp.read_files(given, bufs).results()
+        assert [r.status for r in results] == ["done"] * 3
+        assert [b.tobytes() for b in bufs] == payloads
+    with gdscp.CuFile(names[2]) as f:
+        buf = np.empty(len(payloads[2]), np.uint8)
+        assert f.read(buf) == len(payloads[2]) and buf.tobytes() == payloads[2]
+    mapped = gdscp.Mmap(as_str[2])
+    buf = np.empty(100, np.uint8)
+    assert mapped.read(buf, 100, 5) == 100 and buf.tobytes() == payloads[2][5:105]
+    mapped.close()
+    assert gdscp.get_page_cache_info(as_str[2])[1] == (len(payloads[2]) + 4095) // 4096
+
+    outs = [os.path.join(root, b"out-\xfe-%d" % i) for i in range(3)]
+    results = gdscp.write_files([np.frombuffer(d, np.uint8) for d in payloads], [os.fsdecode(n) for n in outs]).results()
+    assert [r.destination for r in results] == [os.fsdecode(n) for n in outs]
+    copies = [os.path.join(root, b"copy-\xfd-%d" % i) for i in range(3)]
+    assert [r.status for r in gdscp.copy_files(list(zip(as_str, copies))).results()] == ["done"] * 3
+    for written in (outs, copies):
+        for name, data in zip(written, payloads):
+            with open(name, "rb") as f:
+                assert f.read() == data
+    assert not [n for n in os.listdir(root) if n.endswith(b".gdscp-tmp")]
+
+    missing = os.fsdecode(os.path.join(root, b"missing-\xfc"))
+    with pytest.raises(FileNotFoundError) as caught:
+        gdscp.CuFile(missing)
+    assert caught.value.filename == missing and missing in str(caught.value)
+    (failed,) = gdscp.read_files([missing], [np.empty(1, np.uint8)]).results()
+    assert failed.status == "failed" and failed.source == missing and missing in failed.error

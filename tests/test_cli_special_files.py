@@ -152,6 +152,50 @@ def test_paths_with_a_nul_byte_are_refused(capsys, tmp_path, command):
     assert victim.read_bytes() == old
 
 
+def test_names_that_are_not_utf8_copy_read_and_write(capsys, tmp_path):
+    """Linux names are bytes: Python hands the ones that are not UTF-8 over as
+    str with surrogates, and every command must take them to the same bytes."""
+    root = os.fsencode(tmp_path)
+    src = os.path.join(root, b"tree-\xfa")
+    os.makedirs(os.path.join(src, b"sub-\xfb"))
+    first = os.path.join(src, b"a-\xff\nz.bin")
+    second = os.path.join(src, b"sub-\xfb", b"b-\xfe.bin")
+    data = {first: os.urandom(70_001), second: os.urandom(1)}
+    for name, payload in data.items():
+        with open(name, "wb") as f:
+            f.write(payload)
+
+    dst = os.path.join(root, b"copy-\xfc")
+    code, out, err = cli(capsys, "copy", "-r", os.fsdecode(src), os.fsdecode(dst), "--host", "--chunk-size", "8K")
+    assert code == 0, err
+    for name, payload in data.items():
+        with open(dst + name[len(src):], "rb") as f:
+            assert f.read() == payload
+    assert sorted(os.listdir(dst)) == sorted(os.listdir(src))
+
+    code, doc, err = cli_json(capsys, "read", os.fsdecode(first), os.fsdecode(second), "--host", "--verify")
+    assert code == 0, err
+    assert [f["path"] for f in doc["files"]] == [os.fsdecode(first), os.fsdecode(second)]
+    assert [f["bytes"] for f in doc["files"]] == [70_001, 1]
+
+    outs = [os.path.join(root, b"w1-\xfd"), os.path.join(root, b"w2-\xfd")]
+    for names in (outs[:1], outs):  # one FILE through CuFile, several as one job
+        code, out, err = cli(capsys, "write", *map(os.fsdecode, names), "--size", "5000", "--host")
+        assert code == 0, err
+        assert "w1-\\xfd" in out  # the table shows the byte as ls -b does
+        for name in names:
+            with open(name, "rb") as f:
+                assert f.read() == memory.pattern(5000, "zeros").tobytes()
+    assert temp_files(tmp_path) == []
+
+    missing = os.fsdecode(os.path.join(root, b"missing-\xfe"))
+    code, doc, err = cli_json(capsys, "read", missing, "--host")
+    assert code == 1 and doc["error"] == f"cannot read '{missing}': No such file or directory"
+    code, out, err = cli(capsys, "read", missing, "--host")
+    shown = os.path.join(str(tmp_path), "missing-\\xfe")  # on stderr, as ls -b shows it
+    assert code == 1 and err == f"gdscp read: error: cannot read '{shown}': No such file or directory\n"
+
+
 def test_copy_without_a_destination_names_it(capsys, tmp_path):
     code, out, err = cli(capsys, "copy", tmp_path / "a")
     assert code == 2

@@ -38,6 +38,7 @@ __all__ = [
     "Terminated",
     "describe",
     "Output",
+    "shown",
 ]
 
 
@@ -127,6 +128,16 @@ def _sigterm_raises() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+def shown(text: str) -> str:
+    """``text`` as a terminal can print it. A file name's bytes that are not
+    UTF-8 reach Python as lone surrogates, which a UTF-8 stream refuses to
+    write; they appear as ``\\xNN`` escapes instead, as ``ls -b`` shows them."""
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a surrogate no file name decodes to
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 class Output:
     """Where a command's words go. ``json``: stdout gets one JSON document;
     ``quiet``: nothing on success (no progress, notes, warnings or table; the
@@ -158,16 +169,16 @@ class Output:
     def note(self, message: str) -> None:
         """Something worth knowing, not a problem (hidden by --quiet)."""
         if not self.quiet:
-            self.stderr.print(f"{self.prefix}: {message}", markup=False, style="dim", soft_wrap=True)
+            self.stderr.print(f"{self.prefix}: {shown(message)}", markup=False, style="dim", soft_wrap=True)
 
     def warn(self, message: str) -> None:
         """A problem that does not stop the command (hidden by --quiet)."""
         if self.quiet:
             return
-        self.stderr.print(f"{self.prefix}: warning: {message}", markup=False, style="yellow", soft_wrap=True)
+        self.stderr.print(f"{self.prefix}: warning: {shown(message)}", markup=False, style="yellow", soft_wrap=True)
 
     def error(self, message: str) -> None:
-        self.stderr.print(f"{self.prefix}: error: {message}", markup=False, style="bold red", soft_wrap=True)
+        self.stderr.print(f"{self.prefix}: error: {shown(message)}", markup=False, style="bold red", soft_wrap=True)
 
     # -- stdout -------------------------------------------------------------------
     def result(self, data: dict[str, Any], render: Optional[Callable[[], RenderableType]] = None) -> None:

@@ -22,7 +22,7 @@ from rich.table import Table
 from ..bulk import FileResult, read_files, stream_files
 from . import options, ranks
 from .jobs import run_job
-from .output import EXIT_FAILURE, Failure, Output, UsageError
+from .output import EXIT_FAILURE, Failure, Output, UsageError, shown
 from .progress import TransferProgress
 from .units import format_bytes, format_rate, format_seconds, gb_per_s, size_option
 
@@ -274,7 +274,7 @@ def report(out: Output, plan: list[_File], results: list[FileResult], where: Opt
         for name in ("file", "bytes", "time", "rate", "backend"):
             table.add_column(name, justify="right" if name in ("bytes", "time", "rate") else "left")
         for f in data["files"]:
-            table.add_row(f["path"], format_bytes(f["bytes"]), format_seconds(f["seconds"]),
+            table.add_row(shown(f["path"]), format_bytes(f["bytes"]), format_seconds(f["seconds"]),
                           format_rate(f["bytes"], f["seconds"]), f["backend"] if f["status"] == "done" else "failed")
         if len(plan) > 1:
             table.add_row("total", format_bytes(nbytes), format_seconds(seconds), format_rate(nbytes, seconds), "",

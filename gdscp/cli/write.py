@@ -20,7 +20,7 @@ from ..page_cache import drop_file_page_cache as drop_cache
 from . import options, ranks
 from .atomic import commit, discard, fsync_dir, make_temp
 from .jobs import run_job
-from .output import EXIT_FAILURE, Failure, Output, UsageError
+from .output import EXIT_FAILURE, Failure, Output, UsageError, shown
 from .progress import TransferProgress
 from .special import SequentialWriter, check_room, writes_in_place
 from .units import format_bytes, format_rate, format_seconds, gb_per_s, size_option
@@ -361,7 +361,7 @@ def _table(where: Any, spread: Any, last: str, rows: list[tuple], notes: list[st
     for col in ("file", "bytes", "time", "rate", last):
         table.add_column(col, justify="right" if col in ("bytes", "time", "rate") else "left")
     for path, nbytes, seconds, tail in rows:
-        table.add_row(path, format_bytes(nbytes), format_seconds(seconds), format_rate(nbytes, seconds), tail)
+        table.add_row(shown(path), format_bytes(nbytes), format_seconds(seconds), format_rate(nbytes, seconds), tail)
     table.caption = "; ".join(notes)
     return table
 

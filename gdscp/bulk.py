@@ -289,7 +289,11 @@ def _staging(device: Optional[int], staging_size: Optional[int], staging: Any = 
         return 0, None, size
     from . import memory  # noqa: PLC0415 - GPU support is imported only when asked for
 
-    array = memory.allocate(size, device)
+    memory.check_device(device)
+    # The engine's own allocation, not memory.allocate: nothing but the engine
+    # touches staging, and CuPy would cost its import and its context set-up
+    # (a quarter of a second on a GPU machine) for no use.
+    array = _core.DeviceBuffer(size, device)
     b = _buffers.resolve(array, writable=True)
     return b.ptr, (array, b.keep), size
 

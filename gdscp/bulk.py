@@ -263,6 +263,21 @@ def _job_staging(device: Optional[int], devices: Any, staging_size: Optional[int
     return (spread, *_staging(None if spread else device, staging_size, staging))
 
 
+def _distinct_destinations(paths: Iterable[tuple[int, str]]) -> None:
+    """ValueError if two items would write the same file: both would report
+    "done" while only one's bytes remained. Names are compared made absolute,
+    without empty and "." components; ".." and symbolic links are left alone
+    (resolving them would cost a lookup of every directory of every name, and
+    "link/.." need not be where the name's text says)."""
+    here = os.getcwd()
+    seen: dict[str, int] = {}
+    for i, path in paths:
+        key = "/".join(c for c in os.path.join(here, path).split("/") if c and c != ".")
+        first = seen.setdefault(key, i)
+        if first != i:
+            raise ValueError(f"destination '{path}' is given twice (items {first} and {i})")
+
+
 def _balanced(sizes: list[int], devices: list[int]) -> list[int]:
     """A GPU for each of ``sizes``: the largest first, each to the GPU with the
     fewest bytes so far (ties: the first)."""
@@ -442,7 +457,9 @@ def write_files(
     less the umask. ``no_clobber``: an existing file is left alone ("skipped").
     ``devices``: the GPUs (or "all") whose buffers these are; each GPU's
     files are written by its own workers, through staging near it."""
-    items, keep = _buffer_items(_WRITE, [_args.path(p) for p in paths], buffers)
+    paths = [_args.path(p) for p in paths]
+    _distinct_destinations(enumerate(paths))
+    items, keep = _buffer_items(_WRITE, paths, buffers)
     options = _options(fsync=fsync, atomic=atomic, no_clobber=no_clobber, fail_fast=fail_fast)
     if devices is not None:
         options.devices = device_list(devices)
@@ -487,6 +504,8 @@ def copy_files(
         raise ValueError(f"{len(pairs)} pairs but {len(sizes)} sizes")
     if ranges is not None and len(ranges) != len(pairs):
         raise ValueError(f"{len(pairs)} pairs but {len(ranges)} ranges")
+    # Ranges of one file may share their destination; whole files may not.
+    _distinct_destinations((i, d) for i, (_, d) in enumerate(pairs) if ranges is None or ranges[i] is None)
     spread, address, keep, size = _job_staging(device, devices, staging_size, staging)
     items = []
     for i, (src, dst) in enumerate(pairs):

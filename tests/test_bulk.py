@@ -605,3 +605,26 @@ def test_names_that_are_not_utf8(tmp_path):
     assert caught.value.filename == missing and missing in str(caught.value)
     (failed,) = gdscp.read_files([missing], [np.empty(1, np.uint8)]).results()
     assert failed.status == "failed" and failed.source == missing and missing in failed.error
+
+
+def test_a_destination_given_twice_is_refused_before_anything_is_written(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    src = tmp_path / "src"
+    src.write_bytes(b"source")
+    ones, zeros = np.ones(5, np.uint8), np.zeros(7, np.uint8)
+    for twice in (["d", "d"], ["d", "./d"], ["d", str(tmp_path / "d")], ["sub/d", "sub//d"]):
+        with pytest.raises(ValueError, match=r"destination '.*d' is given twice \(items 0 and 1\)"):
+            gdscp.write_files([ones, zeros], twice)
+        with pytest.raises(ValueError, match=r"is given twice \(items 0 and 1\)"):
+            gdscp.copy_files([(src, twice[0]), (src, twice[1])])
+    assert sorted(os.listdir(tmp_path)) == ["src"]
+    with pytest.raises(ValueError, match=r"'e' is given twice \(items 1 and 3\)"):
+        gdscp.copy_files([(src, "x"), (src, "e"), (src, "y"), (src, "e")])
+    # "a/../d" need not be "d" (a may be a link): not refused.
+    (tmp_path / "a").mkdir()
+    assert [r.status for r in gdscp.write_files([ones, zeros], ["d", "a/../d2"]).results()] == ["done", "done"]
+    # Ranges of one file share their destination by design.
+    tmp = tmp_path / "whole"
+    tmp.write_bytes(bytes(6))
+    job = gdscp.copy_files([(src, tmp), (src, tmp)], ranges=[(0, 3), (3, 3)], clean=False)
+    assert [r.status for r in job.results()] == ["done", "done"] and tmp.read_bytes() == b"source"

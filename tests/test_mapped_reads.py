@@ -36,6 +36,16 @@ def engine_idle():
     assert wait_engine_idle(30), "workers still busy from an earlier test"
 
 
+@pytest.fixture(autouse=True)
+def four_workers():
+    """The chunk sizes these tests reason about: with 4 workers a request of
+    several MiB splits into chunks of 1 MiB or more, the size from which a
+    chunk is a mapped read. (With 16 or 32 workers, a 7-17 MiB request splits
+    into chunks under 1 MiB, which pread reads.)"""
+    with gdscp.defaults.set("num_threads", 4):
+        yield
+
+
 @pytest.fixture
 def hot_file(tmp_path):
     """A 20 MiB + 4097 file, written with plain Python I/O so it sits in the page cache."""

@@ -5,6 +5,7 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <cstdlib>
 #include <tuple>
 
 #include "fs_path.hpp"
@@ -38,6 +39,147 @@ std::vector<BulkItem> to_items(const std::vector<ItemTuple>& in) {
     it.kind = static_cast<BulkKind>(kind);
   }
   return out;
+}
+
+// A buffer's (address, nbytes, device) and what keeps its memory, or false
+// where gdscp._buffers must look at it: anything but an exact numpy.ndarray,
+// bytearray, memoryview or bytes, or an object whose
+// __cuda_array_interface__ is plainly C-contiguous with no stream to wait for;
+// and any buffer that would be refused (read-only, strided), for whose error
+// the general path has the words.
+struct Plain {
+  uintptr_t ptr = 0;
+  int64_t nbytes = 0;
+  bool device = false;
+  nb::object keep;
+};
+
+bool plain_host(PyObject* o, bool writable, PyTypeObject* ndarray, Plain& out) {
+  const PyTypeObject* type = Py_TYPE(o);
+  const bool plain = type == &PyByteArray_Type || type == &PyMemoryView_Type || type == &PyBytes_Type ||
+                     (ndarray != nullptr && type == ndarray);
+  if (!plain) return false;
+  // A memoryview of it, kept with the job: it pins the export, so that a
+  // bytearray cannot be resized under the engine.
+  PyObject* view = PyMemoryView_FromObject(o);
+  if (!view) {
+    PyErr_Clear();
+    return false;
+  }
+  nb::object keep = nb::steal(view);
+  const Py_buffer* b = PyMemoryView_GET_BUFFER(view);
+  if ((writable && b->readonly) || !PyBuffer_IsContiguous(b, 'C')) return false;
+  out = {reinterpret_cast<uintptr_t>(b->buf), static_cast<int64_t>(b->len), false, std::move(keep)};
+  return true;
+}
+
+bool plain_cai(PyObject* o, bool writable, Plain& out) {
+  PyObject* raw = PyObject_GetAttrString(o, "__cuda_array_interface__");
+  if (!raw) {
+    PyErr_Clear();
+    return false;
+  }
+  const nb::object cai = nb::steal(raw);
+  if (!PyDict_Check(raw)) return false;
+  PyObject* data = PyDict_GetItemString(raw, "data");
+  PyObject* shape = PyDict_GetItemString(raw, "shape");
+  PyObject* typestr = PyDict_GetItemString(raw, "typestr");
+  PyObject* strides = PyDict_GetItemString(raw, "strides");
+  PyObject* stream = PyDict_GetItemString(raw, "stream");
+  if (!data || !PyTuple_Check(data) || PyTuple_GET_SIZE(data) != 2 || !shape || !PyTuple_Check(shape) || !typestr ||
+      !PyUnicode_Check(typestr))
+    return false;
+  // No stream, or the legacy / per-thread default one, which the engine's
+  // blocking streams already wait for; another is the general path's to sync.
+  if (stream && stream != Py_None) {
+    const long id = PyLong_Check(stream) ? PyLong_AsLong(stream) : -1;
+    if (id != 1 && id != 2) {
+      PyErr_Clear();
+      return false;
+    }
+  }
+  const int readonly = PyObject_IsTrue(PyTuple_GET_ITEM(data, 1));
+  const unsigned long long ptr = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(data, 0));
+  Py_ssize_t tlen = 0;
+  const char* t = PyUnicode_AsUTF8AndSize(typestr, &tlen);
+  if (readonly < 0 || PyErr_Occurred() || !t || tlen < 3) {
+    PyErr_Clear();
+    return false;
+  }
+  if (writable && readonly) return false;
+  char* end = nullptr;
+  const long itemsize = std::strtol(t + 2, &end, 10);
+  if (end != t + tlen || itemsize <= 0) return false;
+  int64_t count = 1;
+  const Py_ssize_t ndim = PyTuple_GET_SIZE(shape);
+  for (Py_ssize_t i = 0; i < ndim; ++i) {
+    const long long extent = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i));
+    if (extent < 0) {
+      PyErr_Clear();
+      return false;
+    }
+    count *= extent;
+  }
+  if (strides && strides != Py_None && count > 0) {
+    if (!PyTuple_Check(strides) || PyTuple_GET_SIZE(strides) != ndim) return false;
+    long long expect = itemsize;
+    for (Py_ssize_t i = ndim - 1; i >= 0; --i) {
+      const long long extent = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i));
+      const long long stride = PyLong_AsLongLong(PyTuple_GET_ITEM(strides, i));
+      if (PyErr_Occurred()) {
+        PyErr_Clear();
+        return false;
+      }
+      if (extent != 1 && stride != expect) return false;
+      expect *= extent;
+    }
+  }
+  out = {static_cast<uintptr_t>(ptr), count * itemsize, true, nb::borrow(o)};
+  return true;
+}
+
+// numpy.ndarray, once numpy is imported (no object can be one before).
+PyTypeObject* numpy_array_type() {
+  PyObject* numpy = PyImport_GetModule(nb::str("numpy").ptr());
+  if (!numpy) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  PyObject* type = PyObject_GetAttrString(numpy, "ndarray");
+  Py_DECREF(numpy);
+  if (!type || !PyType_Check(type)) {
+    Py_XDECREF(type);
+    PyErr_Clear();
+    return nullptr;
+  }
+  Py_DECREF(type);  // numpy holds it for as long as the process runs
+  return reinterpret_cast<PyTypeObject*>(type);
+}
+
+// gdscp.bulk's items for reads into (kind 0) or writes from (kind 1) `buffers`,
+// one per path, and what keeps their memory: (items, keep), or None where
+// one buffer needs gdscp._buffers (see Plain), which then resolves them all.
+// Per buffer this costs a fraction of the general path's Python.
+nb::object plain_buffer_items(int kind, const nb::list& paths, nb::handle buffers) {
+  const bool writable = kind == 0;
+  PyObject* seq = PySequence_Fast(buffers.ptr(), "buffers must be a sequence");
+  if (!seq) throw nb::python_error();
+  const nb::object hold = nb::steal(seq);
+  const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  if (n != static_cast<Py_ssize_t>(paths.size())) return nb::none();
+  PyTypeObject* ndarray = numpy_array_type();
+  nb::list items, keep;
+  const nb::str empty("");
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* o = PySequence_Fast_GET_ITEM(seq, i);
+    Plain b;
+    if (!plain_host(o, writable, ndarray, b) && !plain_cai(o, writable, b)) return nb::none();
+    const nb::handle path = paths[i];
+    items.append(nb::make_tuple(kind, writable ? path : empty, writable ? empty : path, b.ptr, b.device, b.nbytes, 0,
+                                false, -1, true, false, 0, 0, false));
+    keep.append(std::move(b.keep));
+  }
+  return nb::make_tuple(items, keep);
 }
 
 nb::tuple result_tuple(const BulkResult& r) {
@@ -105,6 +247,7 @@ void define_bulk(nb::module_& m) {
         return out;
       });
 
+  m.def("plain_buffer_items", &plain_buffer_items, "kind"_a, "paths"_a, "buffers"_a);
   m.def("clean_temporaries", [](const FsPath& dir) { return clean_temporaries(dir.value); }, "dir"_a, release());
   m.def("create_temporary", [](const FsPath& dst) {
     std::pair<int, std::string> made;

@@ -317,6 +317,9 @@ def _buffer_items(kind: int, paths: list[str], buffers: Sequence[Any]) -> tuple[
     """The engine's items for reads into (or writes from) ``buffers``, and what keeps the memory alive."""
     if len(buffers) != len(paths):
         raise ValueError(f"{len(paths)} paths but {len(buffers)} buffers")
+    plain = _core.plain_buffer_items(kind, paths, buffers)  # the common buffers, in C++
+    if plain is not None:
+        return plain
     items, keep = [], []
     for path, buf in zip(paths, buffers):
         b = _buffers.resolve(buf, writable=kind == _READ)

@@ -468,6 +468,13 @@ def scenario_device_bulk(folder):
         paths.append(path)
     with gdscp.defaults.set({"compat_mode": "on", "task_size": MiB, "bounce_buffer_size": 64 * KiB}):
         bufs = [poisoned(n + 3) for n in sizes]
+        # Device arrays resolve in the C++ pass; one naming a stream of its own
+        # (to be waited for) sends the list through gdscp._buffers.
+        from gdscp import _core
+
+        assert _core.plain_buffer_items(0, paths, bufs) is not None
+        assert _core.plain_buffer_items(0, paths[:1], [bufs[0].with_stream(1)]) is not None
+        assert _core.plain_buffer_items(0, paths[:1], [bufs[0].with_stream(standin.cuda.stream())]) is None
         results = gdscp.read_files(paths + [os.path.join(folder, "missing")], bufs + [poisoned(10)]).results()
         assert [r.status for r in results] == ["done"] * len(sizes) + ["failed"]
         for data, buf, r in zip(datas, bufs, results):
@@ -628,3 +635,66 @@ def test_a_destination_given_twice_is_refused_before_anything_is_written(tmp_pat
     tmp.write_bytes(bytes(6))
     job = gdscp.copy_files([(src, tmp), (src, tmp)], ranges=[(0, 3), (3, 3)], clean=False)
     assert [r.status for r in job.results()] == ["done", "done"] and tmp.read_bytes() == b"source"
+
+
+def test_buffers_of_every_kind_resolve_alike(tmp_path):
+    """Common buffers (exact numpy arrays, bytearray, memoryview, bytes) are
+    resolved in one C++ pass; anything else, or one buffer that would be
+    refused, sends the whole list through gdscp._buffers, whose errors name the
+    problem. Both give the same items and the same bytes."""
+    sizes = [0, 1, 4097, 70_001]
+    paths, payloads = [], []
+    for i, n in enumerate(sizes):
+        p = tmp_path / f"f{i}"
+        payloads.append(random_bytes(n, seed=i + 5))
+        p.write_bytes(payloads[-1])
+        paths.append(str(p))
+
+    class Sub(np.ndarray):
+        pass
+
+    def kinds():
+        return [np.zeros(sizes[0], np.uint8), bytearray(sizes[1]), memoryview(bytearray(sizes[2])),
+                np.zeros(sizes[3], np.uint8)]
+
+    fast = kinds()
+    assert _core.plain_buffer_items(0, paths, fast) is not None
+    mixed = kinds()
+    mixed[3] = np.zeros(sizes[3], np.uint8).view(Sub)  # a subclass: the general path
+    assert _core.plain_buffer_items(0, paths, mixed) is None
+    for bufs in (fast, mixed):
+        job = gdscp.read_files(paths, bufs)
+        assert [r.bytes for r in job.results()] == sizes
+        assert [bytes(b) for b in bufs] == payloads
+    fast_items, _ = bulk._buffer_items(bulk._READ, paths, kinds())
+    general = [b for b in kinds()]
+    slow_items = []
+    for p, b in zip(paths, general):
+        r = gdscp._buffers.resolve(b, writable=True)
+        slow_items.append((0, p, "", r.ptr, r.device, r.nbytes, 0, False, -1, True, False, 0, 0, False))
+    assert [i[:3] + i[4:] for i in fast_items] == [i[:3] + i[4:] for i in slow_items]
+
+    # A bytearray cannot be resized while a job holds it.
+    grow = bytearray(sizes[3])
+    job = gdscp.read_files([paths[3]], [grow])
+    with pytest.raises(BufferError):
+        grow.extend(b"x")
+    job.wait()
+    del job
+    grow.extend(b"x")
+
+    # Buffers the engine must refuse: the general path's words.
+    readonly = np.zeros(10, np.uint8)
+    readonly.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        gdscp.read_files([paths[1]], [readonly])
+    with pytest.raises(ValueError, match="read-only"):
+        gdscp.read_files([paths[1]], [b"0123456789"])
+    with pytest.raises(ValueError, match="C-contiguous"):
+        gdscp.read_files([paths[1]], [np.zeros((4, 4), np.uint8)[:, ::2]])
+    with pytest.raises(TypeError, match="expected a buffer"):
+        gdscp.read_files([paths[1]], [object()])
+    # bytes may be written from.
+    out = tmp_path / "out"
+    assert gdscp.write_files([b"written"], [out]).results()[0].status == "done"
+    assert out.read_bytes() == b"written"

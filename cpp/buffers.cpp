@@ -109,10 +109,6 @@ BufferView::BufferView(nb::handle obj, bool writable) {
 
 BufferView::~BufferView() { PyBuffer_Release(&view_); }
 
-namespace {
-
-// numpy.ndarray once numpy has been imported (an object cannot be an array
-// before that); numpy is never unloaded, so the type stays valid.
 PyTypeObject* numpy_array_type() {
   static PyTypeObject* type = nullptr;
   if (type) return type;
@@ -131,8 +127,6 @@ PyTypeObject* numpy_array_type() {
   type = reinterpret_cast<PyTypeObject*>(ndarray);  // the reference is kept for good
   return type;
 }
-
-}  // namespace
 
 PlainHostView::PlainHostView(nb::handle obj, bool writable) noexcept {
   PyObject* o = obj.ptr();

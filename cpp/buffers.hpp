@@ -14,6 +14,10 @@ namespace gdscp::bindings {
 // which stays unconsumed: the caller keeps it alive while the memory is used.
 nanobind::tuple dlpack_info(nanobind::handle capsule);
 
+// numpy.ndarray once numpy has been imported (no object can be an array before
+// that), else nullptr; numpy is never unloaded, so the type stays valid.
+PyTypeObject* numpy_array_type();
+
 // (address, nbytes) of a buffer-protocol object; C-contiguous required.
 nanobind::tuple host_buffer(nanobind::handle obj, bool writable);
 

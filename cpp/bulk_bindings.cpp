@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <tuple>
 
+#include "buffers.hpp"
 #include "fs_path.hpp"
 #include "gdscp/bulk.hpp"
 #include "release_gil.hpp"
@@ -136,24 +137,6 @@ bool plain_cai(PyObject* o, bool writable, Plain& out) {
   }
   out = {static_cast<uintptr_t>(ptr), count * itemsize, true, nb::borrow(o)};
   return true;
-}
-
-// numpy.ndarray, once numpy is imported (no object can be one before).
-PyTypeObject* numpy_array_type() {
-  PyObject* numpy = PyImport_GetModule(nb::str("numpy").ptr());
-  if (!numpy) {
-    PyErr_Clear();
-    return nullptr;
-  }
-  PyObject* type = PyObject_GetAttrString(numpy, "ndarray");
-  Py_DECREF(numpy);
-  if (!type || !PyType_Check(type)) {
-    Py_XDECREF(type);
-    PyErr_Clear();
-    return nullptr;
-  }
-  Py_DECREF(type);  // numpy holds it for as long as the process runs
-  return reinterpret_cast<PyTypeObject*>(type);
 }
 
 // gdscp.bulk's items for reads into (kind 0) or writes from (kind 1) `buffers`,

@@ -11,6 +11,7 @@
 #include "buffers.hpp"
 #include "fs_path.hpp"
 #include "gdscp/bulk.hpp"
+#include "gdscp/error.hpp"
 #include "release_gil.hpp"
 
 namespace nb = nanobind;
@@ -165,9 +166,26 @@ nb::object plain_buffer_items(int kind, const nb::list& paths, nb::handle buffer
   return nb::make_tuple(items, keep);
 }
 
-nb::tuple result_tuple(const BulkResult& r) {
-  return nb::make_tuple(static_cast<int>(r.status), r.bytes, r.seconds, fs_text(r.error), r.error_kind,
-                        r.error_code, r.read_backend, r.write_backend, fs_text(r.backend_reason), fs_text(r.note));
+nb::object text_or_none(const std::string& text) { return text.empty() ? nb::none() : nb::object(fs_text(text)); }
+
+// gdscp.bulk.FileResult (`cls`, a NamedTuple) of item `index`, whose tuple as
+// Python passed it is `item`: its source and destination are the very str
+// objects given, the rest comes from `r` (status names from `statuses`).
+nb::object file_result(nb::handle cls, size_t index, nb::handle item, const BulkResult& r, nb::handle statuses) {
+  const auto kind = static_cast<BulkKind>(nb::cast<int>(item[0]));
+  const bool failed = !r.error.empty();
+  const nb::tuple fields = nb::make_tuple(
+      index, kind != BulkKind::write ? nb::object(item[1]) : nb::none(),
+      kind != BulkKind::read ? nb::object(item[2]) : nb::none(), statuses[static_cast<size_t>(r.status)], r.bytes,
+      r.seconds, text_or_none(r.error),
+      failed && r.error_kind == static_cast<int>(ErrorKind::os) ? nb::object(nb::int_(r.error_code)) : nb::none(),
+      text_or_none(r.read_backend), text_or_none(r.write_backend), text_or_none(r.backend_reason),
+      text_or_none(r.note));
+  // What cls._make does: tuple.__new__(cls, fields).
+  const nb::tuple args = nb::make_tuple(fields);
+  PyObject* made = PyTuple_Type.tp_new(reinterpret_cast<PyTypeObject*>(cls.ptr()), args.ptr(), nullptr);
+  if (!made) throw nb::python_error();
+  return nb::steal(made);
 }
 
 }  // namespace
@@ -217,18 +235,23 @@ void define_bulk(nb::module_& m) {
              return nb::make_tuple(p.bytes_done, p.bytes_total, p.files_done, p.files_failed, p.files_total,
                                    p.finished);
            })
-      .def("results",
-           [](const BulkJob& job) {
+      .def("file_results",
+           [](const BulkJob& job, nb::handle cls, const nb::list& items, nb::handle statuses) {
+             const std::vector<BulkResult> rs = job.results();
+             if (rs.size() != items.size()) throw nb::value_error("one item per result");
              nb::list out;
-             for (const BulkResult& r : job.results()) out.append(result_tuple(r));
+             for (size_t i = 0; i < rs.size(); ++i) out.append(file_result(cls, i, items[i], rs[i], statuses));
              return out;
-           })
-      .def("group_bytes", &BulkJob::group_bytes)
-      .def("failures", [](const BulkJob& job) {
-        nb::list out;
-        for (const auto& [i, r] : job.failures()) out.append(nb::make_tuple(i, result_tuple(r)));
-        return out;
-      });
+           },
+           "cls"_a, "items"_a, "statuses"_a)
+      .def("file_failures",
+           [](const BulkJob& job, nb::handle cls, const nb::list& items, nb::handle statuses) {
+             nb::list out;
+             for (const auto& [i, r] : job.failures()) out.append(file_result(cls, i, items[i], r, statuses));
+             return out;
+           },
+           "cls"_a, "items"_a, "statuses"_a)
+      .def("group_bytes", &BulkJob::group_bytes);
 
   m.def("plain_buffer_items", &plain_buffer_items, "kind"_a, "paths"_a, "buffers"_a);
   m.def("clean_temporaries", [](const FsPath& dir) { return clean_temporaries(dir.value); }, "dir"_a, release());

@@ -49,7 +49,6 @@ TEMPORARY_SUFFIX: str = _core.TEMPORARY_SUFFIX
 # The engine's BulkStatus, by value.
 _STATUS = ("pending", "running", "done", "failed", "skipped", "cancelled")
 _READ, _WRITE, _COPY = 0, 1, 2
-_OS_ERROR = 0  # gdscp::ErrorKind::os
 _DEFAULT_STAGING = _core.BulkOptions().staging_size
 _WAIT_SLICE = 0.1  # seconds per wait, so that Ctrl-C is seen
 
@@ -137,32 +136,14 @@ class BulkJob:
     def progress(self) -> BulkProgress:
         return BulkProgress(*self._job.progress())
 
-    def _result(self, index: int, raw: tuple) -> FileResult:
-        status, nbytes, seconds, error, kind, code, read_backend, write_backend, reason, note = raw
-        item = self._items[index]
-        return FileResult(
-            index,
-            item[1] if item[0] != _WRITE else None,
-            item[2] if item[0] != _READ else None,
-            _STATUS[status],
-            nbytes,
-            seconds,
-            error or None,
-            code if error and kind == _OS_ERROR else None,
-            read_backend or None,
-            write_backend or None,
-            reason or None,
-            note or None,
-        )
-
     def results(self) -> list[FileResult]:
         """Every file's result, in the order given (waits for the job first)."""
         self.wait()
-        return [self._result(i, raw) for i, raw in enumerate(self._job.results())]
+        return self._job.file_results(FileResult, self._items, _STATUS)
 
     def failures(self) -> list[FileResult]:
         """The files that failed so far, in the order they failed."""
-        return [self._result(i, raw) for i, raw in self._job.failures()]
+        return self._job.file_failures(FileResult, self._items, _STATUS)
 
     def device_bytes(self) -> dict[int, int]:
         """Bytes moved so far by each GPU's workers, for a job over ``devices``

@@ -21,7 +21,9 @@ replicate=True)``) reads a file once into every GPU named (docs/multi-gpu.md).
 
 from __future__ import annotations
 
+import functools
 import os
+import stat
 import time
 from typing import Any, Iterable, NamedTuple, Optional, Sequence, Union
 
@@ -259,6 +261,31 @@ def _distinct_destinations(paths: Iterable[tuple[int, str]]) -> None:
             raise ValueError(f"destination '{path}' is given twice (items {first} and {i})")
 
 
+def _size_to_allocate(path: str) -> int:
+    """The bytes of a new buffer for ``path``: its size, where the kernel tells
+    it. A FIFO or device has none, and procfs and sysfs report 0 bytes for
+    files with content: a buffer sized by them would silently get nothing."""
+    st = os.stat(path)
+    if not stat.S_ISREG(st.st_mode):
+        raise ValueError(f"cannot size a buffer for '{path}': it is not a regular file; pass a buffer for it")
+    if st.st_size == 0 and st.st_dev in _sizeless_filesystems():
+        raise ValueError(f"cannot size a buffer for '{path}': files of /proc and /sys report 0 bytes; "
+                         "pass a buffer for it")
+    return st.st_size
+
+
+@functools.lru_cache(maxsize=1)
+def _sizeless_filesystems() -> frozenset[int]:
+    """The devices of /proc and /sys, whose files report a size of 0."""
+    found = set()
+    for root in ("/proc", "/sys"):
+        try:
+            found.add(os.stat(root).st_dev)
+        except OSError:
+            pass
+    return frozenset(found)
+
+
 def _balanced(sizes: list[int], devices: list[int]) -> list[int]:
     """A GPU for each of ``sizes``: the largest first, each to the GPU with the
     fewest bytes so far (ties: the first)."""
@@ -323,7 +350,9 @@ def read_files(
     """Read each file into its buffer (host or device memory; a file longer
     than its buffer fills it, a shorter one leaves the rest as it was and its
     result says how many bytes came). Without ``buffers``: new arrays of each
-    file's size, on GPU ``device`` or (None) in host memory, as ``job.arrays``.
+    file's size, on GPU ``device`` or (None) in host memory, as ``job.arrays``
+    (a file that has no size to go by, a FIFO, device or procfs file, is a
+    ``ValueError``: give it a buffer).
     ``devices``: GPUs (or "all") to spread the files over, balanced by bytes,
     each GPU's files read by its own workers. ``replicate`` (with ``devices``):
     every file into every GPU named, read from storage once; ``job.arrays[i]``
@@ -342,7 +371,7 @@ def read_files(
     if replicate:
         assert spread is not None
         if buffers is None:
-            arrays = [[memory.allocate(os.stat(p).st_size, d) for d in spread] for p in paths]
+            arrays = [[memory.allocate(n, d) for d in spread] for n in map(_size_to_allocate, paths)]
             buffers = arrays
         if len(buffers) != len(paths):
             raise ValueError(f"{len(paths)} paths but {len(buffers)} buffers")
@@ -363,9 +392,9 @@ def read_files(
         buffers = firsts
     elif buffers is None:
         if spread is None:
-            arrays = [memory.allocate(os.stat(p).st_size, device) for p in paths]
+            arrays = [memory.allocate(_size_to_allocate(p), device) for p in paths]
         else:
-            sizes = [os.stat(p).st_size for p in paths]
+            sizes = [_size_to_allocate(p) for p in paths]
             arrays = [memory.allocate(n, d) for n, d in zip(sizes, _balanced(sizes, spread))]
         buffers = arrays
     items, keep = _buffer_items(_READ, paths, buffers)

@@ -698,3 +698,27 @@ def test_buffers_of_every_kind_resolve_alike(tmp_path):
     out = tmp_path / "out"
     assert gdscp.write_files([b"written"], [out]).results()[0].status == "done"
     assert out.read_bytes() == b"written"
+
+
+def test_new_arrays_need_a_size_the_kernel_tells(tmp_path):
+    """read_files without buffers sizes each array by the file: a FIFO, a device
+    or a procfs file (0 bytes by stat, with content) would silently read
+    nothing, so they are refused before anything is read; an empty file reads
+    as an empty array."""
+    empty = tmp_path / "empty"
+    empty.write_bytes(b"")
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for path, why in ((fifo, "not a regular file"), ("/dev/null", "not a regular file"),
+                      ("/proc/version", "report 0 bytes")):
+        if not os.path.exists(path) or (why == "report 0 bytes" and os.stat(path).st_size != 0):
+            continue
+        with pytest.raises(ValueError, match=f"cannot size a buffer for '{path}': .*{why}"):
+            gdscp.read_files([empty, path])
+    job = gdscp.read_files([empty])
+    assert [(r.status, r.bytes) for r in job.results()] == [("done", 0)] and len(job.arrays[0]) == 0
+    # With a buffer of its own, a procfs file reads its content.
+    if os.path.exists("/proc/version"):
+        buf = np.zeros(4096, np.uint8)
+        (r,) = gdscp.read_files(["/proc/version"], [buf]).results()
+        assert r.status == "done" and bytes(buf[: r.bytes]) == Path("/proc/version").read_bytes()

@@ -249,6 +249,7 @@ NB_MODULE(_core, m) {
   m.def("stream_copy", &stream_copy, "dst"_a, "src"_a);
   m.def("host_buffer", &gdscp::bindings::host_buffer, "obj"_a, "writable"_a);
   m.def("dlpack_info", &gdscp::bindings::dlpack_info, "capsule"_a);
+  m.def("cuda_array_layout", &gdscp::bindings::cuda_array_layout, "cai"_a);
   m.def("nvidia_fs_present", &gdscp::nvidia_fs_present);
   // Both may load a driver library (cuInit, cuFileDriverOpen): the GIL is
   // released for that, and held again to build the dict.

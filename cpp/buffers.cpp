@@ -3,6 +3,7 @@
 #include <nanobind/stl/string.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #include "gdscp/device_buffer.hpp"
@@ -109,6 +110,10 @@ BufferView::BufferView(nb::handle obj, bool writable) {
 
 BufferView::~BufferView() { PyBuffer_Release(&view_); }
 
+namespace {
+
+// numpy.ndarray once numpy has been imported (an object cannot be an array
+// before that); numpy is never unloaded, so the type stays valid.
 PyTypeObject* numpy_array_type() {
   static PyTypeObject* type = nullptr;
   if (type) return type;
@@ -128,12 +133,17 @@ PyTypeObject* numpy_array_type() {
   return type;
 }
 
+}  // namespace
+
+bool plain_host_type(PyObject* obj, bool writable) {
+  const PyTypeObject* type = Py_TYPE(obj);
+  return type == &PyByteArray_Type || type == &PyMemoryView_Type || (!writable && type == &PyBytes_Type) ||
+         type == numpy_array_type();
+}
+
 PlainHostView::PlainHostView(nb::handle obj, bool writable) noexcept {
   PyObject* o = obj.ptr();
-  const PyTypeObject* type = Py_TYPE(o);
-  const bool plain = type == &PyByteArray_Type || type == &PyMemoryView_Type ||
-                     (!writable && type == &PyBytes_Type) || (type == numpy_array_type());
-  if (!plain) return;
+  if (!plain_host_type(o, writable)) return;
   const int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
   if (PyObject_GetBuffer(o, &view_, flags) != 0) {
     PyErr_Clear();
@@ -144,6 +154,79 @@ PlainHostView::PlainHostView(nb::handle obj, bool writable) noexcept {
 
 PlainHostView::~PlainHostView() {
   if (ok_) PyBuffer_Release(&view_);
+}
+
+namespace {
+
+// A tuple or list as a fast sequence (new reference), or nullptr with no
+// Python error set.
+PyObject* as_sequence(PyObject* obj) {
+  if (!obj || !(PyTuple_Check(obj) || PyList_Check(obj))) return nullptr;
+  return PySequence_Fast(obj, "");
+}
+
+bool read_layout(PyObject* cai, CudaArrayLayout& out) {
+  if (!PyDict_Check(cai)) return false;
+  PyObject* typestr = PyDict_GetItemString(cai, "typestr");
+  PyObject* strides_obj = PyDict_GetItemString(cai, "strides");
+  const nb::object data = nb::steal(as_sequence(PyDict_GetItemString(cai, "data")));
+  const nb::object shape = nb::steal(as_sequence(PyDict_GetItemString(cai, "shape")));
+  const bool strided = strides_obj && strides_obj != Py_None;
+  const nb::object strides = strided ? nb::steal(as_sequence(strides_obj)) : nb::object();
+  if (!data.is_valid() || PySequence_Fast_GET_SIZE(data.ptr()) != 2 || !shape.is_valid() || !typestr ||
+      !PyUnicode_Check(typestr) || (strided && !strides.is_valid()))
+    return false;
+  const Py_ssize_t ndim = PySequence_Fast_GET_SIZE(shape.ptr());
+  if (strided && PySequence_Fast_GET_SIZE(strides.ptr()) != ndim) return false;
+  Py_ssize_t tlen = 0;
+  const char* t = PyUnicode_AsUTF8AndSize(typestr, &tlen);
+  if (!t || tlen < 3) return false;
+  char* end = nullptr;
+  const long itemsize = std::strtol(t + 2, &end, 10);
+  if (end != t + tlen || itemsize <= 0) return false;
+  const int readonly = PyObject_IsTrue(PySequence_Fast_GET_ITEM(data.ptr(), 1));
+  const unsigned long long ptr = PyLong_AsUnsignedLongLong(PySequence_Fast_GET_ITEM(data.ptr(), 0));
+  if (readonly < 0 || PyErr_Occurred()) return false;
+  int64_t count = 1;
+  for (Py_ssize_t i = 0; i < ndim; ++i) {
+    const long long extent = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(shape.ptr(), i));
+    if (extent < 0 || PyErr_Occurred()) return false;
+    count *= extent;
+  }
+  // C order: from the last axis, each stride is the bytes of the axes after it.
+  bool contiguous = true;
+  if (strided && count > 0) {
+    long long expect = itemsize;
+    for (Py_ssize_t i = ndim - 1; i >= 0; --i) {
+      const long long extent = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(shape.ptr(), i));
+      const long long stride = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(strides.ptr(), i));
+      if (PyErr_Occurred()) return false;
+      if (extent != 1 && stride != expect) contiguous = false;
+      expect *= extent;
+    }
+  }
+  out = {static_cast<uintptr_t>(ptr), count * itemsize, readonly != 0, contiguous,
+         PyDict_GetItemString(cai, "stream")};
+  return true;
+}
+
+}  // namespace
+
+bool read_cuda_array_interface(PyObject* cai, CudaArrayLayout& out) noexcept {
+  bool ok = false;
+  try {
+    ok = read_layout(cai, out);
+  } catch (...) {
+  }
+  if (!ok) PyErr_Clear();
+  return ok;
+}
+
+nb::tuple cuda_array_layout(nb::handle cai) {
+  CudaArrayLayout l;
+  if (!read_cuda_array_interface(cai.ptr(), l))
+    throw nb::type_error("__cuda_array_interface__ is not a dict with data (address, read-only), shape and typestr");
+  return nb::make_tuple(l.ptr, l.nbytes, l.readonly, l.contiguous, nb::borrow(l.stream ? l.stream : Py_None));
 }
 
 nb::tuple host_buffer(nb::handle obj, bool writable) {

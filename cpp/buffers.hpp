@@ -7,6 +7,7 @@
 #include <nanobind/nanobind.h>
 
 #include <cstddef>
+#include <cstdint>
 
 namespace gdscp::bindings {
 
@@ -14,9 +15,28 @@ namespace gdscp::bindings {
 // which stays unconsumed: the caller keeps it alive while the memory is used.
 nanobind::tuple dlpack_info(nanobind::handle capsule);
 
-// numpy.ndarray once numpy has been imported (no object can be an array before
-// that), else nullptr; numpy is never unloaded, so the type stays valid.
-PyTypeObject* numpy_array_type();
+// Whether `obj` is host memory by its type alone: an exact numpy.ndarray,
+// bytearray or memoryview, or bytes when not `writable` (none of which can
+// describe device memory).
+bool plain_host_type(PyObject* obj, bool writable);
+
+// What a __cuda_array_interface__ dict describes: the address, the bytes of
+// its shape, whether it is read-only and C-contiguous, and the producer's
+// stream (borrowed from the dict; nullptr where it names none).
+struct CudaArrayLayout {
+  uintptr_t ptr = 0;
+  int64_t nbytes = 0;
+  bool readonly = false;
+  bool contiguous = true;
+  PyObject* stream = nullptr;
+};
+
+// Reads `cai`; false, with no Python error set, where it is not such a dict.
+bool read_cuda_array_interface(PyObject* cai, CudaArrayLayout& out) noexcept;
+
+// (address, nbytes, readonly, contiguous, stream or None) of a
+// __cuda_array_interface__ dict, for gdscp._buffers; TypeError where it is none.
+nanobind::tuple cuda_array_layout(nanobind::handle cai);
 
 // (address, nbytes) of a buffer-protocol object; C-contiguous required.
 nanobind::tuple host_buffer(nanobind::handle obj, bool writable);

@@ -5,7 +5,6 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
-#include <cstdlib>
 #include <tuple>
 
 #include "buffers.hpp"
@@ -56,11 +55,8 @@ struct Plain {
   nb::object keep;
 };
 
-bool plain_host(PyObject* o, bool writable, PyTypeObject* ndarray, Plain& out) {
-  const PyTypeObject* type = Py_TYPE(o);
-  const bool plain = type == &PyByteArray_Type || type == &PyMemoryView_Type || type == &PyBytes_Type ||
-                     (ndarray != nullptr && type == ndarray);
-  if (!plain) return false;
+bool plain_host(PyObject* o, bool writable, Plain& out) {
+  if (!plain_host_type(o, writable)) return false;
   // A memoryview of it, kept with the job: it pins the export, so that a
   // bytearray cannot be resized under the engine.
   PyObject* view = PyMemoryView_FromObject(o);
@@ -82,61 +78,18 @@ bool plain_cai(PyObject* o, bool writable, Plain& out) {
     return false;
   }
   const nb::object cai = nb::steal(raw);
-  if (!PyDict_Check(raw)) return false;
-  PyObject* data = PyDict_GetItemString(raw, "data");
-  PyObject* shape = PyDict_GetItemString(raw, "shape");
-  PyObject* typestr = PyDict_GetItemString(raw, "typestr");
-  PyObject* strides = PyDict_GetItemString(raw, "strides");
-  PyObject* stream = PyDict_GetItemString(raw, "stream");
-  if (!data || !PyTuple_Check(data) || PyTuple_GET_SIZE(data) != 2 || !shape || !PyTuple_Check(shape) || !typestr ||
-      !PyUnicode_Check(typestr))
-    return false;
+  CudaArrayLayout l;
+  if (!read_cuda_array_interface(raw, l) || !l.contiguous || (writable && l.readonly)) return false;
   // No stream, or the legacy / per-thread default one, which the engine's
   // blocking streams already wait for; another is the general path's to sync.
-  if (stream && stream != Py_None) {
-    const long id = PyLong_Check(stream) ? PyLong_AsLong(stream) : -1;
+  if (l.stream && l.stream != Py_None) {
+    const long id = PyLong_Check(l.stream) ? PyLong_AsLong(l.stream) : -1;
     if (id != 1 && id != 2) {
       PyErr_Clear();
       return false;
     }
   }
-  const int readonly = PyObject_IsTrue(PyTuple_GET_ITEM(data, 1));
-  const unsigned long long ptr = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(data, 0));
-  Py_ssize_t tlen = 0;
-  const char* t = PyUnicode_AsUTF8AndSize(typestr, &tlen);
-  if (readonly < 0 || PyErr_Occurred() || !t || tlen < 3) {
-    PyErr_Clear();
-    return false;
-  }
-  if (writable && readonly) return false;
-  char* end = nullptr;
-  const long itemsize = std::strtol(t + 2, &end, 10);
-  if (end != t + tlen || itemsize <= 0) return false;
-  int64_t count = 1;
-  const Py_ssize_t ndim = PyTuple_GET_SIZE(shape);
-  for (Py_ssize_t i = 0; i < ndim; ++i) {
-    const long long extent = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i));
-    if (extent < 0) {
-      PyErr_Clear();
-      return false;
-    }
-    count *= extent;
-  }
-  if (strides && strides != Py_None && count > 0) {
-    if (!PyTuple_Check(strides) || PyTuple_GET_SIZE(strides) != ndim) return false;
-    long long expect = itemsize;
-    for (Py_ssize_t i = ndim - 1; i >= 0; --i) {
-      const long long extent = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i));
-      const long long stride = PyLong_AsLongLong(PyTuple_GET_ITEM(strides, i));
-      if (PyErr_Occurred()) {
-        PyErr_Clear();
-        return false;
-      }
-      if (extent != 1 && stride != expect) return false;
-      expect *= extent;
-    }
-  }
-  out = {static_cast<uintptr_t>(ptr), count * itemsize, true, nb::borrow(o)};
+  out = {l.ptr, l.nbytes, true, nb::borrow(o)};
   return true;
 }
 
@@ -151,13 +104,12 @@ nb::object plain_buffer_items(int kind, const nb::list& paths, nb::handle buffer
   const nb::object hold = nb::steal(seq);
   const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
   if (n != static_cast<Py_ssize_t>(paths.size())) return nb::none();
-  PyTypeObject* ndarray = numpy_array_type();
   nb::list items, keep;
   const nb::str empty("");
   for (Py_ssize_t i = 0; i < n; ++i) {
     PyObject* o = PySequence_Fast_GET_ITEM(seq, i);
     Plain b;
-    if (!plain_host(o, writable, ndarray, b) && !plain_cai(o, writable, b)) return nb::none();
+    if (!plain_host(o, writable, b) && !plain_cai(o, writable, b)) return nb::none();
     const nb::handle path = paths[i];
     items.append(nb::make_tuple(kind, writable ? path : empty, writable ? empty : path, b.ptr, b.device, b.nbytes, 0,
                                 false, -1, true, false, 0, 0, false));

@@ -47,7 +47,6 @@ struct type_caster<gdscp::bindings::FsPath> {
     if (!ok) PyErr_Clear();
     return ok;
   }
-
 };
 
 NAMESPACE_END(detail)

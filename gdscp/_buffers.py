@@ -30,25 +30,14 @@ class Buffer(NamedTuple):
 
 
 def _from_cai(obj: Any, cai: dict, writable: bool) -> Buffer:
-    ptr, readonly = cai["data"]
-    shape = tuple(cai["shape"])
-    itemsize = int(cai["typestr"][2:])
-    count = 1
-    for extent in shape:
-        count *= extent
-    strides = cai.get("strides")
-    if strides is not None and count > 0:
-        expect = itemsize
-        for extent, stride in zip(reversed(shape), reversed(tuple(strides))):
-            if extent != 1 and stride != expect:
-                raise ValueError("buffer must be C-contiguous (got a strided device array)")
-            expect *= extent
+    ptr, nbytes, readonly, contiguous, stream = _core.cuda_array_layout(cai)
+    if not contiguous:
+        raise ValueError("buffer must be C-contiguous (got a strided device array)")
     if writable and readonly:
         raise ValueError("cannot read into a read-only device array")
-    stream = cai.get("stream")
     if stream not in _NO_SYNC_STREAMS:
         _core.stream_synchronize(stream)  # the producer's pending work on its own stream
-    return Buffer(ptr, count * itemsize, True, obj)
+    return Buffer(ptr, nbytes, True, obj)
 
 
 def _from_dlpack(obj: Any, writable: bool) -> Buffer | None:

@@ -232,3 +232,20 @@ def test_host_dlpack_strided_is_rejected(tmp_file):
     with gdscp.CuFile(path) as f:
         with pytest.raises(ValueError):
             f.read(DLPackOnly(np.zeros(100, np.float32)[::2]))
+
+
+def test_cuda_array_interface_read_once_for_both_paths():
+    """gdscp._buffers and the bulk jobs' C++ pass read __cuda_array_interface__
+    with one reader (_core.cuda_array_layout): address, bytes, read-only,
+    C-contiguity and the stream, from tuples or lists; anything else is a TypeError."""
+    from gdscp import _core
+
+    layout = _core.cuda_array_layout
+    assert layout({"data": (1234, False), "shape": (10,), "typestr": "|u1", "version": 3}) == (1234, 10, False, True, None)
+    assert layout({"data": [8, True], "shape": [2, 3], "typestr": "<f4", "strides": (12, 4), "stream": 7}) == (
+        8, 24, True, True, 7)
+    assert layout({"data": (8, False), "shape": (2, 3), "typestr": "<f4", "strides": (4, 8)})[3] is False
+    assert layout({"data": (8, False), "shape": (0, 3), "typestr": "<f4", "strides": (4, 8)}) == (8, 0, False, True, None)
+    for bad in ({}, {"data": (1,), "shape": (1,), "typestr": "|u1"}, {"data": (1, False), "shape": (1,), "typestr": "u"}, 5):
+        with pytest.raises(TypeError, match="__cuda_array_interface__"):
+            layout(bad)

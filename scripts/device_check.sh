@@ -26,7 +26,9 @@
 #          wheel's library and mpiexec need a prefix of their own)
 #
 # KvikIO wheels placed in .whl/ (e.g. kvikio-cu13 and libkvikio-cu13) are
-# installed to /tmp/site, so that the benchmark measures KvikIO beside gdscp.
+# installed to /tmp/site, so that the benchmark measures KvikIO beside gdscp;
+# so are wheels of gdscp's own requirements where the machine's versions fall
+# outside pyproject.toml's ranges (the build step names any such package).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
@@ -62,6 +64,23 @@ echo "== build"
 python3 -m pip install -q --no-build-isolation --no-deps . >"$OUT/build.log" 2>&1 \
   || { tail -40 "$OUT/build.log"; exit 1; }
 echo "built in $(( $(date +%s) - start ))s"
+# --no-deps took the machine's packages as they are: say which of gdscp's
+# requirements they miss (a wheel of the right version in .whl/ fixes it).
+python3 - <<'PY'
+from importlib.metadata import PackageNotFoundError, requires, version
+from packaging.requirements import Requirement
+for text in requires("gdscp") or []:
+    req = Requirement(text)
+    if req.marker and not req.marker.evaluate({"extra": ""}):
+        continue
+    try:
+        have = version(req.name)
+    except PackageNotFoundError:
+        have = None
+    if have is None or not req.specifier.contains(have, prereleases=True):
+        print(f"warning: gdscp needs {req}, this machine has {req.name} {have or 'missing'}; "
+              f"put a wheel of a matching version in .whl/")
+PY
 
 # Everything below runs from /tmp so that `import gdscp` finds the installed
 # package, not the source tree (which has no compiled engine).

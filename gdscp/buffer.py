@@ -47,10 +47,12 @@ def prepare(device: int = 0, workers: Optional[int] = None) -> None:
     process that is tens of milliseconds a first large read no longer spends.
     ``workers``: how many workers' staging (default, and at most:
     ``num_threads``), for a job that gives each of several GPUs its share of
-    them, or a small job that needs only a few. The buffers stay
-    idle in the pool until a transfer takes them, or
-    :func:`bounce_buffer_free` frees them. Raises ``DeviceError`` for a GPU
-    that cannot be used."""
+    them, or a small job that needs only a few. Preparing several GPUs adds
+    up: each gets its workers' staging, also where GPUs on one NUMA node
+    draw on one pool. The buffers stay idle in the pool until a transfer
+    takes them, or :func:`bounce_buffer_free` frees them (and what was
+    prepared is forgotten). Raises ``DeviceError`` for a GPU that cannot be
+    used."""
     from . import defaults, memory  # noqa: PLC0415
 
     memory.check_device(device)

@@ -73,6 +73,10 @@ def test_pinned_staging_goes_to_the_gpus_numa_node(go, tmp_path):
     go(scenario_numa_staging, devices=2, sysfs=str(tmp_path / "sys"))
 
 
+def test_preparing_two_gpus_stocks_staging_for_both(go, tmp_path):
+    go(scenario_prepare_two_gpus, devices=2, sysfs=str(tmp_path / "sys"))
+
+
 def test_command_line_devices_and_replicate(go):
     go(scenario_command_line, devices=2)
 
@@ -399,6 +403,56 @@ def scenario_numa_staging(folder, sysfs):
     del job
     gdscp._core.trim_pools()
     assert len(standin.cuda.calls("cuMemHostUnregister")) == len(registered)
+
+
+def scenario_prepare_two_gpus(folder, sysfs):
+    """Two GPUs on one NUMA node draw their pinned staging from one pool:
+    preparing the second adds its workers' buffers to the first's, where it
+    once found the first GPU's idle, made none, and left a job over both to
+    register half its staging on the clock. Preparing again makes none; a
+    read over both GPUs then registers none and lands every byte; trim_pools
+    frees the buffers and forgets what was prepared."""
+    os.makedirs(os.path.join(sysfs, "devices/system/node"))
+    with open(os.path.join(sysfs, "devices/system/node/online"), "w") as f:
+        f.write("0\n")
+    os.environ["GDSCP_SYSFS_ROOT"] = sysfs
+    import gdscp
+    import gdscp.memory
+    from gdscp import _core
+
+    without_cupy()
+    assert [_core.gpu_numa_node(d) for d in (0, 1)] == [-1, -1]  # one node: one pool
+    sizes = [6 * MiB + 5, 6 * MiB + 7]
+    paths, datas = _files(folder, sizes)
+
+    def registered(m: tuple[int, int]) -> list:
+        calls = since(m, "cuMemHostRegister", lib="cuda")
+        assert all(c.result == 0 for c in calls)
+        return calls
+
+    _core.trim_pools()
+    with settings(compat_mode="on", num_threads=4, bounce_buffer_size=MiB, pipeline_depth=2, task_size=MiB):
+        for d in (0, 1):
+            m = mark()
+            gdscp.prepare(d, workers=2)  # the job below gives each GPU 2 of the 4 workers
+            assert len(registered(m)) == 2 * 2, d
+        m = mark()
+        gdscp.prepare(0, workers=2)
+        gdscp.prepare(1, workers=2)
+        assert registered(m) == []
+        m = mark()
+        job = gdscp.read_files(paths, devices=[0, 1])
+        assert [r.status for r in job.results()] == ["done", "done"]
+        assert registered(m) == [], "the job registered staging that prepare should have made"
+        assert sorted(job.device_bytes().values()) == sizes
+        for a, data in zip(job.arrays, datas):
+            assert bytes(gdscp.memory.to_host(a)) == data
+        del job
+        _core.trim_pools()
+        m = mark()
+        gdscp.prepare(1, workers=2)
+        assert len(registered(m)) == 2 * 2  # GPU 0's earlier share is forgotten with its buffers
+    _core.trim_pools()
 
 
 def scenario_command_line(folder):

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <tuple>
 #include <unordered_map>
 
 #include "gdscp/detail/buffer_pool.hpp"
@@ -17,6 +19,33 @@ namespace {
 constexpr int kMaxDepth = 8;  // staging buffers per worker: read into one while others copy
 
 size_t pipeline_depth(const Settings& s) { return static_cast<size_t>(std::clamp(s.pipeline_depth, 2, kMaxDepth)); }
+
+// The buffers prepare_staging was asked for, per pool, buffer size and GPU.
+// GPUs on one NUMA node (or on a machine of one) share that node's pool, so
+// the pool is stocked for all of them together: preparing a second GPU adds
+// its share instead of finding the first GPU's buffers idle and making none.
+struct Prepared {
+  std::mutex mutex;
+  std::map<std::tuple<const BufferPool*, size_t, int>, size_t> asked;
+};
+
+Prepared& prepared() {
+  static auto* p = new Prepared;  // never destroyed: workers may still prepare at exit
+  return *p;
+}
+
+// The idle buffers of `size` that `pool` should hold once GPU `ordinal` has
+// its `buffers`: every prepared GPU's share of it, added up.
+size_t prepared_target(const BufferPool& pool, size_t size, int ordinal, size_t buffers) {
+  Prepared& p = prepared();
+  std::lock_guard<std::mutex> lock(p.mutex);
+  size_t& mine = p.asked[{&pool, size, ordinal}];
+  mine = std::max(mine, buffers);
+  size_t total = 0;
+  for (const auto& [key, n] : p.asked)
+    if (std::get<0>(key) == &pool && std::get<1>(key) == size) total += n;
+  return total;
+}
 
 // Per thread and context: the stream staged copies go on, and one event per
 // staging slot. Created blocking (not CU_STREAM_NON_BLOCKING) so that copies
@@ -126,6 +155,7 @@ void prepare_staging(int ordinal, const Settings& s, size_t workers) {
   const size_t piece = std::max<size_t>(1, s.bounce_buffer_size);
   const size_t pool_size = pool.size();
   const size_t buffers = (workers ? std::min(workers, pool_size) : pool_size) * pipeline_depth(s);
+  const size_t target = prepared_target(staging, piece, ordinal, buffers);
   // One task per buffer: every worker takes some, so each makes its stream
   // and events, and the buffers are mapped and registered side by side.
   struct Done {
@@ -136,12 +166,12 @@ void prepare_staging(int ordinal, const Settings& s, size_t workers) {
   };
   auto done = std::make_shared<Done>();
   done->left = buffers;
-  std::vector<std::function<void()>> tasks(buffers, [&drv, ctx, &staging, piece, buffers, done] {
+  std::vector<std::function<void()>> tasks(buffers, [&drv, ctx, &staging, piece, target, done] {
     std::exception_ptr error;
     try {
       ScopedContext scope(drv, ctx);
       stream_state(drv, ctx);
-      staging.stock(piece, buffers);
+      staging.stock(piece, target);
     } catch (...) {
       error = std::current_exception();
     }
@@ -153,6 +183,12 @@ void prepare_staging(int ordinal, const Settings& s, size_t workers) {
   std::unique_lock<std::mutex> lock(done->mutex);
   done->cv.wait(lock, [&] { return done->left == 0; });
   if (done->error) std::rethrow_exception(done->error);
+}
+
+void forget_prepared_staging() {
+  Prepared& p = prepared();
+  std::lock_guard<std::mutex> lock(p.mutex);
+  p.asked.clear();
 }
 
 StageFill file_fill(const File& f, const Settings& s) {

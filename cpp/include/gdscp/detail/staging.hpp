@@ -94,8 +94,11 @@ class UploadRing {
 // bounce_buffer_size, NUMA-placed near the GPU) for `workers` workers (0, or
 // more than the pool has: the whole pool). The buffers are made on the
 // workers, in parallel; this returns once they are all idle in the pool, or
-// throws the first error.
+// throws the first error. GPUs whose staging shares one pool (one NUMA node)
+// add up: a second GPU's prepare stocks its share beside the first's.
 void prepare_staging(int ordinal, const Settings& s, size_t workers);
+// Forgets what prepare_staging was asked for (trim_pools frees the buffers).
+void forget_prepared_staging();
 
 // Blocking copies between host memory and device memory on this worker's
 // stream, for the bytes that move front to back (read(2), write(2)) or are

@@ -16,6 +16,7 @@ Per setting, the median of 5 timed loads after one untimed one, in GB/s:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import os
@@ -87,10 +88,8 @@ def main() -> None:
                   f"d2 {record['d2']:7.2f}  d4 {record['d4']:7.2f} GB/s", flush=True)
     finally:
         for p in paths:
-            try:
+            with contextlib.suppress(OSError):
                 os.unlink(p)
-            except OSError:
-                pass
     with open(args.out, "w") as f:
         json.dump({"sweep": "multi_gpu_staging", "records": records}, f, indent=1)
 

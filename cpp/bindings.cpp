@@ -3,7 +3,9 @@
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/unique_ptr.h>
+#include <nanobind/stl/vector.h>
 
 #include "buffers.hpp"
 #include "fs_path.hpp"
@@ -14,6 +16,7 @@
 #include "gdscp/handle.hpp"
 #include "gdscp/mapped_file.hpp"
 #include "gdscp/page_cache.hpp"
+#include "gdscp/read_rate.hpp"
 #include "gdscp/runtime.hpp"
 #include "gdscp/settings.hpp"
 #include "gdscp/stream_copy.hpp"
@@ -234,6 +237,29 @@ NB_MODULE(_core, m) {
       .def("check", &gdscp::MappedFile::check, "size"_a, "offset"_a)
       .def("read", &gdscp::MappedFile::read, "buf"_a, "device"_a, "size"_a, "offset"_a, "settings"_a, release())
       .def("pread", &gdscp::MappedFile::pread, "buf"_a, "device"_a, "size"_a, "offset"_a, "settings"_a, release());
+
+  // The benchmark's host-side ceiling: (seconds, bytes, errno) of one run of
+  // threads preading hot files into their own buffers, one thread a buffer.
+  m.def(
+      "timed_preads",
+      [](const std::vector<int>& fds, const std::vector<std::tuple<size_t, int64_t, size_t>>& pieces,
+         const std::vector<uintptr_t>& buffers) {
+        std::vector<gdscp::ReadPiece> list;
+        list.reserve(pieces.size());
+        for (const auto& [file, offset, length] : pieces) {
+          if (file >= fds.size()) throw nb::index_error("a piece names a file that is not in fds");
+          list.push_back({file, offset, length});
+        }
+        std::vector<char*> bufs;
+        for (uintptr_t b : buffers) bufs.push_back(reinterpret_cast<char*>(b));
+        gdscp::ReadRun run;
+        {
+          const ReleaseGil unlocked;
+          run = gdscp::timed_preads(fds, list, bufs);
+        }
+        return std::make_tuple(run.seconds, run.bytes, run.error);
+      },
+      "fds"_a, "pieces"_a, "buffers"_a);
 
   m.def("page_cache_info", [](int fd, int64_t offset, size_t length, const FsPath& path) {
     const gdscp::PageCacheInfo info = gdscp::page_cache_info(fd, offset, length, path.value);

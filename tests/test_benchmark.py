@@ -8,6 +8,7 @@ consistency are, and so are the bytes the tools moved.
 
 from __future__ import annotations
 
+import errno
 import glob
 import json
 import os
@@ -536,6 +537,41 @@ def test_page_cache_ceiling_reads_the_whole_file(tmp_path):
         assert entry["available"] and entry["threads"] == threads and entry["runs"] == 2
         assert dst.tobytes() == path.read_bytes()
     assert not ceilings.page_cache_read_rate(str(path), 0, np.zeros(1, np.uint8), 2, 2)["available"]
+
+
+def test_host_side_ceiling_reads_every_byte_on_plain_threads(tmp_path):
+    """The multi-GPU host-side ceiling (page_cache_rate) reads through
+    _core.timed_preads: every piece, each into its thread's own buffer, with
+    the bytes the file holds there; a short file, a bad descriptor or a piece
+    naming no file are reported, not hidden."""
+    from gdscp import _core
+
+    size = 5 * MiB + 4097
+    path = tmp_path / "data"
+    files.make_file(str(path), size, seed=6)
+    data = path.read_bytes()
+    entry = ceilings.page_cache_rate([str(path), str(path)], 3, 2, request=MiB)
+    assert entry["available"] and entry["bytes"] == 2 * size and entry["runs"] == 2 and entry["threads"] == 3
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        bufs = [np.zeros(MiB, dtype=np.uint8) for _ in range(2)]
+        addresses = [b.ctypes.data for b in bufs]
+        edges = [0, 1, 4095, 4097, size - 1]  # one piece each: a thread's buffer holds its last piece
+        for off in edges:
+            n = min(MiB, size - off)
+            seconds, moved, error = _core.timed_preads([fd], [(0, off, n)], addresses[:1])
+            assert (moved, error) == (n, 0) and seconds >= 0
+            assert bufs[0][:n].tobytes() == data[off:off + n]
+        pieces = [(0, off, min(MiB, size - off)) for off in range(0, size, MiB)]
+        assert _core.timed_preads([fd], pieces, addresses)[1:] == (size, 0)
+        # Past the end: the bytes come up short, and the caller sees it.
+        assert _core.timed_preads([fd], [(0, size - 10, 4096)], addresses)[1:] == (10, 0)
+        assert _core.timed_preads([-1], [(0, 0, 10)], addresses)[1:] == (0, errno.EBADF)
+        with pytest.raises(IndexError, match="not in fds"):
+            _core.timed_preads([fd], [(1, 0, 10)], addresses)
+        assert _core.timed_preads([fd], [], addresses)[1:] == (0, 0)
+    finally:
+        os.close(fd)
 
 
 def test_ceilings_run_between_the_rounds_they_bound(tmp_path):

@@ -13,6 +13,7 @@ stand-ins' logs. The tests at the end need two real GPUs and skip with fewer.
 from __future__ import annotations
 
 import os
+import threading
 
 import numpy as np
 import pytest
@@ -411,7 +412,8 @@ def scenario_prepare_two_gpus(folder, sysfs):
     once found the first GPU's idle, made none, and left a job over both to
     register half its staging on the clock. Preparing again makes none; a
     read over both GPUs then registers none and lands every byte; trim_pools
-    frees the buffers and forgets what was prepared."""
+    frees the buffers and forgets what was prepared. Two GPUs prepared at
+    once from two threads both get their share."""
     os.makedirs(os.path.join(sysfs, "devices/system/node"))
     with open(os.path.join(sysfs, "devices/system/node/online"), "w") as f:
         f.write("0\n")
@@ -452,6 +454,16 @@ def scenario_prepare_two_gpus(folder, sysfs):
         m = mark()
         gdscp.prepare(1, workers=2)
         assert len(registered(m)) == 2 * 2  # GPU 0's earlier share is forgotten with its buffers
+        # Both GPUs prepared at once, from two threads: both shares are made.
+        for _ in range(10):
+            _core.trim_pools()
+            m = mark()
+            threads = [threading.Thread(target=gdscp.prepare, args=(d,), kwargs={"workers": 2}) for d in (0, 1)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert len(registered(m)) == 2 * 2 * 2
     _core.trim_pools()
 
 

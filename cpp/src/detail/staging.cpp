@@ -34,13 +34,21 @@ Prepared& prepared() {
   return *p;
 }
 
-// The idle buffers of `size` that `pool` should hold once GPU `ordinal` has
-// its `buffers`: every prepared GPU's share of it, added up.
-size_t prepared_target(const BufferPool& pool, size_t size, int ordinal, size_t buffers) {
+// Records that GPU `ordinal` wants `buffers` of `size` from `pool` (the
+// larger of this and any earlier ask).
+void ask_for(const BufferPool& pool, size_t size, int ordinal, size_t buffers) {
   Prepared& p = prepared();
   std::lock_guard<std::mutex> lock(p.mutex);
   size_t& mine = p.asked[{&pool, size, ordinal}];
   mine = std::max(mine, buffers);
+}
+
+// The idle buffers of `size` that `pool` should hold: every prepared GPU's
+// share, added up. Read when a buffer is made, not when prepare starts, so
+// that two GPUs prepared at once both count.
+size_t prepared_total(const BufferPool& pool, size_t size) {
+  Prepared& p = prepared();
+  std::lock_guard<std::mutex> lock(p.mutex);
   size_t total = 0;
   for (const auto& [key, n] : p.asked)
     if (std::get<0>(key) == &pool && std::get<1>(key) == size) total += n;
@@ -155,7 +163,7 @@ void prepare_staging(int ordinal, const Settings& s, size_t workers) {
   const size_t piece = std::max<size_t>(1, s.bounce_buffer_size);
   const size_t pool_size = pool.size();
   const size_t buffers = (workers ? std::min(workers, pool_size) : pool_size) * pipeline_depth(s);
-  const size_t target = prepared_target(staging, piece, ordinal, buffers);
+  ask_for(staging, piece, ordinal, buffers);
   // One task per buffer: every worker takes some, so each makes its stream
   // and events, and the buffers are mapped and registered side by side.
   struct Done {
@@ -166,12 +174,12 @@ void prepare_staging(int ordinal, const Settings& s, size_t workers) {
   };
   auto done = std::make_shared<Done>();
   done->left = buffers;
-  std::vector<std::function<void()>> tasks(buffers, [&drv, ctx, &staging, piece, target, done] {
+  std::vector<std::function<void()>> tasks(buffers, [&drv, ctx, &staging, piece, done] {
     std::exception_ptr error;
     try {
       ScopedContext scope(drv, ctx);
       stream_state(drv, ctx);
-      staging.stock(piece, target);
+      staging.stock(piece, prepared_total(staging, piece));
     } catch (...) {
       error = std::current_exception();
     }

@@ -15,10 +15,7 @@ void prepare_device(int ordinal, const Settings& s, size_t workers) {
   detail::prepare_staging(ordinal, s, workers);
 }
 
-size_t trim_pools() {
-  detail::forget_prepared_staging();
-  return detail::BufferPool::trim_pinned() + detail::BufferPool::aligned().trim();
-}
+size_t trim_pools() { return detail::BufferPool::trim_pinned() + detail::BufferPool::aligned().trim(); }
 
 int gpu_numa_node(int ordinal) { return detail::gpu_numa_node(ordinal); }
 

@@ -1,6 +1,7 @@
 #include "gdscp/detail/buffer_pool.hpp"
 
 #include <algorithm>
+#include <climits>
 #include <cstdlib>
 #include <new>
 
@@ -94,9 +95,18 @@ BufferPool::Lease BufferPool::acquire(size_t size) {
   return Lease(this, p, size);
 }
 
-bool BufferPool::stock(size_t size, size_t target) {
+void BufferPool::want(size_t size, int owner, size_t count) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  size_t& mine = wanted_[{size, owner}];
+  mine = std::max(mine, count);
+}
+
+bool BufferPool::stock(size_t size) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    size_t target = 0;
+    for (auto it = wanted_.lower_bound({size, INT_MIN}); it != wanted_.end() && it->first.first == size; ++it)
+      target += it->second;
     if (idle_[size].size() + stocking_[size] >= std::min(target, kMaxIdlePerSize)) return false;
     ++stocking_[size];
   }
@@ -133,6 +143,7 @@ size_t BufferPool::trim() {
   size_t freed = 0;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    wanted_.clear();
     idle.swap(idle_);
     for (auto& [size, list] : idle) freed += size * list.size();
     allocated_ -= freed;

@@ -2,10 +2,8 @@
 
 #include <algorithm>
 #include <condition_variable>
-#include <map>
 #include <memory>
 #include <mutex>
-#include <tuple>
 #include <unordered_map>
 
 #include "gdscp/detail/buffer_pool.hpp"
@@ -19,41 +17,6 @@ namespace {
 constexpr int kMaxDepth = 8;  // staging buffers per worker: read into one while others copy
 
 size_t pipeline_depth(const Settings& s) { return static_cast<size_t>(std::clamp(s.pipeline_depth, 2, kMaxDepth)); }
-
-// The buffers prepare_staging was asked for, per pool, buffer size and GPU.
-// GPUs on one NUMA node (or on a machine of one) share that node's pool, so
-// the pool is stocked for all of them together: preparing a second GPU adds
-// its share instead of finding the first GPU's buffers idle and making none.
-struct Prepared {
-  std::mutex mutex;
-  std::map<std::tuple<const BufferPool*, size_t, int>, size_t> asked;
-};
-
-Prepared& prepared() {
-  static auto* p = new Prepared;  // never destroyed: workers may still prepare at exit
-  return *p;
-}
-
-// Records that GPU `ordinal` wants `buffers` of `size` from `pool` (the
-// larger of this and any earlier ask).
-void ask_for(const BufferPool& pool, size_t size, int ordinal, size_t buffers) {
-  Prepared& p = prepared();
-  std::lock_guard<std::mutex> lock(p.mutex);
-  size_t& mine = p.asked[{&pool, size, ordinal}];
-  mine = std::max(mine, buffers);
-}
-
-// The idle buffers of `size` that `pool` should hold: every prepared GPU's
-// share, added up. Read when a buffer is made, not when prepare starts, so
-// that two GPUs prepared at once both count.
-size_t prepared_total(const BufferPool& pool, size_t size) {
-  Prepared& p = prepared();
-  std::lock_guard<std::mutex> lock(p.mutex);
-  size_t total = 0;
-  for (const auto& [key, n] : p.asked)
-    if (std::get<0>(key) == &pool && std::get<1>(key) == size) total += n;
-  return total;
-}
 
 // Per thread and context: the stream staged copies go on, and one event per
 // staging slot. Created blocking (not CU_STREAM_NON_BLOCKING) so that copies
@@ -163,7 +126,7 @@ void prepare_staging(int ordinal, const Settings& s, size_t workers) {
   const size_t piece = std::max<size_t>(1, s.bounce_buffer_size);
   const size_t pool_size = pool.size();
   const size_t buffers = (workers ? std::min(workers, pool_size) : pool_size) * pipeline_depth(s);
-  ask_for(staging, piece, ordinal, buffers);
+  staging.want(piece, ordinal, buffers);
   // One task per buffer: every worker takes some, so each makes its stream
   // and events, and the buffers are mapped and registered side by side.
   struct Done {
@@ -179,7 +142,7 @@ void prepare_staging(int ordinal, const Settings& s, size_t workers) {
     try {
       ScopedContext scope(drv, ctx);
       stream_state(drv, ctx);
-      staging.stock(piece, prepared_total(staging, piece));
+      staging.stock(piece);  // up to every prepared GPU's share, read as each buffer is made
     } catch (...) {
       error = std::current_exception();
     }
@@ -191,12 +154,6 @@ void prepare_staging(int ordinal, const Settings& s, size_t workers) {
   std::unique_lock<std::mutex> lock(done->mutex);
   done->cv.wait(lock, [&] { return done->left == 0; });
   if (done->error) std::rethrow_exception(done->error);
-}
-
-void forget_prepared_staging() {
-  Prepared& p = prepared();
-  std::lock_guard<std::mutex> lock(p.mutex);
-  p.asked.clear();
 }
 
 StageFill file_fill(const File& f, const Settings& s) {

@@ -3,8 +3,10 @@
 #pragma once
 
 #include <cstddef>
+#include <map>
 #include <mutex>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace gdscp::detail {
@@ -40,11 +42,16 @@ class BufferPool {
   // CU_MEMHOSTREGISTER_PORTABLE (any context may use them); they need a
   // current CUDA context on the calling thread.
   Lease acquire(size_t size);
-  // Allocates one buffer of `size` bytes and keeps it idle, unless `target`
-  // of that size are already idle (or being made); whether it made one. Many
-  // threads may call it at once: each makes its own buffer in parallel.
-  bool stock(size_t size, size_t target);
-  size_t trim();  // frees every idle buffer; the bytes freed
+  // Asks the pool to hold `count` idle buffers of `size` for `owner` (a GPU
+  // ordinal; the larger of this and the owner's earlier ask). Owners add up:
+  // GPUs on one NUMA node share its pool, and each gets its share.
+  void want(size_t size, int owner, size_t count);
+  // Allocates one buffer of `size` bytes and keeps it idle, unless the
+  // owners' wants of that size are already idle (or being made); whether it
+  // made one. Many threads may call it at once: each makes its own buffer in
+  // parallel.
+  bool stock(size_t size);
+  size_t trim();  // frees every idle buffer and forgets the wants; the bytes freed
 
   size_t bytes_allocated() const;  // idle + leased
 
@@ -67,6 +74,7 @@ class BufferPool {
   std::unordered_map<size_t, std::vector<void*>> idle_;
   size_t allocated_ = 0;
   std::unordered_map<size_t, size_t> stocking_;  // by size: buffers stock() is making now
+  std::map<std::pair<size_t, int>, size_t> wanted_;  // by (size, owner): want()'s counts
 };
 
 }  // namespace gdscp::detail

@@ -97,8 +97,6 @@ class UploadRing {
 // throws the first error. GPUs whose staging shares one pool (one NUMA node)
 // add up: a second GPU's prepare stocks its share beside the first's.
 void prepare_staging(int ordinal, const Settings& s, size_t workers);
-// Forgets what prepare_staging was asked for (trim_pools frees the buffers).
-void forget_prepared_staging();
 
 // Blocking copies between host memory and device memory on this worker's
 // stream, for the bytes that move front to back (read(2), write(2)) or are

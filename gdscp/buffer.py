@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from . import _buffers, _core
+from . import _buffers, _core, _gpus
 
 __all__ = ["bounce_buffer_free", "memory_deregister", "memory_register", "prepare"]
 
@@ -53,9 +53,9 @@ def prepare(device: int = 0, workers: Optional[int] = None) -> None:
     takes them, or :func:`bounce_buffer_free` frees them (and what was
     prepared is forgotten). Raises ``DeviceError`` for a GPU that cannot be
     used."""
-    from . import defaults, memory  # noqa: PLC0415
+    from . import defaults  # noqa: PLC0415
 
-    memory.check_device(device)
+    _gpus.check_device(device)
     if workers is not None and workers < 1:
         raise ValueError(f"workers must be at least 1, not {workers}")
     _core.prepare_device(int(device), defaults._settings, 0 if workers is None else int(workers))

@@ -27,7 +27,7 @@ import stat
 import time
 from typing import Any, Iterable, NamedTuple, Optional, Sequence, Union
 
-from . import _args, _buffers, _core, _libs, defaults
+from . import _args, _buffers, _core, _gpus, _libs, defaults
 
 __all__ = [
     "BulkJob",
@@ -195,14 +195,12 @@ def _options(
 def device_list(devices: Any) -> list[int]:
     """The GPUs a job spreads over: ``"all"``, or ordinals (an int, or a
     sequence of them, each at most once); every one checked usable."""
-    from . import memory  # noqa: PLC0415
-
     if isinstance(devices, str):
         if devices.strip().lower() != "all":
             raise ValueError(f"devices must be 'all' or GPU numbers, not {devices!r}")
-        status = memory.gpu_available()
+        status = _gpus.gpu_available()
         if not status:
-            raise memory.DeviceError(f"devices='all' needs a GPU: {status.reason}")
+            raise _gpus.DeviceError(f"devices='all' needs a GPU: {status.reason}")
         return list(range(status.count))
     if isinstance(devices, int) or hasattr(devices, "__index__"):
         devices = [devices]
@@ -212,7 +210,7 @@ def device_list(devices: Any) -> list[int]:
     for d in out:
         if out.count(d) > 1:
             raise ValueError(f"GPU {d} is named twice in devices")
-        memory.check_device(d)
+        _gpus.check_device(d)
     return out
 
 
@@ -310,9 +308,7 @@ def _staging(device: Optional[int], staging_size: Optional[int], staging: Any = 
     size = int(staging_size or _DEFAULT_STAGING)
     if device is None:
         return 0, None, size
-    from . import memory  # noqa: PLC0415 - GPU support is imported only when asked for
-
-    memory.check_device(device)
+    _gpus.check_device(device)
     # The engine's own allocation, not memory.allocate: nothing but the engine
     # touches staging, and CuPy would cost its import and its context set-up
     # (a quarter of a second on a GPU machine) for no use.

@@ -28,10 +28,12 @@ from __future__ import annotations
 
 import functools
 import os
-from dataclasses import dataclass
 from typing import Any, Optional
 
 import numpy as np
+
+# The GPU probe lives apart, without numpy; re-exported here.
+from ._gpus import DeviceError, GpuStatus, check_device, device_count, device_memory, gpu_available
 
 __all__ = [
     "PATTERNS",
@@ -69,22 +71,6 @@ _MIX2 = 0x94D049BB133111EB
 _MASK = (1 << 64) - 1
 
 
-class DeviceError(ValueError):
-    """A GPU that was asked for does not exist or cannot be used."""
-
-
-@dataclass(frozen=True)
-class GpuStatus:
-    """Whether GPU buffers can be made here; ``reason`` says why not. True in ``if``."""
-
-    available: bool
-    reason: str
-    count: int
-
-    def __bool__(self) -> bool:
-        return self.available
-
-
 @functools.lru_cache(maxsize=1)
 def usable_cupy():
     """CuPy where it imports and sees the GPUs, else None: it is optional."""
@@ -106,44 +92,6 @@ def _cupy():
 
 def _is_cupy(buf: Any) -> bool:
     return type(buf).__module__.split(".")[0] == "cupy"
-
-
-@functools.lru_cache(maxsize=1)
-def gpu_available() -> GpuStatus:
-    """Can this process allocate GPU memory? Needs an NVIDIA driver and a GPU."""
-    from . import _core  # noqa: PLC0415
-
-    info = _core.cuda_info()
-    if not info["available"]:
-        return GpuStatus(False, info["error"] or "the NVIDIA driver could not be loaded", 0)
-    count = len(info["gpus"])
-    if count == 0:
-        return GpuStatus(False, "the NVIDIA driver reports no GPU", 0)
-    return GpuStatus(True, f"{count} GPU{'s' if count != 1 else ''}", count)
-
-
-def device_count() -> int:
-    """GPUs usable here (0 without a driver or a GPU)."""
-    return gpu_available().count
-
-
-def check_device(device: int) -> None:
-    """Raise ``DeviceError`` unless GPU ``device`` can be used."""
-    status = gpu_available()
-    if not status:
-        raise DeviceError(f"GPU {device} cannot be used: {status.reason}")
-    if not 0 <= device < status.count:
-        have = "GPU 0" if status.count == 1 else f"GPUs 0-{status.count - 1}"
-        raise DeviceError(f"GPU {device} does not exist (this machine has {have})")
-
-
-def device_memory(device: int) -> tuple[int, int]:
-    """(free, total) bytes of GPU ``device``."""
-    from . import _core  # noqa: PLC0415
-
-    check_device(device)
-    free, total = _core.device_memory_info(device)
-    return int(free), int(total)
 
 
 def available_bytes(device: Optional[int]) -> int:

@@ -152,3 +152,25 @@ def test_size_variables_with_suffixes_reach_the_command():
     assert result.returncode == 0, result.stderr
     assert '"task_size": 4194304' in result.stdout
     assert '"bounce_buffer_size": 1048576' in result.stdout
+
+
+def test_copy_loads_neither_numpy_nor_cupy(tmp_path):
+    """`gdscp copy` makes no host arrays and its staging is the engine's own, so
+    a new process copying a tree never pays for importing numpy (a quarter of a
+    second on some machines) or CuPy; through a GPU where there is one, else
+    host memory. The copies are byte-exact."""
+    src = tmp_path / "src"
+    (src / "sub").mkdir(parents=True)
+    data = {"a.bin": os.urandom(70_001), "sub/b.bin": os.urandom(1), "sub/empty": b""}
+    for name, content in data.items():
+        (src / name).write_bytes(content)
+    program = (
+        "import sys\nfrom gdscp.cli.app import run\n"
+        f"code = run(['copy', '-r', '-q', {str(src)!r}, {str(tmp_path / 'out')!r}])\n"
+        "print(code, 'numpy' in sys.modules, 'cupy' in sys.modules)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GDSCP_")}
+    done = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=120)
+    assert done.stdout.split() == ["0", "False", "False"], done.stderr
+    for name, content in data.items():
+        assert (tmp_path / "out" / name).read_bytes() == content

@@ -267,7 +267,7 @@ def test_producer_stream_is_respected(cp, tmp_path):
 
 def test_copy_through_a_gpu_imports_no_cupy(tmp_path):
     """A copy's staging is the engine's own device memory: a new process copying
-    through GPU 0 never pays for importing CuPy, and the bytes arrive."""
+    through GPU 0 never pays for importing CuPy (or numpy), and the bytes arrive."""
     import subprocess
     import sys
 
@@ -276,11 +276,11 @@ def test_copy_through_a_gpu_imports_no_cupy(tmp_path):
     program = (
         "import sys, gdscp\n"
         f"(r,) = gdscp.copy_files([({str(src)!r}, {str(tmp_path / 'dst.bin')!r})], device=0).results()\n"
-        "print(r.status, r.bytes, 'cupy' in sys.modules)\n"
+        "print(r.status, r.bytes, 'cupy' in sys.modules, 'numpy' in sys.modules)\n"
     )
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["done", str(len(data)), "False"]
+    assert done.stdout.split() == ["done", str(len(data)), "False", "False"]
     assert (tmp_path / "dst.bin").read_bytes() == data
     # The same through the command line, a tree this time.
     (tmp_path / "tree").mkdir()
@@ -288,10 +288,10 @@ def test_copy_through_a_gpu_imports_no_cupy(tmp_path):
     program = (
         "import sys\nfrom gdscp.cli.app import run\n"
         f"code = run(['copy', '-r', '-q', '--device', '0', {str(tmp_path / 'tree')!r}, {str(tmp_path / 'out')!r}])\n"
-        "print(code, 'cupy' in sys.modules)\n"
+        "print(code, 'cupy' in sys.modules, 'numpy' in sys.modules)\n"
     )
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
-    assert done.stdout.split() == ["0", "False"], done.stderr
+    assert done.stdout.split() == ["0", "False", "False"], done.stderr
     assert (tmp_path / "out" / "src.bin").read_bytes() == data
 
 

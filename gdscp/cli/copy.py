@@ -366,9 +366,9 @@ def copy(
         else:
             where = None if host else device  # nothing to move through memory
             if where is not None:
-                from .. import memory  # noqa: PLC0415 - only to check the GPU asked for
+                from .. import _gpus  # noqa: PLC0415 - only to check the GPU asked for
 
-                memory.check_device(where)
+                _gpus.check_device(where)
         copier.device = where
         if clean and os.path.isdir(dst):
             removed = _clean(dst)

@@ -191,12 +191,12 @@ def choose_memory(out: Output, host: bool, device: Optional[int]) -> Optional[in
         if cufile_only:
             raise UsageError("compat mode OFF (cuFile only) needs GPU memory; it cannot be used with --host")
         return None
-    from .. import memory  # noqa: PLC0415 - numpy and the GPU probe, only for commands that may use a GPU
+    from .. import _gpus  # noqa: PLC0415 - the GPU probe, only for commands that may use a GPU
 
     if device is not None:
-        memory.check_device(device)
+        _gpus.check_device(device)
         return device
-    status = memory.gpu_available()
+    status = _gpus.gpu_available()
     if status:
         return 0
     if cufile_only:
@@ -214,12 +214,12 @@ def choose_devices(host: bool, device: Optional[int], devices: Optional[str]) ->
         raise UsageError("--host and --devices exclude each other")
     if device is not None:
         raise UsageError("--device and --devices exclude each other")
-    from .. import memory  # noqa: PLC0415
+    from .. import _gpus  # noqa: PLC0415
     from ..bulk import device_list  # noqa: PLC0415
 
     try:
         return device_list("all" if devices == "all" else [int(d) for d in devices.split(",")])
-    except (ValueError, memory.DeviceError) as exc:
+    except (ValueError, _gpus.DeviceError) as exc:
         raise UsageError(f"--devices {devices}: {exc}") from None
 
 

@@ -18,12 +18,13 @@ import os
 import signal
 import sys
 import threading
-from typing import Any, Callable, Iterator, Optional, Union
+from typing import Any, Callable, Iterator, Optional
 
 import typer
 from rich.console import Console, RenderableType
 
 from .. import CudaError, CuFileError
+from .._gpus import DeviceError
 from .atomic import remove_pending
 from .exits import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, EXIT_USAGE
 
@@ -74,11 +75,9 @@ def _memory_message(exc: BaseException) -> str:
 
 
 # Checked in order; the first matching type wins.
-_TABLE: list[tuple[Union[type, tuple[type, ...], str], int, Callable[[Any], str]]] = [
+_TABLE: list[tuple[type, int, Callable[[Any], str]]] = [
     (UsageError, EXIT_USAGE, str),
-    # Named, not imported: gdscp.memory brings numpy, which only commands that
-    # may use a GPU load (and only they can raise its DeviceError).
-    ("gdscp.memory.DeviceError", EXIT_USAGE, str),
+    (DeviceError, EXIT_USAGE, str),
     (Failure, EXIT_FAILURE, str),
     (OSError, EXIT_FAILURE, _os_message),
     (MemoryError, EXIT_FAILURE, _memory_message),
@@ -89,18 +88,10 @@ _TABLE: list[tuple[Union[type, tuple[type, ...], str], int, Callable[[Any], str]
 ]
 
 
-def _is(exc: BaseException, types: Union[type, tuple[type, ...], str]) -> bool:
-    if isinstance(types, str):  # "module.Class", of a module that may not be loaded (then exc is not one)
-        module, _, name = types.rpartition(".")
-        loaded = sys.modules.get(module)
-        return loaded is not None and isinstance(exc, getattr(loaded, name))
-    return isinstance(exc, types)
-
-
 def describe(exc: BaseException) -> tuple[str, int]:
     """(one-line message, exit code) for an exception raised by a command."""
     for types, code, message in _TABLE:
-        if _is(exc, types):
+        if isinstance(exc, types):
             text = message(exc)
             break
     else:

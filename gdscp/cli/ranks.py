@@ -92,11 +92,11 @@ def choose_memory(out: Output, host: bool, device: Optional[int]) -> Optional[in
     node-local GPU (local rank modulo the GPUs it sees), else host memory."""
     if host or device is not None:
         return options.choose_memory(out, host, device)
-    from .. import memory  # noqa: PLC0415
+    from .. import _gpus  # noqa: PLC0415
 
-    if not memory.gpu_available():
+    if not _gpus.gpu_available():
         return options.choose_memory(out, host, device)  # host memory, with its warning (or compat mode's error)
-    return options.choose_memory(out, False, mpi.node_device(memory.device_count()))
+    return options.choose_memory(out, False, mpi.node_device(_gpus.device_count()))
 
 
 def _run(world: World, step, *args: Any) -> tuple[int, list[str], Any]:

@@ -200,11 +200,11 @@ NB_MODULE(_core, m) {
       .def("read_inline", [](gdscp::Handle& h, nb::handle buf, nb::handle size, nb::handle offset,
                              const Settings& s, bool deferred) {
              return transfer_inline(h, false, buf, size, offset, s, deferred);
-           }, "buf"_a, "size"_a.none(), "file_offset"_a.none(), "settings"_a, "deferred"_a = false)
+           }, "buf"_a.none(), "size"_a.none(), "file_offset"_a.none(), "settings"_a, "deferred"_a = false)
       .def("write_inline", [](gdscp::Handle& h, nb::handle buf, nb::handle size, nb::handle offset,
                               const Settings& s, bool deferred) {
              return transfer_inline(h, true, buf, size, offset, s, deferred);
-           }, "buf"_a, "size"_a.none(), "file_offset"_a.none(), "settings"_a, "deferred"_a = false)
+           }, "buf"_a.none(), "size"_a.none(), "file_offset"_a.none(), "settings"_a, "deferred"_a = false)
       .def("read_now", &gdscp::Handle::read_now, "buf"_a, "device"_a, "size"_a, "file_offset"_a, "settings"_a,
            release())
       .def("write_now", &gdscp::Handle::write_now, "buf"_a, "device"_a, "size"_a, "file_offset"_a, "settings"_a,

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "gdscp/device_buffer.hpp"
 #include "release_gil.hpp"
@@ -81,6 +82,26 @@ DeviceBuffer slice(const DeviceBuffer& b, const nb::slice& s) {
 
 }  // namespace
 
+bool dense(const std::vector<int64_t>& shape, const std::vector<int64_t>& strides, int64_t unit) noexcept {
+  if (strides.empty()) return true;  // no strides given: C order
+  int64_t count = 1;
+  for (int64_t extent : shape) count *= extent;
+  if (count == 0) return true;
+  // Each stride the size of the axes inside it (axes of extent 1 say nothing):
+  // in C order the later axes, in Fortran order the earlier ones.
+  auto ordered = [&](bool c_order) {
+    int64_t expect = unit;
+    const size_t n = shape.size();
+    for (size_t k = 0; k < n; ++k) {
+      const size_t i = c_order ? n - 1 - k : k;
+      if (shape[i] != 1 && strides[i] != expect) return false;
+      expect *= shape[i];
+    }
+    return true;
+  };
+  return ordered(true) || ordered(false);
+}
+
 nb::tuple dlpack_info(nb::handle capsule) {
   const DLTensor* t = nullptr;
   if (PyCapsule_IsValid(capsule.ptr(), "dltensor")) {
@@ -91,21 +112,36 @@ nb::tuple dlpack_info(nb::handle capsule) {
     throw nb::type_error("not a DLPack capsule (expected a 'dltensor' capsule from __dlpack__())");
   }
   const int64_t itemsize = (static_cast<int64_t>(t->dtype.bits) * t->dtype.lanes + 7) / 8;
+  const std::vector<int64_t> shape(t->shape, t->shape + t->ndim);
+  const std::vector<int64_t> strides = t->strides ? std::vector<int64_t>(t->strides, t->strides + t->ndim)
+                                                  : std::vector<int64_t>();
   int64_t count = 1;
-  bool contiguous = true;
-  int64_t expect = 1;
-  for (int i = t->ndim - 1; i >= 0; --i) {
-    count *= t->shape[i];
-    if (t->strides && t->shape[i] != 1 && t->strides[i] != expect) contiguous = false;
-    expect *= t->shape[i];
-  }
+  for (int64_t extent : shape) count *= extent;
   const auto addr = reinterpret_cast<uintptr_t>(t->data) + t->byte_offset;
-  return nb::make_tuple(addr, count * itemsize, t->device.device_type, t->device.device_id, contiguous || count == 0);
+  return nb::make_tuple(addr, count * itemsize, t->device.device_type, t->device.device_id,
+                        dense(shape, strides, 1));  // DLPack strides count elements
+}
+
+bool holds_objects(const char* format) noexcept {
+  if (!format) return false;
+  bool name = false;  // inside a field's :name:, whose letters are not codes
+  for (const char* c = format; *c; ++c) {
+    if (*c == ':') name = !name;
+    else if (!name && *c == 'O') return true;
+  }
+  return false;
 }
 
 BufferView::BufferView(nb::handle obj, bool writable) {
-  const int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
+  const int flags = PyBUF_ANY_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
   if (PyObject_GetBuffer(obj.ptr(), &view_, flags) != 0) throw nb::python_error();
+  if (holds_objects(view_.format)) {
+    const std::string format = view_.format;
+    PyBuffer_Release(&view_);
+    throw nb::type_error(("buffer holds Python objects (format '" + format +
+                          "'), not data: gdscp moves bytes, which would overwrite or expose object references")
+                             .c_str());
+  }
 }
 
 BufferView::~BufferView() { PyBuffer_Release(&view_); }
@@ -144,9 +180,13 @@ bool plain_host_type(PyObject* obj, bool writable) {
 PlainHostView::PlainHostView(nb::handle obj, bool writable) noexcept {
   PyObject* o = obj.ptr();
   if (!plain_host_type(o, writable)) return;
-  const int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
+  const int flags = PyBUF_ANY_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
   if (PyObject_GetBuffer(o, &view_, flags) != 0) {
     PyErr_Clear();
+    return;
+  }
+  if (holds_objects(view_.format)) {
+    PyBuffer_Release(&view_);
     return;
   }
   ok_ = true;
@@ -187,25 +227,22 @@ bool read_layout(PyObject* cai, CudaArrayLayout& out) {
   const int readonly = PyObject_IsTrue(PySequence_Fast_GET_ITEM(data.ptr(), 1));
   const unsigned long long ptr = PyLong_AsUnsignedLongLong(PySequence_Fast_GET_ITEM(data.ptr(), 0));
   if (readonly < 0 || PyErr_Occurred()) return false;
+  std::vector<int64_t> extents(static_cast<size_t>(ndim)), steps;
   int64_t count = 1;
   for (Py_ssize_t i = 0; i < ndim; ++i) {
     const long long extent = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(shape.ptr(), i));
     if (extent < 0 || PyErr_Occurred()) return false;
+    extents[static_cast<size_t>(i)] = extent;
     count *= extent;
   }
-  // C order: from the last axis, each stride is the bytes of the axes after it.
-  bool contiguous = true;
-  if (strided && count > 0) {
-    long long expect = itemsize;
-    for (Py_ssize_t i = ndim - 1; i >= 0; --i) {
-      const long long extent = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(shape.ptr(), i));
-      const long long stride = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(strides.ptr(), i));
+  if (strided) {
+    steps.resize(static_cast<size_t>(ndim));
+    for (Py_ssize_t i = 0; i < ndim; ++i) {
+      steps[static_cast<size_t>(i)] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(strides.ptr(), i));
       if (PyErr_Occurred()) return false;
-      if (extent != 1 && stride != expect) contiguous = false;
-      expect *= extent;
     }
   }
-  out = {static_cast<uintptr_t>(ptr), count * itemsize, readonly != 0, contiguous,
+  out = {static_cast<uintptr_t>(ptr), count * itemsize, readonly != 0, dense(extents, steps, itemsize),
          PyDict_GetItemString(cai, "stream")};
   return true;
 }

@@ -8,10 +8,16 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace gdscp::bindings {
 
-// (address, nbytes, device_type, device_id, c_contiguous) of a DLPack capsule,
+// Whether an array of `shape` with `strides` (empty: none given, C order)
+// covers one block of memory, in C or in Fortran order; strides in multiples
+// of `unit`.
+bool dense(const std::vector<int64_t>& shape, const std::vector<int64_t>& strides, int64_t unit) noexcept;
+
+// (address, nbytes, device_type, device_id, contiguous) of a DLPack capsule,
 // which stays unconsumed: the caller keeps it alive while the memory is used.
 nanobind::tuple dlpack_info(nanobind::handle capsule);
 
@@ -21,7 +27,7 @@ nanobind::tuple dlpack_info(nanobind::handle capsule);
 bool plain_host_type(PyObject* obj, bool writable);
 
 // What a __cuda_array_interface__ dict describes: the address, the bytes of
-// its shape, whether it is read-only and C-contiguous, and the producer's
+// its shape, whether it is read-only and contiguous (C or Fortran order), and the producer's
 // stream (borrowed from the dict; nullptr where it names none).
 struct CudaArrayLayout {
   uintptr_t ptr = 0;
@@ -38,15 +44,21 @@ bool read_cuda_array_interface(PyObject* cai, CudaArrayLayout& out) noexcept;
 // __cuda_array_interface__ dict, for gdscp._buffers; TypeError where it is none.
 nanobind::tuple cuda_array_layout(nanobind::handle cai);
 
-// (address, nbytes) of a buffer-protocol object; C-contiguous required.
+// (address, nbytes) of a buffer-protocol object; contiguous required (C or
+// Fortran order: the bytes move in memory order).
 nanobind::tuple host_buffer(nanobind::handle obj, bool writable);
 
-// A C-contiguous buffer-protocol view of an object, held while this lives: the
+// True for a buffer of Python object pointers (struct format 'O', alone or as
+// a field): its bytes are references, and writing into them corrupts the
+// interpreter. A null format means bytes.
+bool holds_objects(const char* format) noexcept;
+
+// A contiguous (C or Fortran order) buffer-protocol view of an object, held while this lives: the
 // exporter may not move or resize the memory meanwhile, so it may be used with
 // the GIL released. Create and destroy it with the GIL held.
 class BufferView {
  public:
-  BufferView(nanobind::handle obj, bool writable);  // raises the exporter's error
+  BufferView(nanobind::handle obj, bool writable);  // raises the exporter's error, or TypeError for objects
   ~BufferView();
   BufferView(const BufferView&) = delete;
   BufferView& operator=(const BufferView&) = delete;
@@ -61,7 +73,8 @@ class BufferView {
 // numpy.ndarray, bytearray or memoryview (and bytes when not `writable`),
 // none of which can describe device memory. For the small calls that skip
 // gdscp._buffers. ok() is false, with no Python error set, for any other
-// object and for a buffer its exporter refuses (read-only, not C-contiguous):
+// object, for a buffer its exporter refuses (read-only, not contiguous) and
+// for one of Python objects:
 // the caller then takes the general path, which names the problem. Create and
 // destroy it with the GIL held.
 class PlainHostView {

@@ -45,7 +45,7 @@ std::vector<BulkItem> to_items(const std::vector<ItemTuple>& in) {
 // A buffer's (address, nbytes, device) and what keeps its memory, or false
 // where gdscp._buffers must look at it: anything but an exact numpy.ndarray,
 // bytearray, memoryview or bytes, or an object whose
-// __cuda_array_interface__ is plainly C-contiguous with no stream to wait for;
+// __cuda_array_interface__ is plainly contiguous with no stream to wait for;
 // and any buffer that would be refused (read-only, strided), for whose error
 // the general path has the words.
 struct Plain {
@@ -66,7 +66,7 @@ bool plain_host(PyObject* o, bool writable, Plain& out) {
   }
   nb::object keep = nb::steal(view);
   const Py_buffer* b = PyMemoryView_GET_BUFFER(view);
-  if ((writable && b->readonly) || !PyBuffer_IsContiguous(b, 'C')) return false;
+  if ((writable && b->readonly) || !PyBuffer_IsContiguous(b, 'A') || holds_objects(b->format)) return false;
   out = {reinterpret_cast<uintptr_t>(b->buf), static_cast<int64_t>(b->len), false, std::move(keep)};
   return true;
 }
@@ -168,7 +168,7 @@ void define_bulk(nb::module_& m) {
       .def(
           "__init__",
           [](BulkJob* self, const std::vector<ItemTuple>& items, const BulkOptions& options, const Settings& s,
-             const std::vector<std::pair<size_t, std::vector<uintptr_t>>>& replicas) {
+             const std::vector<std::pair<size_t, std::vector<uintptr_t>>>& replicas, nb::handle) {
             std::vector<BulkItem> converted = to_items(items);
             for (const auto& [i, ptrs] : replicas) {
               if (i >= converted.size()) throw nb::index_error("replicas name an item that does not exist");
@@ -177,7 +177,11 @@ void define_bulk(nb::module_& m) {
             const ReleaseGil unlocked;
             new (self) BulkJob(std::move(converted), options, s);
           },
-          "items"_a, "options"_a, "settings"_a, "replicas"_a = std::vector<std::pair<size_t, std::vector<uintptr_t>>>{})
+          "items"_a, "options"_a, "settings"_a, "replicas"_a, "keep"_a.none(),
+          // `keep` (the memory the items name) is released only after the job's
+          // destructor has waited for the workers: a job dropped while it runs
+          // must not leave them moving bytes into or out of freed buffers.
+          nb::keep_alive<1, 6>())
       .def("wait", &BulkJob::wait_for, "timeout"_a, release())
       .def("done", &BulkJob::done)
       .def("cancel", &BulkJob::cancel)

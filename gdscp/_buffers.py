@@ -32,7 +32,7 @@ class Buffer(NamedTuple):
 def _from_cai(obj: Any, cai: dict, writable: bool) -> Buffer:
     ptr, nbytes, readonly, contiguous, stream = _core.cuda_array_layout(cai)
     if not contiguous:
-        raise ValueError("buffer must be C-contiguous (got a strided device array)")
+        raise ValueError("buffer must be contiguous (got a strided device array)")
     if writable and readonly:
         raise ValueError("cannot read into a read-only device array")
     if stream not in _NO_SYNC_STREAMS:
@@ -48,7 +48,7 @@ def _from_dlpack(obj: Any, writable: bool) -> Buffer | None:
     capsule = obj.__dlpack__()
     ptr, nbytes, dev_type, _dev_id, contiguous = _core.dlpack_info(capsule)
     if not contiguous:
-        raise ValueError("buffer must be C-contiguous (got a strided DLPack tensor)")
+        raise ValueError("buffer must be contiguous (got a strided DLPack tensor)")
     if dev_type in (_DL_CUDA, _DL_CUDA_MANAGED):
         return Buffer(ptr, nbytes, True, (obj, capsule))
     if dev_type in (_DL_CPU, _DL_CUDA_HOST):
@@ -72,8 +72,8 @@ def resolve(obj: Any, *, writable: bool) -> Buffer:
     if view is not None:
         if writable and view.readonly:
             raise ValueError(f"cannot read into a read-only buffer ({type(obj).__name__})")
-        if not view.c_contiguous:
-            raise ValueError(f"buffer must be C-contiguous ({type(obj).__name__} is not)")
+        if not view.contiguous:
+            raise ValueError(f"buffer must be contiguous ({type(obj).__name__} is not)")
         ptr, nbytes = _core.host_buffer(view, writable)
         # The view pins the export: a bytearray cannot be resized under the engine.
         return Buffer(ptr, nbytes, False, (obj, view))

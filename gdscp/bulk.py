@@ -93,16 +93,19 @@ class BulkJob:
     def __init__(self, items: list[tuple], options: Any, keep: Any = None, arrays: Optional[list] = None,
                  replicas: Optional[list[tuple[int, list[int]]]] = None):
         self._items = items
-        self._keep = keep  # the buffers and staging, alive until the workers are done
         self.arrays = arrays
         self.devices: Optional[list[int]] = list(options.devices) or None
-        self._job = _core.BulkJob(items, options, defaults._settings, replicas or [])
+        # The engine's job keeps `keep` (the buffers and staging) until its
+        # workers are done, even when this object is dropped while it runs.
+        self._job = _core.BulkJob(items, options, defaults._settings, replicas or [], keep)
 
     def wait(self, timeout: Optional[float] = None) -> bool:
         """Wait until every file has ended (or ``timeout`` seconds); True once
         finished. An exception while waiting (Ctrl-C) cancels the job, waits
         for the files in flight to stop, and propagates."""
         job = self._job
+        if timeout is not None and not timeout == timeout:
+            raise ValueError("timeout must be a number of seconds or None, not NaN")
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
             while True:
@@ -238,10 +241,24 @@ def _job_staging(device: Optional[int], devices: Any, staging_size: Optional[int
     GPUs it spreads over (None: one GPU or host memory), and ``_staging``'s
     answer for one GPU (host staging where the job spreads: each GPU's own is
     set by ``_spread_staging``)."""
+    if staging_size is not None and _args.integer(staging_size, "staging_size") < 1:
+        raise ValueError(f"staging_size must be positive (got {staging_size})")
     spread = _devices(device, devices)
     if spread is not None and staging is not None:
         raise ValueError("staging is one buffer; with devices each GPU gets staging of its own")
     return (spread, *_staging(None if spread else device, staging_size, staging))
+
+
+def _checked_range(offset: Any, length: Any, src: str) -> tuple[int, Optional[int]]:
+    """``(offset, length)`` of ``src`` as ints (length None: to the end):
+    ValueError if either is negative, OverflowError past 2**63-1."""
+    start = _args.integer(offset, "range offset")
+    count = None if length is None else _args.integer(length, "range length")
+    if start < 0 or (count is not None and count < 0):
+        raise ValueError(f"range ({start}, {count}) of '{src}' must not be negative")
+    if start + (count or 0) > _args.MAX_OFFSET:
+        raise OverflowError(f"range ({start}, {count}) of '{src}' ends past 2**63-1")
+    return start, count
 
 
 def _distinct_destinations(paths: Iterable[tuple[int, str]]) -> None:
@@ -305,7 +322,7 @@ def _staging(device: Optional[int], staging_size: Optional[int], staging: Any = 
         if not b.device:
             raise ValueError("staging must be device memory (host staging is the engine's own)")
         return b.ptr, b.keep, b.nbytes
-    size = int(staging_size or _DEFAULT_STAGING)
+    size = _DEFAULT_STAGING if staging_size is None else int(staging_size)
     if device is None:
         return 0, None, size
     _gpus.check_device(device)
@@ -440,9 +457,9 @@ def stream_files(
     spread, address, keep, size = _job_staging(device, devices, staging_size, staging)
     items = []
     for i, path in enumerate(paths):
-        offset, length = (0, None) if ranges is None else ranges[i]
+        offset, length = (0, None) if ranges is None else _checked_range(*ranges[i], path)
         exact = length is not None
-        items.append((_READ, path, "", 0, False, -1 if length is None else int(length), int(offset), exact, -1,
+        items.append((_READ, path, "", 0, False, -1 if length is None else length, offset, exact, -1,
                       True, False, 0, 0, False))
     options = _options(fail_fast=fail_fast, verify=verify, staging=address, staging_size=size)
     if spread is not None:
@@ -520,12 +537,12 @@ def copy_files(
     for i, (src, dst) in enumerate(pairs):
         part = None if ranges is None else ranges[i]
         if part is None:
-            known = -1 if sizes is None else int(sizes[i])
+            known = -1 if sizes is None else _args.offset(sizes[i], f"sizes[{i}]")
             items.append((_COPY, src, dst, 0, False, known, 0, False, -1, not preserve, False, 0, 0, False))
         else:
-            offset, length = (int(v) for v in part)
-            if offset < 0 or length < 0:
-                raise ValueError(f"range ({offset}, {length}) of '{src}' must not be negative")
+            offset, length = _checked_range(*part, src)
+            if length is None:
+                raise ValueError(f"range ({offset}, None) of '{src}': a copied range needs its length")
             items.append((_COPY, src, dst, 0, False, length, offset, True, -1, True, False, 0, 0, True))
     options = _options(
         fsync=fsync,

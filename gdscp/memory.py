@@ -325,7 +325,7 @@ def equal(a: Any, b: Any) -> bool:
 
 
 def stream_copy(dst: Any, src: Any) -> None:
-    """Copy host buffer ``src`` into host buffer ``dst`` (C-contiguous, the same
+    """Copy host buffer ``src`` into host buffer ``dst`` (contiguous, the same
     number of bytes) with streaming stores, as gdscp's mapped reads do: the
     destination is not read into the CPU cache first. Releases the GIL."""
     from . import _core  # noqa: PLC0415

@@ -101,6 +101,46 @@ def test_strided_memoryview_is_rejected(tmp_file):
             f.read(view)
 
 
+@pytest.mark.parametrize("size", [16, 5 * MiB])  # run on the calling thread / by the workers
+def test_buffers_of_python_objects_are_refused(tmp_file, tmp_path, size):
+    """A buffer of object references (numpy dtype object, alone or as a field)
+    is not data: reading into it would overwrite references and crash the
+    interpreter, writing from it would store addresses. Every call refuses it
+    with TypeError and leaves it and the file as they were."""
+    path, data = tmp_file(size)
+    count = size // 8
+    plain = np.empty(count, dtype=object)
+    plain[:] = [str(i) for i in range(count)]
+    record = np.zeros(count // 2, dtype=[("n", "i8"), ("obj", "O")])
+    record["obj"] = "x"
+    for arr in (plain, record):
+        before = arr.copy()
+        with gdscp.CuFile(path, "r+") as f:
+            for call in (f.read, f.write, lambda a: f.pread(a).get(), lambda a: f.pwrite(a).get()):
+                with pytest.raises(TypeError, match="Python objects"):
+                    call(arr)
+        with pytest.raises(TypeError, match="Python objects"):
+            gdscp.read_files([path], [arr])
+        with pytest.raises(TypeError, match="Python objects"):
+            gdscp.write_files([arr], [path])
+        assert list(arr.tolist()) == list(before.tolist())
+    assert file_bytes(path) == data
+    # A field whose name has an O in it is not an object field.
+    named = np.zeros(size // 8, dtype=[("Obj", "u8")])
+    with gdscp.CuFile(path) as f:
+        assert f.read(named) == size
+    assert named.tobytes() == data
+
+
+def test_none_is_not_a_buffer(tmp_file):
+    """The message names the problem, whichever path the call would take."""
+    path, _ = tmp_file(100)
+    with gdscp.CuFile(path, "r+") as f:
+        for call in (f.read, f.write, f.pread, f.pwrite):
+            with pytest.raises(TypeError, match="expected a buffer .*got NoneType"):
+                call(None)
+
+
 def test_readonly_memoryview_for_writes(tmp_path):
     data = random_bytes(5000, 8)
     view = memoryview(data).toreadonly()
@@ -227,6 +267,28 @@ def test_host_dlpack_object(tmp_file, tmp_path):
     assert file_bytes(out) == data[1000:]
 
 
+def test_fortran_order_moves_in_memory_order(tmp_file, tmp_path):
+    """A Fortran-ordered array is one block of memory, as KvikIO takes it: the
+    file's bytes fill it in memory order, by the buffer protocol, DLPack and
+    the bulk jobs alike, and a write stores its memory as it lies."""
+    path, data = tmp_file(4 * 6 * 8 + 5)
+    nbytes = 4 * 6 * 8
+    want = np.frombuffer(data[:nbytes], np.float64).reshape((6, 4)).T  # (4, 6), Fortran order
+    for make in (lambda a: a, DLPackOnly):
+        arr = np.zeros((4, 6), np.float64, order="F")
+        with gdscp.CuFile(path) as f:
+            assert f.read(make(arr)) == nbytes
+            assert f.pread(make(arr)).get() == nbytes
+        assert np.array_equal(arr, want)
+    arr = np.zeros((4, 6), np.float64, order="F")
+    (result,) = gdscp.read_files([path], [arr]).results()
+    assert result.status == "done" and np.array_equal(arr, want)
+    out = str(tmp_path / "f.bin")
+    with gdscp.CuFile(out, "w") as f:
+        assert f.write(arr) == nbytes
+    assert file_bytes(out) == data[:nbytes]
+
+
 def test_host_dlpack_strided_is_rejected(tmp_file):
     path, _ = tmp_file(3000)
     with gdscp.CuFile(path) as f:
@@ -237,14 +299,18 @@ def test_host_dlpack_strided_is_rejected(tmp_file):
 def test_cuda_array_interface_read_once_for_both_paths():
     """gdscp._buffers and the bulk jobs' C++ pass read __cuda_array_interface__
     with one reader (_core.cuda_array_layout): address, bytes, read-only,
-    C-contiguity and the stream, from tuples or lists; anything else is a TypeError."""
+    contiguity (C or Fortran order) and the stream, from tuples or lists;
+    anything else is a TypeError."""
     from gdscp import _core
 
     layout = _core.cuda_array_layout
     assert layout({"data": (1234, False), "shape": (10,), "typestr": "|u1", "version": 3}) == (1234, 10, False, True, None)
     assert layout({"data": [8, True], "shape": [2, 3], "typestr": "<f4", "strides": (12, 4), "stream": 7}) == (
         8, 24, True, True, 7)
-    assert layout({"data": (8, False), "shape": (2, 3), "typestr": "<f4", "strides": (4, 8)})[3] is False
+    assert layout({"data": (8, False), "shape": (2, 3), "typestr": "<f4", "strides": (4, 8)})[3] is True  # Fortran
+    assert layout({"data": (8, False), "shape": (2, 3), "typestr": "<f4", "strides": (4, 16)})[3] is False
+    assert layout({"data": (8, False), "shape": (2, 3), "typestr": "<f4", "strides": (16, 4)})[3] is False
+    assert layout({"data": (8, False), "shape": (2, 1, 3), "typestr": "<f4", "strides": (4, 99, 8)})[3] is True
     assert layout({"data": (8, False), "shape": (0, 3), "typestr": "<f4", "strides": (4, 8)}) == (8, 0, False, True, None)
     for bad in ({}, {"data": (1,), "shape": (1,), "typestr": "|u1"}, {"data": (1, False), "shape": (1,), "typestr": "u"}, 5):
         with pytest.raises(TypeError, match="__cuda_array_interface__"):

@@ -737,9 +737,10 @@ def test_non_integer_arguments(tmp_file):
 def test_non_contiguous_arrays(tmp_file):
     path, data = tmp_file(1000)
     strided = np.zeros(100, np.uint8)[::2]
-    fortran = np.zeros((10, 10), np.uint8, order="F")
+    columns = np.zeros((10, 10), np.uint8, order="F")[:, ::2]
+    rows = np.zeros((10, 10), np.uint8)[::2]
     with gdscp.CuFile(path, "r+") as f:
-        for buf in (strided, fortran):
+        for buf in (strided, columns, rows):
             with pytest.raises(ValueError):
                 f.read(buf)
             with pytest.raises(ValueError):

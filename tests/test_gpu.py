@@ -92,6 +92,29 @@ def test_device_read_matches_numpy(cp, tmp_file, size):
     assert host_of(buf) == reference == data
 
 
+def test_fortran_ordered_device_arrays(cp, tmp_file, tmp_path):
+    """A Fortran-ordered CuPy array is one block: the file's bytes fill it in
+    memory order (as KvikIO takes it), one request and a bulk job alike, and
+    a write stores it as it lies; a strided one is refused."""
+    path, data = tmp_file(5 * 7 * 4 + 3)
+    nbytes = 5 * 7 * 4
+    want = np.frombuffer(data[:nbytes], np.float32).reshape((7, 5)).T
+    arr = cp.zeros((5, 7), cp.float32, order="F")
+    with gdscp.CuFile(path) as f:
+        assert f.read(arr) == nbytes
+    assert np.array_equal(cp.asnumpy(arr), want)
+    arr = cp.zeros((5, 7), cp.float32, order="F")
+    (result,) = gdscp.read_files([path], [arr]).results()
+    assert result.status == "done" and np.array_equal(cp.asnumpy(arr), want)
+    out = str(tmp_path / "f.bin")
+    with gdscp.CuFile(out, "w") as f:
+        assert f.write(arr) == nbytes
+    assert file_bytes(out) == data[:nbytes]
+    with gdscp.CuFile(path) as f:
+        with pytest.raises(ValueError, match="contiguous"):
+            f.read(cp.zeros((5, 14), cp.float32, order="F")[:, ::2])
+
+
 @pytest.mark.parametrize("size", DEVICE_SIZES)
 def test_device_write_then_os_pread(cp, tmp_path, size):
     data = random_bytes(size, seed=size + 17)
@@ -526,8 +549,11 @@ def test_torch_cuda_tensors(cp, tmp_file, tmp_path):
         assert f.read(halves) == 5 * MiB + 8
         assert halves.cpu().numpy().tobytes() == data
         matrix = torch.zeros((1024, 1024), dtype=torch.float32, device="cuda")
-        with pytest.raises(ValueError):
-            f.read(matrix.t())  # a transposed view is not C-contiguous
+        assert f.read(matrix.t()) == 4 * MiB  # Fortran order: filled in memory order
+        torch.cuda.synchronize()
+        assert matrix.cpu().numpy().tobytes() == data[: 4 * MiB]
+        with pytest.raises(ValueError, match="contiguous"):
+            f.read(matrix[:, ::2])
     out = str(tmp_path / "torch.bin")
     with gdscp.CuFile(out, "w") as f:
         assert f.write(t[3:]) == 5 * MiB + 5

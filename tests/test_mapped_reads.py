@@ -167,6 +167,34 @@ def test_not_a_regular_file():
     assert _core.testing.mapped_read_bytes() == before
 
 
+@pytest.mark.parametrize("path", ["/proc/version", "/proc/self/mountinfo", "/sys/kernel/mm/transparent_hugepage/enabled"])
+@pytest.mark.parametrize("size", [16, 2 * MiB, 4 * MiB, 16 * MiB])
+def test_files_that_report_no_size_read_their_contents(path, size):
+    """procfs and sysfs files report 0 bytes but have contents: a read of any
+    size gives what the OS reads (a mapped read has nothing to map there), as
+    one request and as a bulk job."""
+    if not os.path.exists(path):
+        pytest.skip(f"{path} is not on this machine")
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        want = os.pread(fd, size, 0)
+    finally:
+        os.close(fd)
+    assert want and os.stat(path).st_size in (0, 4096)
+    for setting in (True, False):
+        with gdscp.defaults.set("mapped_reads", setting):
+            buf = np.zeros(size, np.uint8)
+            with gdscp.CuFile(path, "r") as f:
+                assert f.read(buf) == len(want), setting
+                assert f.pread(buf).get() == len(want)
+            assert buf[: len(want)].tobytes() == want
+            assert not buf[len(want):].any()
+            buf = np.zeros(size, np.uint8)
+            (result,) = gdscp.read_files([path], [buf]).results()
+            assert (result.status, result.bytes) == ("done", len(want))
+            assert buf[: len(want)].tobytes() == want
+
+
 def test_handle_opened_for_update(tmp_path):
     """A file written and read back through one "w+" handle (the written bytes
     are in the page cache unless O_DIRECT wrote them)."""

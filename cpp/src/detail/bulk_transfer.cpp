@@ -1,6 +1,7 @@
 #include "gdscp/detail/bulk_transfer.hpp"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -47,13 +48,36 @@ void open_file(const TransferContext& cx, const std::string& path, const char* m
   backend = mem.device ? backends.device.get() : backends.host.get();
 }
 
+// Waits until `fd` has something to read (data, or the end), in slices, so
+// that a cancel of the job ends the wait; false if cancelled first.
+bool wait_readable(int fd, const std::atomic<bool>& cancelled) {
+  for (;;) {
+    if (cancelled.load(std::memory_order_relaxed)) return false;
+    struct pollfd p = {fd, POLLIN, 0};
+    const int r = ::poll(&p, 1, 100);
+    if (r > 0) return true;
+    if (r < 0 && errno != EINTR) return true;  // let the read report it
+  }
+}
+
 // The source of a read or copy: opened, its size found, the way to read it chosen.
 void open_source(const TransferContext& cx, Transfer& t, const std::string& path) {
-  t.src_fd = open_plain(path, O_RDONLY);
+  // Non-blocking, so that a FIFO without a writer does not hold the worker in
+  // open(2) where no cancel reaches it. Files and block devices then block as
+  // usual; anything else keeps O_NONBLOCK, and read_some waits for it in
+  // slices (a terminal, a FIFO whose writer is slow).
+  t.src_fd = open_plain(path, O_RDONLY | O_NONBLOCK);
   if (t.src_fd < 0) throw_os_error(errno, "cannot open", path);
   struct stat& st = t.src_stat;
   if (::fstat(t.src_fd, &st) != 0) throw_os_error(errno, "cannot stat", path);
   if (S_ISDIR(st.st_mode)) throw_os_error(EISDIR, "cannot read", path);
+  if (S_ISREG(st.st_mode) || S_ISBLK(st.st_mode)) {
+    if (::fcntl(t.src_fd, F_SETFL, 0) != 0) throw_os_error(errno, "cannot open", path);
+  } else if (S_ISFIFO(st.st_mode)) {
+    // Opened without blocking, a FIFO with no writer yet reads as empty: wait
+    // for one (its first bytes, or its close) as a blocking open would.
+    wait_readable(t.src_fd, cx.cancelled);
+  }
   int64_t length = -1;  // -1: no size to go by (procfs reports 0 for files with content, FIFOs none)
   if (S_ISREG(st.st_mode) && st.st_size > 0) {
     length = st.st_size;
@@ -114,14 +138,16 @@ bool open_destination(const TransferContext& cx, Transfer& t, std::string& note)
   struct stat st{};
   bool exists = ::lstat(t.dst.c_str(), &st) == 0;
   if (exists && S_ISLNK(st.st_mode)) {
-    // Like cp, write to what a link points at; a dangling link is replaced.
-    exists = ::stat(t.dst.c_str(), &st) == 0;
-    if (exists) {
-      char* real = ::realpath(item.dst.c_str(), nullptr);
-      if (!real) throw_os_error(errno, "cannot resolve", item.dst);
-      t.dst = real;
-      std::free(real);
+    // Like cp, write to what a link points at; and, like GNU cp, not through
+    // a dangling link (whose target, wherever it points, would be created).
+    if (::stat(t.dst.c_str(), &st) != 0) {
+      if (errno == ENOENT) fail_state("not writing through dangling symbolic link '" + item.dst + "'", item.dst);
+      throw_os_error(errno, "cannot stat", item.dst);
     }
+    char* real = ::realpath(item.dst.c_str(), nullptr);
+    if (!real) throw_os_error(errno, "cannot resolve", item.dst);
+    t.dst = real;
+    std::free(real);
   } else if (!exists && errno != ENOENT) {
     throw_os_error(errno, "cannot stat", t.dst);
   }
@@ -244,12 +270,17 @@ void write_all(int fd, const char* p, size_t n, int64_t pos, const std::string& 
 }
 
 // read(2) until `n` bytes or end of file.
-size_t read_some(int fd, char* p, size_t n, int64_t pos, const std::string& path) {
+size_t read_some(int fd, char* p, size_t n, int64_t pos, const std::string& path,
+                 const std::atomic<bool>& cancelled) {
   size_t done = 0;
   while (done < n) {
     const ssize_t r = ::read(fd, p + done, n - done);
     if (r < 0) {
       if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        if (!wait_readable(fd, cancelled)) break;  // short, but the job's cancel decides the file's end
+        continue;
+      }
       throw_os_error(errno, "cannot read", path, pos + static_cast<int64_t>(done));
     }
     if (r == 0) break;
@@ -580,7 +611,7 @@ void move_sequential(const TransferContext& cx, Transfer& t, BulkWorker& w, std:
     } else if (!t.src_sized) {
       // No size: read(2) front to back into host memory, then into place.
       char* into = mem.device ? w.host() : t.scratch ? w.staging() : reinterpret_cast<char*>(item.buf) + done;
-      got = read_some(t.src_fd, into, want, pos, item.src);
+      got = read_some(t.src_fd, into, want, pos, item.src, cx.cancelled);
       host = into;
       if (mem.device && item.kind == BulkKind::read) {
         char* dev = t.scratch ? w.staging() : reinterpret_cast<char*>(item.buf) + done;
@@ -616,6 +647,7 @@ void move_sequential(const TransferContext& cx, Transfer& t, BulkWorker& w, std:
       break;  // end of the source
     }
   }
+  if (cx.cancelled.load(std::memory_order_relaxed)) return;  // the file ends as cancelled, however far it got
   if (item.kind == BulkKind::read && item.exact && limit >= 0 && done < limit)
     fail_state("'" + item.src + "' ended after " + std::to_string(done) + " bytes; " + std::to_string(limit) +
                    " were asked for",

@@ -132,10 +132,9 @@ bool mapped_read(int fd, char* dst, size_t size, int64_t off, const std::string&
   struct stat st;
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return false;
   const int64_t file_size = st.st_size;
-  if (off >= file_size) {
-    copied = 0;
-    return true;
-  }
+  // Nothing to map there: pread says what is (the end of the file, or the
+  // contents of a procfs or sysfs file, whose size reads as 0).
+  if (off >= file_size) return false;
   const size_t n = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(size), file_size - off));
   const MappedRange range(fd, off, n);
   // Only cached data: cold pages would fault in one readahead window at a

@@ -174,3 +174,30 @@ def test_copy_loads_neither_numpy_nor_cupy(tmp_path):
     assert done.stdout.split() == ["0", "False", "False"], done.stderr
     for name, content in data.items():
         assert (tmp_path / "out" / name).read_bytes() == content
+
+
+@pytest.mark.parametrize(
+    "argv, loads",
+    [
+        (["gdscp", "copy", "a", "b"], True),
+        (["gdscp", "read", "--device", "0", "a"], True),
+        (["gdscp", "write", "f", "--size", "1M"], True),
+        (["gdscp", "copy", "--host", "a", "b"], False),
+        (["gdscp", "read", "--help"], False),
+        (["gdscp", "write", "-h"], False),
+        (["gdscp", "info"], False),
+        (["gdscp", "benchmark"], False),
+        (["gdscp"], False),
+    ],
+)
+def test_the_driver_loads_beside_the_command_line_only_for_gpu_commands(argv, loads):
+    """copy, read and write without --host load the NVIDIA driver on a thread
+    while the command line loads; on a machine without one the thread ends
+    quietly (the command reports what is missing)."""
+    from gdscp.cli import main
+
+    thread = main._load_gpu_driver(argv)
+    assert (thread is not None) == loads
+    if thread is not None:
+        thread.join(60)
+        assert not thread.is_alive()

@@ -191,9 +191,10 @@ def test_copy_loads_neither_numpy_nor_cupy(tmp_path):
     ],
 )
 def test_the_driver_loads_beside_the_command_line_only_for_gpu_commands(argv, loads):
-    """copy, read and write without --host load the NVIDIA driver on a thread
-    while the command line loads; on a machine without one the thread ends
-    quietly (the command reports what is missing)."""
+    """copy, read and write without --host load the NVIDIA driver (and make
+    the GPU's context) on a thread while the command line loads; on a
+    machine without a driver the thread ends quietly (the command reports
+    what is missing)."""
     from gdscp.cli import main
 
     thread = main._load_gpu_driver(argv)
@@ -201,3 +202,15 @@ def test_the_driver_loads_beside_the_command_line_only_for_gpu_commands(argv, lo
     if thread is not None:
         thread.join(60)
         assert not thread.is_alive()
+
+
+def test_the_gpu_named_for_the_early_context():
+    from gdscp.cli.main import _named_device
+
+    assert _named_device(["a", "b"]) is None
+    assert _named_device(["--device", "1", "a"]) == 1
+    assert _named_device(["a", "--device=2"]) == 2
+    assert _named_device(["--devices", "0,1", "a"]) is False
+    assert _named_device(["--devices=all"]) is False
+    assert _named_device(["--device", "x"]) is False
+    assert _named_device(["--device"]) is False

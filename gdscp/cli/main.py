@@ -61,23 +61,45 @@ def _raise_open_file_limit() -> None:
 _GPU_COMMANDS = ("copy", "read", "write")
 
 
+def _named_device(args: list[str]) -> object:
+    """The GPU ``--device N`` names; None without one; False where the
+    command spreads over several (``--devices``) or names it unreadably."""
+    for i, arg in enumerate(args):
+        if arg == "--devices" or arg.startswith("--devices="):
+            return False
+        if arg == "--device" or arg.startswith("--device="):
+            text = arg.partition("=")[2] if "=" in arg else (args[i + 1] if i + 1 < len(args) else "")
+            return int(text) if text.isdigit() else False
+    return None
+
+
 def _load_gpu_driver(argv: list[str]) -> object:
-    """For a command that will likely use a GPU, load the NVIDIA driver (its
-    cuInit takes a quarter of a second on an H200 machine) on a thread of its
-    own while Python loads the command line; the command then finds it
-    loaded. Returns the thread (None where the command will not need it).
-    Whatever goes wrong there, the command meets again and reports."""
+    """For a command that will likely use a GPU, load the NVIDIA driver and
+    make the GPU's context (on an H200 machine a quarter of a second and a
+    tenth) on a thread of its own while Python loads the command line; the
+    command then finds both made. The GPU: the one ``--device`` names, else
+    the one the command would choose (GPU 0, or an MPI rank's node-local
+    one); none for ``--devices``. Returns the thread (None where the command
+    will not need it). Whatever goes wrong there, the command meets again
+    and reports."""
     if len(argv) < 2 or argv[1] not in _GPU_COMMANDS:
         return None
-    if any(a in ("--host", "--help", "-h") for a in argv[2:]):
+    args = argv[2:]
+    if any(a in ("--host", "--help", "-h") for a in args):
         return None
+    named = _named_device(args)
     import threading  # noqa: PLC0415
 
     def load() -> None:
         try:
             from .. import _core  # noqa: PLC0415
+            from ..mpi.launch import node_device  # noqa: PLC0415
 
-            _core.cuda_info()  # releases the GIL while the driver loads
+            info = _core.cuda_info()  # releases the GIL while the driver loads
+            if not info["available"] or not info["gpus"] or named is False:
+                return
+            device = node_device(len(info["gpus"])) if named is None else named
+            _core.DeviceBuffer(1, device)  # the context stays, retained for the process
         except BaseException:  # noqa: BLE001, S110 - the command reports it
             pass
 

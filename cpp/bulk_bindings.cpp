@@ -220,6 +220,7 @@ void define_bulk(nb::module_& m) {
     return nb::make_tuple(made.first, fs_text(made.second));
   }, "dst"_a);
   m.attr("TEMPORARY_SUFFIX") = kTemporarySuffix;
+  m.def("is_temporary_name", [](const FsPath& name) { return is_temporary_name(name.value); }, "name"_a);
 }
 
 }  // namespace gdscp::bindings

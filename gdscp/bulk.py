@@ -25,6 +25,7 @@ import functools
 import os
 import stat
 import time
+import weakref
 from typing import Any, Iterable, NamedTuple, Optional, Sequence, Union
 
 from . import _args, _buffers, _core, _gpus, _libs, defaults
@@ -39,6 +40,7 @@ __all__ = [
     "create_temporary",
     "read_files",
     "replicate",
+    "stop_running_jobs",
     "stream_files",
     "write_files",
 ]
@@ -84,6 +86,19 @@ class BulkProgress(NamedTuple):
     finished: bool
 
 
+# Jobs not known to have finished, for stop_running_jobs.
+_running: "weakref.WeakSet[BulkJob]" = weakref.WeakSet()
+
+
+def stop_running_jobs() -> None:
+    """Cancel every job of this process that is still running and wait for
+    each to stop (its temporary files removed): for a program that leaves on
+    an exception from somewhere no job's own wait would see."""
+    for job in list(_running):
+        if not job.done():
+            job._stop()
+
+
 class BulkJob:
     """A running job. ``wait(timeout)`` (Ctrl-C cancels), ``cancel()``,
     ``progress()``, ``failures()`` while it runs; ``results()`` per file.
@@ -98,6 +113,7 @@ class BulkJob:
         # The engine's job keeps `keep` (the buffers and staging) until its
         # workers are done, even when this object is dropped while it runs.
         self._job = _core.BulkJob(items, options, defaults._settings, replicas or [], keep)
+        _running.add(self)
 
     def wait(self, timeout: Optional[float] = None) -> bool:
         """Wait until every file has ended (or ``timeout`` seconds); True once

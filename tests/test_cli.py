@@ -16,6 +16,7 @@ import signal
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -761,7 +762,10 @@ def test_write_to_a_directory_fails_before_writing(capsys, tmp_path, name):
     assert sorted(os.listdir(tmp_path)) == ["d"] and os.listdir(tmp_path / "d") == []
 
 
-@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+SAID = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated", signal.SIGHUP: "hung up"}
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)])
 def test_copy_interrupted_by_a_signal(capsys, tmp_path, monkeypatch, signum, code):
     random_file(tmp_path / "src.bin", 8 * MiB)
     dst = tmp_path / "dst.bin"
@@ -773,15 +777,57 @@ def test_copy_interrupted_by_a_signal(capsys, tmp_path, monkeypatch, signum, cod
         return real_wait(self, timeout)
 
     monkeypatch.setattr(BulkJob, "wait", signal_then_wait)
-    before = signal.getsignal(signal.SIGTERM)
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGHUP)
     got, _, err = cli(capsys, "copy", tmp_path / "src.bin", dst, "--chunk-size", "64K")
     assert got == code
-    assert ("interrupted" if signum == signal.SIGINT else "terminated") in err
+    assert SAID[signum] in err
     assert dst.read_bytes() == b"precious" and temp_files(tmp_path) == []
-    assert signal.getsignal(signal.SIGTERM) == before
+    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGHUP)) == before
 
 
-@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_between_a_job_starting_and_its_wait_cancels_it(capsys, tmp_path, monkeypatch):
+    """Ctrl-C may land after the bulk job has started and before the command
+    waits on it: the job is cancelled and waited for all the same (it does not
+    run on behind the exit), no temporary file is left, and each file that is
+    there is complete."""
+    from gdscp.cli import copy as copy_command
+
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(3000):
+        (src / f"f{i:04d}").write_bytes(bytes([i % 251]) * (i % 50 + 1))
+    started = []
+    real = copy_command.copy_files
+
+    def start_then_interrupt(*args, **kwargs):
+        started.append(real(*args, **kwargs))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(copy_command, "copy_files", start_then_interrupt)
+    got, _, err = cli(capsys, "copy", "-r", "--host", src, tmp_path / "dst")
+    assert got == 130 and "interrupted" in err
+    (job,) = started
+    assert job.done(), "the job ran on after the command ended"
+    assert "cancelled" in {r.status for r in job.results()}
+    assert temp_files(tmp_path / "dst") == []
+    for name in os.listdir(tmp_path / "dst"):
+        assert (tmp_path / "dst" / name).read_bytes() == (src / name).read_bytes()
+
+
+def test_sighup_ignored_stays_ignored(tmp_path):
+    """Under nohup (SIGHUP ignored) a hangup does not end the command."""
+    random_file(tmp_path / "src.bin", 64 * MiB)
+    proc = subprocess.Popen([sys.executable, "-m", "gdscp", "copy", "--host", "-q", "--chunk-size", "64K",
+                             tmp_path / "src.bin", tmp_path / "dst.bin"], stderr=subprocess.PIPE,
+                            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGHUP)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert (tmp_path / "dst.bin").read_bytes() == (tmp_path / "src.bin").read_bytes()
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)])
 def test_write_of_hundreds_of_files_interrupted(capsys, tmp_path, monkeypatch, signum, code):
     """A signal while 300 files are written: the exit code says which, no
     temporary file is left, and every FILE is either untouched or complete."""
@@ -797,7 +843,7 @@ def test_write_of_hundreds_of_files_interrupted(capsys, tmp_path, monkeypatch, s
     monkeypatch.setattr(BulkJob, "wait", signal_then_wait)
     got, _, err = cli(capsys, "write", *names, "--size", "200K", "--pattern", "random", "--seed", "4", "--host")
     assert got == code
-    assert ("interrupted" if signum == signal.SIGINT else "terminated") in err
+    assert SAID[signum] in err
     assert temp_files(tmp_path) == []
     expect = memory.pattern(200 * KiB, "random", seed=4).tobytes()
     for i, p in enumerate(names):
@@ -1060,3 +1106,139 @@ def test_gpu_unknown_device_is_a_usage_error(capsys, tmp_path):
     code, _, err = cli(capsys, "read", tmp_path / "a.bin", "--device", str(memory.device_count()))
     assert code == 2 and "does not exist" in error_lines(err)[0]
 
+
+
+# -- names, links and option values met by an adversarial review -------------------------
+
+def test_names_up_to_the_longest_a_directory_takes(capsys, tmp_path):
+    """A file name of 255 bytes (the most ext4, XFS and tmpfs take) is copied
+    and written like any other: the temporary name beside it is shortened."""
+    (tmp_path / "out").mkdir()
+    for length in (235, 236, 255):
+        name = "y" * length
+        data = random_file(tmp_path / name, 5000, seed=length)
+        code, _, err = cli(capsys, "copy", "--host", "-q", tmp_path / name, tmp_path / "out")
+        assert code == 0, err
+        assert (tmp_path / "out" / name).read_bytes() == data
+        code, _, err = cli(capsys, "write", "--host", "-q", tmp_path / "out" / name, "--size", "4K")
+        assert code == 0, err
+        assert (tmp_path / "out" / name).stat().st_size == 4096
+    code, _, err = cli(capsys, "copy", "--host", "-q", "-r", tmp_path / "out", tmp_path / "again")
+    assert code == 0, err
+    assert temp_files(tmp_path) == []
+
+
+def test_no_file_is_made_under_a_temporary_files_name(capsys, tmp_path):
+    """A source named like a gdscp temporary file (left by a dead run) is not
+    copied under that name, nor written: the next run into the directory
+    would remove it. The rest of the tree is copied."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / ".a.12345678.gdscp-tmp").write_bytes(b"leftover")
+    (src / "real").write_bytes(b"data")
+    code, _, err = cli(capsys, "copy", "-r", "--host", "-q", src, tmp_path / "dst")
+    assert code == 1 and "name is that of a gdscp temporary file" in err
+    assert sorted(os.listdir(tmp_path / "dst")) == ["real"]
+    code, _, err = cli(capsys, "write", "--host", "-q", tmp_path / ".b.abcdefgh.gdscp-tmp", "--size", "1")
+    assert code == 1 and "name is that of a gdscp temporary file" in err
+    assert not (tmp_path / ".b.abcdefgh.gdscp-tmp").exists()
+
+
+def test_write_goes_through_a_symbolic_link(capsys, tmp_path):
+    """As copy and dd: the link stays, its target gets the bytes; a dangling
+    link is refused and left as it was."""
+    (tmp_path / "target").write_bytes(b"old")
+    os.symlink("target", tmp_path / "link")
+    os.symlink("missing", tmp_path / "dangling")
+    code, _, err = cli(capsys, "write", "--host", "-q", tmp_path / "link", "--size", "1K")
+    assert code == 0, err
+    assert os.path.islink(tmp_path / "link") and (tmp_path / "target").stat().st_size == 1024
+    code, _, err = cli(capsys, "write", "--host", "-q", tmp_path / "dangling", "--size", "1K")
+    assert code == 1 and "dangling symbolic link" in err
+    assert os.readlink(tmp_path / "dangling") == "missing" and not (tmp_path / "missing").exists()
+    assert temp_files(tmp_path) == []
+
+
+def test_single_write_removes_dead_runs_temporaries(capsys, tmp_path):
+    """As every bulk job does for the directories it writes into."""
+    import fcntl
+
+    dead = tmp_path / ".old.abcdefgh.gdscp-tmp"
+    dead.write_bytes(b"partial")
+    live = tmp_path / ".busy.abcdefgh.gdscp-tmp"
+    live.write_bytes(b"being written")
+    fd = os.open(live, os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # a live writer's lock
+    try:
+        code, _, err = cli(capsys, "write", "--host", "-q", tmp_path / "new.bin", "--size", "1K")
+        assert code == 0, err
+        assert not dead.exists() and live.exists()
+    finally:
+        os.close(fd)
+
+
+def test_fail_fast_stops_at_a_source_that_fails_before_the_copy(capsys, tmp_path):
+    for name in ("s1", "s3"):
+        (tmp_path / name).write_bytes(b"x")
+    (tmp_path / "o").mkdir()
+    code, data, err = cli_json(capsys, "copy", "--host", "--fail-fast", tmp_path / "missing", tmp_path / "s1",
+                               tmp_path / "s3", tmp_path / "o")
+    assert code == 1 and "cannot stat" in err
+    assert os.listdir(tmp_path / "o") == []
+    assert (data["copied"], data["failed"]) == (0, 3)
+
+
+def test_a_destination_made_twice_is_made_once(capsys, tmp_path):
+    """As cp: the first source makes it, the second is not written over it."""
+    for d in ("a", "b"):
+        (tmp_path / d).mkdir()
+        (tmp_path / d / "x").write_bytes(d.encode())
+    (tmp_path / "o").mkdir()
+    code, _, err = cli(capsys, "copy", "--host", "-q", tmp_path / "a" / "x", tmp_path / "b" / "x", tmp_path / "o")
+    assert code == 1 and "will not overwrite just-created" in err and "Error" not in err
+    assert (tmp_path / "o" / "x").read_bytes() == b"a"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--threads", "99999999999999999999"),
+        ("--threads", "5000"),
+        ("--task-size", "99999999999999999999999G"),
+        ("--chunk-size", "99999999999999999999999G"),
+        ("--chunk-size", "0"),
+    ],
+)
+def test_option_values_out_of_range_are_usage_errors(capsys, tmp_path, args):
+    """Exit 2 and one line naming the option, before any file is looked at."""
+    code, out, err = cli(capsys, "copy", "--host", tmp_path / "missing", tmp_path / "dst", *args)
+    assert code == 2, err
+    assert args[0] in err and "Traceback" not in err and "Error:" not in err
+    assert out == "" and not (tmp_path / "dst").exists()
+
+
+@pytest.mark.parametrize("stdout", ["closed", "full", "gone"])
+def test_a_result_that_cannot_be_written_is_a_failure(tmp_path, stdout):
+    """Stdout closed, on a full disk, or a reader that left (| head): exit 1
+    and a line on stderr saying so, no traceback."""
+    names = []
+    for i in range(3000 if stdout == "gone" else 1):
+        names.append(tmp_path / f"f{i:04d}")
+        names[-1].write_bytes(b"x")
+    argv = [sys.executable, "-m", "gdscp", "read", "--host", "--json", *map(str, names)]
+    if stdout == "closed":
+        proc = subprocess.run(argv, stderr=subprocess.PIPE, text=True, timeout=120, pass_fds=(),
+                              preexec_fn=lambda: os.close(1))
+        err = proc.stderr
+    elif stdout == "full":
+        with open("/dev/full", "w") as full:
+            proc = subprocess.run(argv, stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+        err = proc.stderr
+    else:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc.stdout.read(10)
+        proc.stdout.close()
+        err = proc.stderr.read()
+        proc.wait(120)
+    assert proc.returncode == 1, err
+    assert "cannot write the result" in err and "Traceback" not in err and "Exception ignored" not in err

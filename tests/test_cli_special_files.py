@@ -262,8 +262,12 @@ def test_info_on_a_fifo_does_not_wait_for_a_writer(tmp_path):
 
 
 def test_write_larger_than_the_disk_is_refused_up_front(capsys, tmp_path):
-    code, out, err = cli(capsys, "write", tmp_path / "big", "--size", "9999999P", "--host")
+    code, out, err = cli(capsys, "write", tmp_path / "big", "--size", "8000P", "--host")
     assert code == 1 and "not enough space" in err and "big" in err
+    assert list(tmp_path.iterdir()) == []
+    # Larger than any file can be: a usage error.
+    code, out, err = cli(capsys, "write", tmp_path / "big", "--size", "9999999P", "--host")
+    assert code == 2 and "largest size a file can have" in err
     assert list(tmp_path.iterdir()) == []
 
 

@@ -752,7 +752,7 @@ def _interrupt_copies(big_source, tmp_path, sig: int, iterations: int) -> None:
     print(f"{signal.Signals(sig).name} outcomes (delay, exit status, destination):", outcomes)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["SIGINT", "SIGTERM", "SIGHUP"])
 def test_copy_interrupted(big_source, tmp_path, sig):
     _interrupt_copies(big_source, tmp_path, sig, iterations=4)
 
@@ -812,7 +812,7 @@ def _interrupt_tree_copies(tmp_path, sig: int, iterations: int) -> None:
     print(f"{signal.Signals(sig).name} outcomes (delay, exit status, files complete):", outcomes)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["SIGINT", "SIGTERM", "SIGHUP"])
 def test_tree_copy_interrupted(tmp_path, sig):
     _interrupt_tree_copies(tmp_path, sig, iterations=6)
 

@@ -22,6 +22,8 @@ namespace gdscp {
 
 const char* const kTemporarySuffix = detail::kTempSuffix.data();
 
+bool is_temporary_name(const std::string& name) { return detail::is_temporary_name(name); }
+
 namespace detail {
 namespace {
 

@@ -28,7 +28,7 @@ app = typer.Typer(
     "with NVIDIA GPUDirect Storage (cuFile) where it works, and a parallel pinned POSIX path "
     "where it does not.",
     epilog="Sizes accept 4096, 4K, 64KiB, 1M, 10G, 1.5GiB (K, Ki, KiB = 1024; KB = 1000). "
-    "Exit codes: 0 success, 1 failure, 2 usage error, 130 interrupted.",
+    "Exit codes: 0 success, 1 failure, 2 usage error, 130 interrupted (129/143: SIGHUP/SIGTERM).",
     no_args_is_help=True,
     add_completion=True,
     pretty_exceptions_enable=False,

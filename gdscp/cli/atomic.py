@@ -34,12 +34,12 @@ __all__ = [
 # Temporary files this process made and has neither renamed nor removed yet,
 # with the descriptor that holds each one's lock (None for a symbolic link).
 _pending: dict[str, "int | None"] = {}
-_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 
 
 @contextlib.contextmanager
 def signals_held() -> Iterator[None]:
-    """Hold Ctrl-C and SIGTERM back inside: their Python handlers are deferred
+    """Hold Ctrl-C, SIGTERM and SIGHUP back inside: their Python handlers are deferred
     and run on the way out. (Blocking the signals in this thread would not do:
     the kernel hands a process-directed signal to any thread that has it
     unblocked, and Python then runs the handler in the main thread at once.)"""
@@ -96,8 +96,10 @@ def make_temp_link(target: str, dst: str) -> str:
     """A symbolic link to ``target`` under a temporary name beside ``dst``, recorded
     for ``remove_pending()``."""
     directory = os.path.dirname(os.path.abspath(dst))
+    # The name's own part cut so that the whole fits in 255 bytes, as the engine's temporary files.
+    name = os.fsdecode(os.fsencode(os.path.basename(dst))[: 255 - 10 - len(TEMPORARY_SUFFIX)])
     for _ in range(100):
-        tmp = os.path.join(directory, f".{os.path.basename(dst)}.{os.urandom(4).hex()}{TEMPORARY_SUFFIX}")
+        tmp = os.path.join(directory, f".{name}.{os.urandom(4).hex()}{TEMPORARY_SUFFIX}")
         with signals_held():
             try:
                 os.symlink(target, tmp)

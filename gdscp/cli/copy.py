@@ -127,7 +127,22 @@ class _Copier:
                 jobs.append(_Job("file", src, target, st))
             else:
                 self.problem(f"'{src}' is not a regular file or directory; not copied", src)
-        return jobs
+        return self._once_each(jobs)
+
+    def _once_each(self, jobs: list[_Job]) -> list[_Job]:
+        """As cp: a destination that an earlier source of this command already
+        makes is not overwritten by a later one; the later one fails."""
+        made: dict[str, str] = {}
+        kept = []
+        for job in jobs:
+            if job.kind in ("file", "link"):
+                key = os.path.normpath(os.path.abspath(job.dst))
+                if key in made:
+                    self.problem(f"will not overwrite just-created '{job.dst}' with '{job.src}'", job.src, job.dst)
+                    continue
+                made[key] = job.src
+            kept.append(job)
+        return kept
 
     def _walk(self, src: str, dst: str, st: os.stat_result) -> Iterator[_Job]:
         yield _Job("mkdir", src, dst, st)
@@ -356,6 +371,12 @@ def copy(
                             clean=clean, report=report)
             return
         jobs = copier.plan(srcs, dst)
+        if fail_fast and copier.records:  # a source failed already: copy nothing
+            cancelled = "not copied: an earlier file failed (--fail-fast)"
+            copier.records += [_Record(j.src, j.dst, status="cancelled", error=cancelled) for j in jobs
+                               if j.kind in ("file", "link")]
+            report(out, copier.records, None if host else device, verify, 0.0)
+            return
         files = [j for j in jobs if j.kind == "file"]
         total = sum(j.st.st_size for j in files)
         spread = options.choose_devices(host, device, devices)

@@ -11,7 +11,7 @@ import typer
 
 from .. import defaults
 from .output import Output, UsageError
-from .units import size_option
+from .units import positive_size_option, size_option
 
 __all__ = [
     "CompatModeChoice",
@@ -48,7 +48,7 @@ class CompatModeChoice(str, enum.Enum):
     auto = "auto"
 
 
-def count_option(minimum: int):
+def count_option(minimum: int, maximum: Optional[int] = None):
     """Typer ``parser=`` for whole-number options: bad input is a usage error naming it."""
 
     def parse(text: str) -> int:
@@ -58,16 +58,22 @@ def count_option(minimum: int):
             raise typer.BadParameter(f"{text!r} is not a whole number") from None
         if value < minimum:
             raise typer.BadParameter(f"{value} is below the minimum of {minimum}")
+        if maximum is not None and value > maximum:
+            raise typer.BadParameter(f"{value} is above the maximum of {maximum}")
         return value
 
     return parse
 
 
+# More workers than this only costs memory and start-up: every chunk is
+# already smaller than a worker's share long before.
+MAX_THREADS = 4096
+
 Threads = Annotated[
     Optional[int],
     typer.Option(
         "--threads",
-        parser=count_option(1),
+        parser=count_option(1, MAX_THREADS),
         metavar="N",
         help="Worker threads (default: GDSCP_NUM_THREADS, else one per core, 4 to 32).",
         rich_help_panel=_TUNING,
@@ -136,7 +142,7 @@ ChunkSize = Annotated[
     Optional[int],
     typer.Option(
         "--chunk-size",
-        parser=size_option,
+        parser=positive_size_option,
         metavar="SIZE",
         help="Buffer per transfer; larger files move through in chunks of this size "
         "(default: copy and read 64MiB shared by the workers; write up to 1GiB, at most an eighth of free memory).",

@@ -6,8 +6,8 @@ with ``--json``. Everything else (progress, notes, warnings, errors) goes to
 stderr, so ``gdscp read f --json | jq`` always sees valid JSON.
 
 Exit codes: 0 success, 1 failure (missing file, I/O error, a file not copied),
-2 usage error (bad option value, unknown GPU), 130 interrupted (SIGINT),
-143 terminated (SIGTERM).
+2 usage error (bad option value, unknown GPU), 129 hung up (SIGHUP, unless
+ignored as under nohup), 130 interrupted (SIGINT), 143 terminated (SIGTERM).
 """
 
 from __future__ import annotations
@@ -53,8 +53,12 @@ class Failure(Exception):
 
 
 class Terminated(BaseException):
-    """SIGTERM arrived. A BaseException, like KeyboardInterrupt, so that only
-    cleanup code (``finally``) runs on its way out."""
+    """SIGTERM (or SIGHUP) arrived. A BaseException, like KeyboardInterrupt,
+    so that only cleanup code (``finally``) runs on its way out."""
+
+    def __init__(self, signum: int = signal.SIGTERM):
+        super().__init__(signum)
+        self.signum = int(signum)
 
 
 def _os_message(exc: OSError) -> str:
@@ -84,7 +88,7 @@ _TABLE: list[tuple[type, int, Callable[[Any], str]]] = [
     (CudaError, EXIT_FAILURE, lambda e: f"CUDA error: {e}"),
     (CuFileError, EXIT_FAILURE, lambda e: f"cuFile error: {e}"),
     (KeyboardInterrupt, EXIT_INTERRUPTED, lambda e: "interrupted"),
-    (Terminated, EXIT_TERMINATED, lambda e: "terminated"),
+    (Terminated, EXIT_TERMINATED, lambda e: "hung up" if e.signum == signal.SIGHUP else "terminated"),
 ]
 
 
@@ -93,6 +97,8 @@ def describe(exc: BaseException) -> tuple[str, int]:
     for types, code, message in _TABLE:
         if isinstance(exc, types):
             text = message(exc)
+            if isinstance(exc, Terminated):
+                code = 128 + exc.signum  # as a shell reports the signal
             break
     else:
         # Anything else is unexpected; name its type so that a bug report says something.
@@ -102,21 +108,70 @@ def describe(exc: BaseException) -> tuple[str, int]:
 
 
 @contextlib.contextmanager
+def _stdout_errors() -> Iterator[None]:
+    """A result that cannot be written is a failure of the command, said on
+    stderr: stdout closed, a full disk, a reader gone (``| head``)."""
+    if sys.stdout is None:
+        raise Failure("cannot write the result: standard output is closed")
+    try:
+        yield
+    except OSError as exc:
+        # What is still buffered must not fail again, with a traceback, at exit.
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        raise Failure(f"cannot write the result to standard output: {exc.strerror or exc}") from None
+
+
+def _write_stdout(text: str) -> None:
+    """``text`` to stdout with write(2) itself where stdout is a descriptor:
+    a large write through ``sys.stdout`` to a pipe whose reader has gone can
+    fail without Python raising, and the command would exit 0 with half a
+    document. (``text`` is ASCII: the JSON escapes everything else.)"""
+    sys.stdout.flush()
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a descriptor (captured output)
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    view = memoryview(text.encode("ascii"))
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _stop_jobs() -> None:
+    """Cancel the bulk jobs still running, and wait for them to stop: a
+    signal may land after a job has started and before the command waits on
+    it (where the wait would have cancelled it)."""
+    bulk = sys.modules.get("gdscp.bulk")
+    if bulk is not None:
+        bulk.stop_running_jobs()
+
+
+@contextlib.contextmanager
 def _sigterm_raises() -> Iterator[None]:
-    """While inside, SIGTERM raises ``Terminated`` in the main thread, so that
-    ``finally`` blocks (temporary files, cancelled transfers) run."""
+    """While inside, SIGTERM and SIGHUP (a closed terminal or a dropped ssh login) raise
+    ``Terminated`` in the main thread, so that ``finally`` blocks (temporary
+    files, cancelled transfers) run. A signal ignored on entry (SIGHUP under
+    nohup) stays ignored."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def handler(signum, frame):
-        raise Terminated()
+        raise Terminated(signum)
 
-    previous = signal.signal(signal.SIGTERM, handler)
+    previous = {}
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) is not signal.SIG_IGN:
+            previous[sig] = signal.signal(sig, handler)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 def shown(text: str) -> str:
@@ -179,10 +234,12 @@ class Output:
             raise RuntimeError("a command writes one result")
         self._result_written = True
         if self.json:
-            sys.stdout.write(json.dumps(data, indent=2) + "\n")
-            sys.stdout.flush()
+            with _stdout_errors():
+                _write_stdout(json.dumps(data, indent=2) + "\n")
         elif render is not None and not (self.quiet and data.get("ok", True)):
-            self.stdout.print(render())
+            with _stdout_errors():
+                self.stdout.print(render())
+                sys.stdout.flush()
 
     @property
     def result_written(self) -> bool:
@@ -215,4 +272,5 @@ class Output:
         except BaseException as exc:  # noqa: BLE001 - this is the one place that reports
             if isinstance(exc, (SystemExit, GeneratorExit)):
                 raise
+            _stop_jobs()
             raise typer.Exit(self.fail(exc)) from None

@@ -177,7 +177,7 @@ def _say(out: Output, statuses: list[Status], code: int) -> None:
     for message in messages:
         out.error(message)
     if code in (130, 143):
-        signal = KeyboardInterrupt() if code == 130 else Terminated()
+        signal = KeyboardInterrupt() if code == 130 else Terminated()  # 143: a rank's SIGHUP counts as SIGTERM
         out.fail(signal)
     elif code and out.json and not out.result_written:
         out.result({"command": out.command, "ok": False, "error": messages[0] if messages else "failed",

@@ -18,6 +18,8 @@ __all__ = [
     "SIZE_HELP",
     "parse_size",
     "size_option",
+    "positive_size_option",
+    "MAX_SIZE",
     "format_bytes",
     "format_rate",
     "format_seconds",
@@ -27,12 +29,28 @@ __all__ = [
 SIZE_HELP = f"sizes: {EXAMPLES} (K/Ki/KiB = 1024, KB = 1000)"
 
 
+# The largest size or offset a file can have (off_t).
+MAX_SIZE = 2**63 - 1
+
+
 def size_option(text: str) -> int:
-    """Typer ``parser=`` for size options: bad input becomes a usage error naming it."""
+    """Typer ``parser=`` for size options: bad input, or a size no file can
+    have, becomes a usage error naming it."""
     try:
-        return parse_size(text)
+        value = parse_size(text)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
+    if value > MAX_SIZE:
+        raise typer.BadParameter(f"{text!r} is more than the largest size a file can have (2**63-1 bytes)")
+    return value
+
+
+def positive_size_option(text: str) -> int:
+    """``size_option`` that also refuses 0."""
+    value = size_option(text)
+    if value == 0:
+        raise typer.BadParameter(f"{text!r}: must be at least 1 byte")
+    return value
 
 
 _BINARY_UNITS = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"]

@@ -15,7 +15,8 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from .. import CuFile, memory
+from .. import CuFile, _core, memory
+from ..bulk import clean_temporaries
 from ..page_cache import drop_file_page_cache as drop_cache
 from . import options, ranks
 from .atomic import commit, discard, fsync_dir, make_temp
@@ -134,7 +135,7 @@ def write(
             _write_many(out, paths, size, kind=pattern.value, seed=seed, fsync=fsync, verify=verify,
                         fail_fast=fail_fast, host=host, device=device, devices=devices, threads=threads)
             return
-        path = paths[0]
+        path = _through_link(paths[0])
         directory = _names_a_directory(path)
         if directory:
             raise Failure(f"cannot write '{path}': {directory}")
@@ -179,6 +180,10 @@ def write(
             filled[slot] = True
 
         if special is None:
+            if _core.is_temporary_name(os.path.basename(path)):
+                raise Failure(f"will not write '{path}': its name is that of a gdscp temporary file, which the "
+                              "next run into its directory would remove as a dead run's")
+            clean_temporaries(os.path.dirname(os.path.abspath(path)))  # dead runs' leftovers, as bulk jobs do
             try:
                 target = make_temp(path)
             except OSError as exc:
@@ -338,6 +343,16 @@ def _write_many(out: Output, paths: list[str], size: int, *, kind: str, seed: in
     out.result(data, render)
     if not ok:
         raise typer.Exit(EXIT_FAILURE)
+
+
+def _through_link(path: str) -> str:
+    """Where writing ``path`` goes: a symbolic link's target, as ``copy`` and
+    ``dd`` write through one; a dangling link is refused, as GNU cp refuses it."""
+    if not os.path.islink(path):
+        return path
+    if not os.path.exists(path):
+        raise Failure(f"not writing through dangling symbolic link '{path}'")
+    return os.path.realpath(path)
 
 
 def _names_a_directory(path: str) -> str:

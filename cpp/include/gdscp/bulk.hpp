@@ -152,4 +152,8 @@ std::pair<int, std::string> create_temporary(const std::string& dst);
 // The suffix every temporary file's name ends with.
 extern const char* const kTemporarySuffix;
 
+// Whether a file name (no directory) is a temporary file's, as the cleaner
+// sees it: ".NAME.XXXXXXXX" and the suffix.
+bool is_temporary_name(const std::string& name);
+
 }  // namespace gdscp

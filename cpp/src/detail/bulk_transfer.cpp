@@ -152,6 +152,13 @@ bool open_destination(const TransferContext& cx, Transfer& t, std::string& note)
     throw_os_error(errno, "cannot stat", t.dst);
   }
   t.dir = dir_of(t.dst);
+  {
+    const size_t slash = t.dst.find_last_of('/');
+    if (is_temporary_name(slash == std::string::npos ? t.dst : t.dst.substr(slash + 1)))
+      fail_state("will not write '" + t.dst + "': its name is that of a gdscp temporary file, which the next run "
+                     "into its directory would remove as a dead run's",
+                 t.dst);
+  }
   t.mode = item.mode;
   const struct stat& src = t.src_stat;
   const bool from_source = item.kind == BulkKind::copy;

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
 #include <ctime>
 #include <random>
 
@@ -59,7 +60,10 @@ bool is_temporary_name(std::string_view name) {
 
 TempFile::TempFile(const std::string& dst, unsigned mode) {
   const std::string dir = dir_of(dst);
-  const std::string prefix = dir + "/." + base_of(dst) + ".";
+  // The name's own part cut so that the whole stays within NAME_MAX: a
+  // destination of up to NAME_MAX bytes still has a temporary name.
+  const size_t room = NAME_MAX - (2 + kRandomChars + kTempSuffix.size());
+  const std::string prefix = dir + "/." + base_of(dst).substr(0, room) + ".";
   for (int attempt = 0; attempt < 100; ++attempt) {
     std::string path = prefix + random_chars() + std::string(kTempSuffix);
     int fd;

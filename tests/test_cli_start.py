@@ -190,6 +190,7 @@ def test_copy_loads_neither_numpy_nor_cupy(tmp_path):
         (["gdscp"], False),
     ],
 )
+@pytest.mark.usefixtures("no_mpi_launcher")
 def test_the_driver_loads_beside_the_command_line_only_for_gpu_commands(argv, loads):
     """copy, read and write without --host load the NVIDIA driver (and make
     the GPU's context) on a thread while the command line loads; on a
@@ -202,6 +203,22 @@ def test_the_driver_loads_beside_the_command_line_only_for_gpu_commands(argv, lo
     if thread is not None:
         thread.join(60)
         assert not thread.is_alive()
+
+
+@pytest.fixture
+def no_mpi_launcher(monkeypatch):
+    for name in list(os.environ):
+        if name.startswith(("OMPI_", "PMIX_", "PMI_", "MV2_", "PALS_", "SLURM_")):
+            monkeypatch.delenv(name)
+
+
+def test_no_early_driver_for_a_rank_of_an_mpi_job(monkeypatch):
+    """Its MPI library starts meanwhile and may use the GPU itself."""
+    from gdscp.cli import main
+
+    monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "1")
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "4")
+    assert main._load_gpu_driver(["gdscp", "copy", "a", "b"]) is None
 
 
 def test_the_gpu_named_for_the_early_context():

@@ -312,12 +312,14 @@ def test_interrupting_the_launcher_leaves_no_partial_destination(tmp_path, sig, 
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=_env(GDSCP_MPI_TEST_PAUSE="30"))
     deadline = time.monotonic() + 120
-    while not (dst.exists() and _temporaries(dst)) and time.monotonic() < deadline and proc.poll() is None:
+    seen: list[str] = []
+    while not seen and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.02)
-    if proc.poll() is not None:
-        out, err = proc.communicate()
-        pytest.fail(f"the launcher ended (exit {proc.returncode}) before the copy was seen in flight:\n{err}")
-    assert _temporaries(dst), "the copy never started"
+        seen = _temporaries(dst) if dst.exists() else []
+    if proc.poll() is not None or not _temporaries(dst):
+        proc.terminate()
+        out, err = proc.communicate(timeout=120)
+        pytest.fail(f"the launcher (exit {proc.returncode}) had no copy in flight; seen {seen}:\n{err}")
     time.sleep(0.5)  # the ranks are in their copies
     proc.send_signal(sig)
     _out, err = proc.communicate(timeout=120)

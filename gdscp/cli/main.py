@@ -78,14 +78,19 @@ def _load_gpu_driver(argv: list[str]) -> object:
     make the GPU's context (on an H200 machine a quarter of a second and a
     tenth) on a thread of its own while Python loads the command line; the
     command then finds both made. The GPU: the one ``--device`` names, else
-    the one the command would choose (GPU 0, or an MPI rank's node-local
-    one); none for ``--devices``. Returns the thread (None where the command
-    will not need it). Whatever goes wrong there, the command meets again
-    and reports."""
+    the one the command would choose (GPU 0); none for ``--devices``. Not
+    for one rank of an MPI job, whose MPI library starts up meanwhile and
+    may use the GPU itself. Returns the thread (None where the command will
+    not need it). Whatever goes wrong there, the command meets again and
+    reports."""
     if len(argv) < 2 or argv[1] not in _GPU_COMMANDS:
         return None
     args = argv[2:]
     if any(a in ("--host", "--help", "-h") for a in args):
+        return None
+    from ..mpi.launch import launched  # noqa: PLC0415 - the standard library only
+
+    if launched() is not None:
         return None
     named = _named_device(args)
     import threading  # noqa: PLC0415
@@ -93,13 +98,11 @@ def _load_gpu_driver(argv: list[str]) -> object:
     def load() -> None:
         try:
             from .. import _core  # noqa: PLC0415
-            from ..mpi.launch import node_device  # noqa: PLC0415
 
             info = _core.cuda_info()  # releases the GIL while the driver loads
             if not info["available"] or not info["gpus"] or named is False:
                 return
-            device = node_device(len(info["gpus"])) if named is None else named
-            _core.DeviceBuffer(1, device)  # the context stays, retained for the process
+            _core.DeviceBuffer(1, 0 if named is None else named)  # the context stays, retained for the process
         except BaseException:  # noqa: BLE001, S110 - the command reports it
             pass
 

@@ -758,7 +758,7 @@ def test_copy_interrupted(big_source, tmp_path, sig):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["SIGINT", "SIGTERM", "SIGHUP"])
 def test_copy_interrupted_many_times(big_source, tmp_path, sig):
     _interrupt_copies(big_source, tmp_path, sig, iterations=30)
 
@@ -818,7 +818,7 @@ def test_tree_copy_interrupted(tmp_path, sig):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["SIGINT", "SIGTERM", "SIGHUP"])
 def test_tree_copy_interrupted_many_times(tmp_path, sig):
     _interrupt_tree_copies(tmp_path, sig, iterations=40)
 

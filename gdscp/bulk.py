@@ -79,7 +79,7 @@ class FileResult(NamedTuple):
 
 class BulkProgress(NamedTuple):
     bytes_done: int
-    bytes_total: int  # the sizes known when the job started
+    bytes_total: int  # the sizes given, and those of the files opened so far
     files_done: int  # done or skipped
     files_failed: int
     files_total: int
@@ -530,7 +530,8 @@ def copy_files(
     durable; an existing one keeps its mode (``preserve``: the source's mode
     and times); ``no_clobber`` never replaces one; ``verify`` compares each
     copy, read from storage, with its source before it takes the name.
-    ``sizes``: the sources' sizes if known, for ``progress()``'s total.
+    ``sizes``: the sources' sizes if known, for ``progress()``'s total from
+    the start (without them it counts each file's size once it is opened).
     ``staging``: a device buffer to copy through instead of new memory on
     ``device``. ``devices``: GPUs (or "all") to spread the files and their
     chunks over, each with ``staging_size`` bytes of staging of its own.

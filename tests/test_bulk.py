@@ -872,3 +872,23 @@ def test_bad_numbers_are_refused_before_anything_moves(tmp_path):
     assert job.wait(30) and (tmp_path / "dst").read_bytes() == b"0123456789"
     (result,) = bulk.stream_files([src], ranges=[(3, None)]).results()
     assert (result.status, result.bytes) == ("done", 7)
+
+
+def test_progress_counts_sizes_not_given_once_files_open(tmp_path):
+    """Without ``sizes`` a copy's total grows by each file's size as it is
+    opened, so that a finished job's total is what it moved; sizes given
+    count from the start."""
+    (tmp_path / "dst").mkdir()
+    pairs, total = [], 0
+    for i, size in enumerate([0, 1, 4097, 3 * MiB + 5, 70_000]):
+        src = tmp_path / f"s{i}"
+        src.write_bytes(os.urandom(size))
+        pairs.append((src, tmp_path / "dst" / f"s{i}"))
+        total += size
+    job = gdscp.copy_files(pairs)
+    assert {r.status for r in job.results()} == {"done"}
+    p = job.progress()
+    assert p.bytes_total == p.bytes_done == total
+    job = gdscp.copy_files(pairs, sizes=[os.path.getsize(s) for s, _ in pairs])
+    assert job.progress().bytes_total == total
+    assert job.wait(60) and job.progress().bytes_total == total

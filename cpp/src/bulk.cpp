@@ -120,7 +120,9 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
   std::atomic<uint64_t> bytes_done{0};
   std::atomic<size_t> files_done{0};
   std::atomic<size_t> files_failed{0};
-  uint64_t bytes_total = 0;
+  // The items' sizes where given; a file whose size was not given adds its
+  // own once it is opened.
+  std::atomic<uint64_t> bytes_total{0};
 
   // Files cut into chunks with chunks left to claim, and how many items are
   // being opened (an idle worker waits for those: one may become such a file).
@@ -524,6 +526,7 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
       return;
     }
     record_backends(*t);
+    if (item.size < 0 && t->size > 0) bytes_total.fetch_add(static_cast<uint64_t>(t->size), std::memory_order_relaxed);
     if (t->sequential) {
       opened(nullptr);
       try {
@@ -695,7 +698,7 @@ BulkJob::BulkJob(std::vector<BulkItem> items, const BulkOptions& options, const 
       st->replica_peer[i] = detail::resolve_replicas(item, st->item_mem[i], st->replica_mem[i]) ? 1 : 0;
     if (item.kind != BulkKind::read) ++writers;
     if (item.kind == BulkKind::copy || (item.kind == BulkKind::read && item.buf == 0)) staging_needed = true;
-    if (item.size > 0) st->bytes_total += static_cast<uint64_t>(item.size);
+    if (item.size > 0) st->bytes_total.fetch_add(static_cast<uint64_t>(item.size), std::memory_order_relaxed);
   }
   const size_t G = std::max<size_t>(1, options.devices.size());
   st->groups = G;
@@ -778,7 +781,7 @@ void BulkJob::cancel() {
 BulkProgress BulkJob::progress() const {
   BulkProgress p;
   p.bytes_done = state_->bytes_done.load();
-  p.bytes_total = state_->bytes_total;
+  p.bytes_total = state_->bytes_total.load();
   p.files_done = state_->files_done.load();
   p.files_failed = state_->files_failed.load();
   p.files_total = state_->items.size();

@@ -221,6 +221,7 @@ void define_bulk(nb::module_& m) {
   }, "dst"_a);
   m.attr("TEMPORARY_SUFFIX") = kTemporarySuffix;
   m.def("is_temporary_name", [](const FsPath& name) { return is_temporary_name(name.value); }, "name"_a);
+  m.def("temporary_name", [](const FsPath& dst) { return fs_text(temporary_name(dst.value)); }, "dst"_a);
 }
 
 }  // namespace gdscp::bindings

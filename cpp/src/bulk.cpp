@@ -24,6 +24,8 @@ const char* const kTemporarySuffix = detail::kTempSuffix.data();
 
 bool is_temporary_name(const std::string& name) { return detail::is_temporary_name(name); }
 
+std::string temporary_name(const std::string& dst) { return detail::temporary_name(dst); }
+
 namespace detail {
 namespace {
 

@@ -19,7 +19,8 @@ import signal
 import threading
 from typing import Iterator
 
-from ..bulk import TEMPORARY_SUFFIX, create_temporary
+from .. import _core
+from ..bulk import create_temporary
 
 __all__ = [
     "commit",
@@ -95,11 +96,9 @@ def make_temp(dst: str) -> str:
 def make_temp_link(target: str, dst: str) -> str:
     """A symbolic link to ``target`` under a temporary name beside ``dst``, recorded
     for ``remove_pending()``."""
-    directory = os.path.dirname(os.path.abspath(dst))
-    # The name's own part cut so that the whole fits in 255 bytes, as the engine's temporary files.
-    name = os.fsdecode(os.fsencode(os.path.basename(dst))[: 255 - 10 - len(TEMPORARY_SUFFIX)])
+    dst = os.path.abspath(dst)
     for _ in range(100):
-        tmp = os.path.join(directory, f".{name}.{os.urandom(4).hex()}{TEMPORARY_SUFFIX}")
+        tmp = _core.temporary_name(dst)  # named as the engine names its temporary files
         with signals_held():
             try:
                 os.symlink(target, tmp)
@@ -107,7 +106,7 @@ def make_temp_link(target: str, dst: str) -> str:
                 continue
             _pending[tmp] = None
         return tmp
-    raise FileExistsError(errno.EEXIST, "no free temporary name", directory)
+    raise FileExistsError(errno.EEXIST, "no free temporary name", os.path.dirname(dst))
 
 
 def commit(tmp: str, dst: str) -> None:

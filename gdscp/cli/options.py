@@ -246,7 +246,6 @@ def chunk_size(requested: Optional[int], largest: int, device: Optional[int], bu
     from .. import memory  # noqa: PLC0415
 
     if requested is not None:
-        _check_chunk_size(requested)
         return max(1, min(requested, largest)) if largest else 1
     cap = min(1 << 30, max(memory.available_bytes(device) // (8 * buffers), 16 << 20))
     cap -= cap % memory.PAGE_SIZE
@@ -259,13 +258,7 @@ def staging_size(requested: Optional[int], gpus: int = 1) -> Optional[int]:
     without the option: the job's default)."""
     if requested is None:
         return None
-    _check_chunk_size(requested)
     return requested * max(1, int(defaults.get("num_threads")) // gpus)
-
-
-def _check_chunk_size(requested: int) -> None:
-    if requested == 0:
-        raise UsageError("--chunk-size must be at least 1 byte")
 
 
 def check_path(path: str, what: str = "path") -> str:

@@ -118,7 +118,9 @@ def _stdout_errors() -> Iterator[None]:
     except OSError as exc:
         # What is still buffered must not fail again, with a traceback, at exit.
         try:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, sys.stdout.fileno())
+            os.close(null)
         except (OSError, ValueError):
             pass
         raise Failure(f"cannot write the result to standard output: {exc.strerror or exc}") from None

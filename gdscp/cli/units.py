@@ -12,6 +12,7 @@ import math
 import typer
 from rich import filesize
 
+from .._args import MAX_OFFSET
 from .._sizes import EXAMPLES, parse_size
 
 __all__ = [
@@ -19,7 +20,6 @@ __all__ = [
     "parse_size",
     "size_option",
     "positive_size_option",
-    "MAX_SIZE",
     "format_bytes",
     "format_rate",
     "format_seconds",
@@ -29,10 +29,6 @@ __all__ = [
 SIZE_HELP = f"sizes: {EXAMPLES} (K/Ki/KiB = 1024, KB = 1000)"
 
 
-# The largest size or offset a file can have (off_t).
-MAX_SIZE = 2**63 - 1
-
-
 def size_option(text: str) -> int:
     """Typer ``parser=`` for size options: bad input, or a size no file can
     have, becomes a usage error naming it."""
@@ -40,7 +36,7 @@ def size_option(text: str) -> int:
         value = parse_size(text)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
-    if value > MAX_SIZE:
+    if value > MAX_OFFSET:  # the largest size a file can have (off_t)
         raise typer.BadParameter(f"{text!r} is more than the largest size a file can have (2**63-1 bytes)")
     return value
 

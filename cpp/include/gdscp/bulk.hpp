@@ -156,4 +156,8 @@ extern const char* const kTemporarySuffix;
 // sees it: ".NAME.XXXXXXXX" and the suffix.
 bool is_temporary_name(const std::string& name);
 
+// A new temporary name beside `dst`, not made: for callers that make
+// something other than a file under it (a symbolic link).
+std::string temporary_name(const std::string& dst);
+
 }  // namespace gdscp

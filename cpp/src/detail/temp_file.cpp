@@ -58,14 +58,15 @@ bool is_temporary_name(std::string_view name) {
   return name[name.size() - kTempSuffix.size() - kRandomChars - 1] == '.';
 }
 
-TempFile::TempFile(const std::string& dst, unsigned mode) {
-  const std::string dir = dir_of(dst);
-  // The name's own part cut so that the whole stays within NAME_MAX: a
-  // destination of up to NAME_MAX bytes still has a temporary name.
+std::string temporary_name(const std::string& dst) {
+  // A destination of up to NAME_MAX bytes still has a temporary name.
   const size_t room = NAME_MAX - (2 + kRandomChars + kTempSuffix.size());
-  const std::string prefix = dir + "/." + base_of(dst).substr(0, room) + ".";
+  return dir_of(dst) + "/." + base_of(dst).substr(0, room) + "." + random_chars() + std::string(kTempSuffix);
+}
+
+TempFile::TempFile(const std::string& dst, unsigned mode) {
   for (int attempt = 0; attempt < 100; ++attempt) {
-    std::string path = prefix + random_chars() + std::string(kTempSuffix);
+    std::string path = temporary_name(dst);
     int fd;
     do {
       fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, static_cast<mode_t>(mode));

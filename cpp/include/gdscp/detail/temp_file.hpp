@@ -21,6 +21,11 @@ std::string dir_of(const std::string& path);
 // Whether `name` (a file name, no directory) is one of ours.
 bool is_temporary_name(std::string_view name);
 
+// A new temporary name beside `dst` (not made): ".NAME." + 8 random
+// characters + the suffix, NAME cut short so that the whole stays within
+// NAME_MAX.
+std::string temporary_name(const std::string& dst);
+
 class TempFile {
  public:
   TempFile() = default;

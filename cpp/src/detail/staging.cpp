@@ -137,6 +137,12 @@ void prepare_staging(int ordinal, const Settings& s, size_t workers) {
   };
   auto done = std::make_shared<Done>();
   done->left = buffers;
+  // The first error moves to the waiter, which moves it out in turn: the
+  // exception it rethrows is then referenced only from its own thread. A
+  // worker or the last owner of `done` dropping a copy later would be ordered
+  // correctly by the exception's reference count, but that count lives in
+  // the uninstrumented C++ runtime, so ThreadSanitizer reports the free as a
+  // race with the waiter's reading of the message.
   std::vector<std::function<void()>> tasks(buffers, [&drv, ctx, &staging, piece, done] {
     std::exception_ptr error;
     try {
@@ -147,13 +153,17 @@ void prepare_staging(int ordinal, const Settings& s, size_t workers) {
       error = std::current_exception();
     }
     std::lock_guard<std::mutex> lock(done->mutex);
-    if (error && !done->error) done->error = error;
+    if (error && !done->error) done->error = std::move(error);
     if (--done->left == 0) done->cv.notify_all();
   });
   pool.submit_many(std::move(tasks));
-  std::unique_lock<std::mutex> lock(done->mutex);
-  done->cv.wait(lock, [&] { return done->left == 0; });
-  if (done->error) std::rethrow_exception(done->error);
+  std::exception_ptr error;
+  {
+    std::unique_lock<std::mutex> lock(done->mutex);
+    done->cv.wait(lock, [&] { return done->left == 0; });
+    error = std::move(done->error);
+  }
+  if (error) std::rethrow_exception(error);
 }
 
 StageFill file_fill(const File& f, const Settings& s) {

@@ -31,8 +31,10 @@ void arm_fault(const std::string& op, long skip, long count, int err) {
   if (op == "pread") which = Op::pread;
   else if (op == "pwrite") which = Op::pwrite;
   else if (op == "land") which = Op::land;  // the first byte of what a bulk job's verify checks is flipped
-  else throw nb::value_error("op must be 'pread', 'pwrite' or 'land'");
-  if (err == 0 && which != Op::pread) throw nb::value_error("only a pread can read nothing (errno 0)");
+  else if (op == "copy_file_range") which = Op::kernel_copy;
+  else throw nb::value_error("op must be 'pread', 'pwrite', 'land' or 'copy_file_range'");
+  if (err == 0 && which != Op::pread && which != Op::kernel_copy)
+    throw nb::value_error("only a pread or a copy_file_range can move nothing (errno 0)");
   detail::fault::arm(which, skip, count, err == 0 ? detail::fault::kEndOfFile : err);
 }
 
@@ -79,8 +81,8 @@ bool mapped_copy(int fd, nb::handle dst, int64_t file_offset) {
 void define_testing(nb::module_& core) {
   nb::module_ t = core.def_submodule("testing", "Test hooks (tests/ only): not part of gdscp's interface");
   t.def("arm_fault", &arm_fault, "op"_a, "skip"_a, "count"_a, "errno"_a,
-        "After `skip` more successful pread (or pwrite) calls, fail the next `count` with `errno` (0: a pread "
-        "reads nothing, as at end of file).");
+        "After `skip` more successful calls of `op` (pread, pwrite, land, copy_file_range), fail the next "
+        "`count` with `errno` (0: a pread or copy_file_range moves nothing, as at end of file).");
   t.def("disarm_fault", &detail::fault::disarm);
   t.def("mapped_read_bytes", &detail::mapped_read_bytes, "Bytes copied by mapped reads since the process started.");
   t.def("pinned_bytes", [] { return detail::BufferPool::pinned().bytes_allocated(); },

@@ -73,7 +73,7 @@ class FileResult(NamedTuple):
     errno: Optional[int]  # the OS error number of an OS failure
     read_backend: Optional[str]  # "posix" or "cufile"
     write_backend: Optional[str]
-    backend_reason: Optional[str]  # why device memory took that backend
+    backend_reason: Optional[str]  # why device memory took that backend; how a host copy moved its bytes
     note: Optional[str]  # why a file was skipped: "exists", or "appeared" during the copy
 
 
@@ -526,7 +526,10 @@ def copy_files(
 ) -> BulkJob:
     """Copy each ``(src, dst)`` file, through GPU ``device``'s memory (storage
     -> GPU -> storage) or, with None, host memory; ``staging_size`` bytes of
-    it in all. Each destination appears only complete and (with ``fsync``)
+    it in all. Without a GPU, regular files are copied inside the kernel
+    (``copy_file_range``, as cp does; the result's ``backend_reason`` says
+    so), through host memory where the kernel cannot or O_DIRECT was asked
+    for (``direct_io="on"``). Each destination appears only complete and (with ``fsync``)
     durable; an existing one keeps its mode (``preserve``: the source's mode
     and times); ``no_clobber`` never replaces one; ``verify`` compares each
     copy, read from storage, with its source before it takes the name.

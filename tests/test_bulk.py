@@ -188,6 +188,86 @@ def test_copies_of_every_size(tmp_path, small_chunks):
     assert temporaries(tmp_path) == []
 
 
+KERNEL = "copied inside the kernel (copy_file_range)"
+
+
+def kernel_copies(folder: Path) -> bool:
+    """Whether the kernel copies between two files of `folder` (copy_file_range)."""
+    a, b = folder / "probe.a", folder / "probe.b"
+    a.write_bytes(b"x" * 4096)
+    try:
+        with open(a, "rb") as fa, open(b, "wb") as fb:
+            return os.copy_file_range(fa.fileno(), fb.fileno(), 4096) == 4096
+    except OSError:
+        return False
+    finally:
+        a.unlink()
+        b.unlink(missing_ok=True)
+
+
+def test_host_copies_go_inside_the_kernel(tmp_path, small_chunks):
+    """Copies through host memory of regular files are made by the kernel
+    (copy_file_range, as cp does), every size exact, a file of many chunks
+    included; the result says how. Asked for O_DIRECT, the bytes go through
+    memory instead (the kernel's copy would go through the page cache)."""
+    if not kernel_copies(tmp_path):
+        pytest.skip("the kernel cannot copy_file_range on this filesystem")
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    src.mkdir()
+    dst.mkdir()
+    files = files_of(src, SIZES + [9 * MiB + 5])
+    for direct_io, kernel in (("auto", True), ("on", False)):
+        pairs = [(p, str(dst / f"{direct_io}-{os.path.basename(p)}")) for p, _ in files]
+        with gdscp.defaults.set("direct_io", direct_io):
+            results = gdscp.copy_files(pairs, staging_size=256 * KiB).results()
+        for (_, d), (_, data), r in zip(pairs, files, results):
+            assert (r.status, r.bytes) == ("done", len(data)) and Path(d).read_bytes() == data, d
+            if data:  # an empty file is read front to back, as a procfs file is
+                assert (r.backend_reason == KERNEL) == kernel, (d, r.backend_reason)
+    assert temporaries(tmp_path) == []
+
+
+def test_a_kernel_that_stops_copying_leaves_the_rest_to_memory(tmp_path, small_chunks):
+    """When copy_file_range fails part way (a filesystem that cannot, an
+    error), the rest of the file goes through memory: every byte lands, and
+    the result tells how many the kernel copied."""
+    if not kernel_copies(tmp_path):
+        pytest.skip("the kernel cannot copy_file_range on this filesystem")
+    data = random_bytes(5 * MiB + 3, 11)
+    (tmp_path / "a").write_bytes(data)
+    for err in (errno.EXDEV, errno.EIO, 0):  # 0: the kernel copies nothing, as at the end of the file
+        out = tmp_path / f"b-{err}"
+        _core.testing.arm_fault("copy_file_range", 3, 1, err)
+        try:
+            (r,) = gdscp.copy_files([(tmp_path / "a", out)]).results()
+        finally:
+            _core.testing.disarm_fault()
+        assert (r.status, r.bytes) == ("done", len(data)) and out.read_bytes() == data
+        kernel, _, rest = r.backend_reason.partition(" of ")
+        assert 3 * 64 * KiB <= int(kernel) < len(data), r.backend_reason
+        assert rest == f"{len(data)} bytes copied inside the kernel (copy_file_range), the rest through host memory"
+    assert temporaries(tmp_path) == []
+
+
+@pytest.mark.parametrize("path", ["/sys/kernel/mm/transparent_hugepage/enabled", "/sys/kernel/profiling",
+                                  "/proc/self/mountinfo", "/proc/cpuinfo"])
+def test_copies_of_kernel_files_whose_size_says_nothing(tmp_path, path):
+    """sysfs gives a size of 4096 to an attribute of a few bytes, procfs 0 to
+    files with content: they are copied to their end, as cp copies them."""
+    if not os.path.isfile(path):
+        pytest.skip(f"{path} is not here")
+    with open(path, "rb") as f:
+        want = f.read()
+    (r,) = gdscp.copy_files([(path, tmp_path / "out")]).results()
+    assert r.status == "done", r.error
+    got = (tmp_path / "out").read_bytes()
+    if "self" in path:  # another process's mounts: compare what does not change
+        assert got.splitlines()[0] == want.splitlines()[0]
+    else:
+        assert got == want
+    assert r.bytes == len(got) and temporaries(tmp_path) == []
+
+
 def test_copies_preserve_no_clobber_and_existing_modes(tmp_path):
     (a, da), (b, db) = files_of(tmp_path, [5000, 7000])
     os.chmod(a, 0o751)

@@ -1,6 +1,7 @@
 #include "gdscp/detail/fault.hpp"
 
 #include <atomic>
+#include <initializer_list>
 
 namespace gdscp::detail::fault {
 namespace {
@@ -10,7 +11,7 @@ struct Slot {
   std::atomic<long> count{0};
   std::atomic<int> err{0};
 };
-Slot slots[3];
+Slot slots[4];
 }  // namespace
 
 void arm(Op op, long skip, long count, int err) noexcept {
@@ -23,6 +24,12 @@ void arm(Op op, long skip, long count, int err) noexcept {
 
 void disarm() noexcept {
   for (auto& s : slots) s.armed = false;
+}
+
+bool io_armed() noexcept {
+  for (Op op : {Op::pread, Op::pwrite, Op::land})
+    if (slots[static_cast<int>(op)].armed.load(std::memory_order_relaxed)) return true;
+  return false;
 }
 
 int check(Op op) noexcept {

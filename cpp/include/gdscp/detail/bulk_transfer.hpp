@@ -85,6 +85,11 @@ struct Transfer {
   // The work: `size` bytes from `offset` (sequential: at most `size`, -1 no
   // limit), and for a file moved by several workers the chunks they claim.
   bool sequential = false;
+  // A copy of a regular file through host memory goes inside the kernel
+  // (copy_file_range) until the kernel declines; the bytes it copied.
+  std::atomic<bool> kernel_copy{false};
+  std::atomic<uint64_t> kernel_bytes{0};
+  bool early_writeback = false;  // each chunk's writeback starts once the kernel copied it
   int64_t offset = 0;
   int64_t size = 0;
   std::vector<Chunk> chunks;

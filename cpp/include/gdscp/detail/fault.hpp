@@ -6,7 +6,8 @@
 namespace gdscp::detail::fault {
 
 // land: bytes a bulk job checks with verify, in host memory (flipped instead of failing).
-enum class Op { pread = 0, pwrite = 1, land = 2 };
+// kernel_copy: a copy_file_range of a bulk copy (the kernel declines with the errno).
+enum class Op { pread = 0, pwrite = 1, land = 2, kernel_copy = 3 };
 
 // The "errno" that makes a pread read nothing, as at end of file.
 constexpr int kEndOfFile = -1;
@@ -14,6 +15,9 @@ constexpr int kEndOfFile = -1;
 // After `skip` more successful calls of `op`, the next `count` calls fail with `err`.
 void arm(Op op, long skip, long count, int err) noexcept;
 void disarm() noexcept;
+// Whether a pread, pwrite or land fault is armed: a copy inside the kernel,
+// which bypasses them, steps aside then, so that the fault lands where aimed.
+bool io_armed() noexcept;
 // Called before each read or write system call (posix_io.cpp) and before a
 // mapped copy, which stands in for a read (mapped_read.cpp); returns the errno
 // to fail with (kEndOfFile: to read nothing), or 0.

@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno
 import os
 import random
+import shutil
 import signal
 import stat
 import subprocess
@@ -927,6 +928,58 @@ def test_a_dangling_symbolic_link_is_not_written_through(tmp_path):
     (result,) = gdscp.write_files([b"x"], [tmp_path / "dangling"]).results()
     assert result.status == "failed" and not (tmp_path / "missing").exists()
     assert not [n for n in os.listdir(tmp_path) if n.endswith(bulk.TEMPORARY_SUFFIX)]
+
+
+_READ_ONLY = r"""
+import os, sys, gdscp
+from gdscp import bulk
+d = sys.argv[1]
+src, dst, new = (os.path.join(d, n) for n in ("src", "dst", "new"))
+(r,) = gdscp.copy_files([(src, dst)]).results()
+assert r.status == "failed" and r.errno == 13 and f"cannot overwrite '{dst}'" in r.error, r
+(r,) = gdscp.write_files([b"x" * 5000], [dst]).results()
+assert r.status == "failed" and r.errno == 13, r
+try:
+    bulk.create_temporary(dst)
+except PermissionError as exc:
+    assert "cannot overwrite" in str(exc)
+else:
+    raise AssertionError("create_temporary made a temporary file to replace a read-only file")
+(r,) = gdscp.copy_files([(src, new)]).results()  # a new name is no one's file: copied
+assert r.status == "done", r
+"""
+
+
+def _without_write_override(argv: list[str]) -> list[str]:
+    """argv run as a process that file permissions bind: as it is for a user,
+    without CAP_DAC_OVERRIDE for root (which would write any file)."""
+    if os.geteuid() != 0:
+        return argv
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("root, and no setpriv to drop CAP_DAC_OVERRIDE with")
+    return [setpriv, "--inh-caps=-dac_override", "--bounding-set=-dac_override", *argv]
+
+
+def test_a_destination_without_write_permission_is_not_replaced(tmp_path):
+    """cp refuses to copy over a file it may not write (to all but root); so
+    do copy_files, write_files, create_temporary and the command line, though
+    a rename in a writable directory would replace it. The file stays as it
+    was, and no temporary file is left."""
+    (tmp_path / "src").write_bytes(b"new bytes")
+    (tmp_path / "dst").write_bytes(b"old")
+    os.chmod(tmp_path / "dst", 0o444)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run(_without_write_override([sys.executable, "-c", _READ_ONLY, str(tmp_path)]),
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    for command in (["copy", "--host", str(tmp_path / "src"), str(tmp_path / "dst")],
+                    ["write", "--host", str(tmp_path / "dst"), "--size", "1K"]):
+        done = subprocess.run(_without_write_override([sys.executable, "-m", "gdscp", *command]),
+                              capture_output=True, text=True, timeout=120, env=env)
+        assert done.returncode == 1 and "Permission denied" in done.stderr, (command, done.stderr)
+    assert (tmp_path / "dst").read_bytes() == b"old" and (tmp_path / "new").read_bytes() == b"new bytes"
+    assert temporaries(tmp_path) == []
 
 
 def test_bad_numbers_are_refused_before_anything_moves(tmp_path):

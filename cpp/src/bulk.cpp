@@ -818,6 +818,7 @@ std::vector<uint64_t> BulkJob::group_bytes() const {
 size_t clean_temporaries(const std::string& dir) { return detail::clean_temporaries(dir); }
 
 std::pair<int, std::string> create_temporary(const std::string& dst) {
+  detail::check_replaceable(dst);
   detail::TempFile tmp(dst);
   std::string path = tmp.path();
   return {tmp.release(), std::move(path)};

@@ -147,6 +147,7 @@ size_t clean_temporaries(const std::string& dir);
 
 // A new locked temporary file beside `dst`, for callers that write it
 // themselves: (descriptor, path). The lock lives as long as the descriptor.
+// Refused (EACCES) where `dst` exists and may not be written, as cp refuses it.
 std::pair<int, std::string> create_temporary(const std::string& dst);
 
 // The suffix every temporary file's name ends with.

@@ -229,6 +229,7 @@ bool open_destination(const TransferContext& cx, Transfer& t, std::string& note)
       t.own_dst_fd = true;
       return true;
     }
+    if (cx.opt.atomic) check_replaceable(t.dst);
     if (item.keep_mode && !(from_source && cx.opt.preserve)) t.mode = static_cast<int>(st.st_mode & 07777);
   }
   if (t.mode < 0) t.mode = static_cast<int>(0666 & ~cx.umask);

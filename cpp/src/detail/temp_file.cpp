@@ -64,6 +64,11 @@ std::string temporary_name(const std::string& dst) {
   return dir_of(dst) + "/." + base_of(dst).substr(0, room) + "." + random_chars() + std::string(kTempSuffix);
 }
 
+void check_replaceable(const std::string& dst) {
+  if (::faccessat(AT_FDCWD, dst.c_str(), W_OK, AT_EACCESS) != 0 && errno == EACCES)
+    throw_os_error(EACCES, "cannot overwrite", dst);
+}
+
 TempFile::TempFile(const std::string& dst, unsigned mode) {
   for (int attempt = 0; attempt < 100; ++attempt) {
     std::string path = temporary_name(dst);

@@ -26,6 +26,12 @@ bool is_temporary_name(std::string_view name);
 // NAME_MAX.
 std::string temporary_name(const std::string& dst);
 
+// Throws EACCES ("cannot overwrite") when `dst` exists and this process may
+// not write to it. cp writes into an existing file, which a file without
+// write permission refuses (to all but root); a temporary file renamed over
+// it would replace it all the same.
+void check_replaceable(const std::string& dst);
+
 class TempFile {
  public:
   TempFile() = default;

@@ -434,8 +434,13 @@ def report(out: Output, records: list[_Record], where: Optional[int], verify: bo
 
     def render() -> Table:
         on_ranks = f" on each of {data['ranks']} ranks" if data.get("ranks") else ""
-        name = options.memory_name(where) if spread is None else options.devices_name(spread)
-        table = Table(title=f"copy through {name}{on_ranks}", title_justify="left")
+        if spread is not None:
+            how = f"through {options.devices_name(spread)}"
+        elif where is not None:
+            how = f"through {options.memory_name(where)}"
+        else:  # regular files inside the kernel, the rest through host memory
+            how = "without a GPU"
+        table = Table(title=f"copy {how}{on_ranks}", title_justify="left")
         for name in ("copied", "skipped", "failed", "bytes", "time", "rate"):
             table.add_column(name, justify="right")
         table.add_row(str(len(copied)), str(len(skipped)), str(len(failed)), format_bytes(nbytes),

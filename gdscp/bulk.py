@@ -528,8 +528,8 @@ def copy_files(
     -> GPU -> storage) or, with None, host memory; ``staging_size`` bytes of
     it in all. Without a GPU, regular files are copied inside the kernel
     (``copy_file_range``, as cp does; the result's ``backend_reason`` says
-    so), through host memory where the kernel cannot or O_DIRECT was asked
-    for (``direct_io="on"``). Each destination appears only complete and (with ``fsync``)
+    so) and a sparse file's holes are kept, through host memory where the
+    kernel cannot or O_DIRECT was asked for (``direct_io="on"``). Each destination appears only complete and (with ``fsync``)
     durable; an existing one keeps its mode (``preserve``: the source's mode
     and times); ``no_clobber`` never replaces one; ``verify`` compares each
     copy, read from storage, with its source before it takes the name.

@@ -250,6 +250,53 @@ def test_a_kernel_that_stops_copying_leaves_the_rest_to_memory(tmp_path, small_c
     assert temporaries(tmp_path) == []
 
 
+def sparse_file(path: Path, size: int, extents: list[tuple[int, int]], seed: int) -> bytes:
+    """A file of `size` bytes with random data at each (offset, length) of
+    `extents` and holes elsewhere; returns its bytes."""
+    content = bytearray(size)
+    with open(path, "wb") as f:
+        for i, (offset, length) in enumerate(extents):
+            data = random_bytes(length, seed + i)
+            f.seek(offset)
+            f.write(data)
+            content[offset:offset + length] = data
+        f.truncate(size)
+    return bytes(content)
+
+
+@pytest.mark.parametrize("layout", [
+    [(0, MiB), (21 * MiB + 5, PAGE + 7)],          # data, hole, data, a hole to the end
+    [(3 * MiB + 1, 2 * PAGE)],                      # a hole first
+    [],                                             # nothing but a hole
+    [(0, 64 * KiB), (96 * KiB, 200 * KiB), (MiB - 3, 10)],  # runs across chunk edges
+])
+def test_sparse_files_stay_sparse(tmp_path, small_chunks, layout):
+    """A copy without a GPU of a sparse file copies its data and keeps its
+    holes, as cp does: every byte equal (the holes read as zeros), and the
+    copy holds no more blocks than its source. With O_DIRECT asked for, or
+    the kernel failing part way, the bytes are still exact."""
+    size = 30 * MiB
+    data = sparse_file(tmp_path / "src", size, layout, seed=len(layout))
+    src_blocks = os.stat(tmp_path / "src").st_blocks * 512
+    if src_blocks >= size // 2:
+        pytest.skip("this filesystem does not keep holes")
+    (r,) = gdscp.copy_files([(tmp_path / "src", tmp_path / "dst")], staging_size=256 * KiB).results()
+    assert (r.status, r.bytes) == ("done", size) and (tmp_path / "dst").read_bytes() == data, r
+    assert os.stat(tmp_path / "dst").st_blocks * 512 <= src_blocks + 64 * KiB
+    if layout:  # (a file of nothing but a hole has no byte to say how it moved)
+        assert r.backend_reason.endswith("holes kept"), r.backend_reason
+    with gdscp.defaults.set("direct_io", "on"):
+        (r,) = gdscp.copy_files([(tmp_path / "src", tmp_path / "dense")]).results()
+    assert r.status == "done" and (tmp_path / "dense").read_bytes() == data
+    _core.testing.arm_fault("copy_file_range", 1, 1, errno.EXDEV)
+    try:
+        (r,) = gdscp.copy_files([(tmp_path / "src", tmp_path / "mixed")], staging_size=256 * KiB).results()
+    finally:
+        _core.testing.disarm_fault()
+    assert r.status == "done" and (tmp_path / "mixed").read_bytes() == data
+    assert temporaries(tmp_path) == []
+
+
 @pytest.mark.parametrize("path", ["/sys/kernel/mm/transparent_hugepage/enabled", "/sys/kernel/profiling",
                                   "/proc/self/mountinfo", "/proc/cpuinfo"])
 def test_copies_of_kernel_files_whose_size_says_nothing(tmp_path, path):

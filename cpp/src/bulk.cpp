@@ -198,11 +198,14 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
       r.bytes = t.bytes.load();
       r.seconds = t.seconds;
       r.note = note;
-      if (const uint64_t k = t.kernel_bytes.load(); k > 0)
-        r.backend_reason = k >= r.bytes ? "copied inside the kernel (copy_file_range)"
-                                        : std::to_string(k) + " of " + std::to_string(r.bytes) +
-                                              " bytes copied inside the kernel (copy_file_range), the rest "
-                                              "through host memory";
+      if (const uint64_t k = t.kernel_bytes.load(); k > 0) {
+        const uint64_t m = t.memory_bytes.load();
+        r.backend_reason = m == 0 ? "copied inside the kernel (copy_file_range)"
+                                  : std::to_string(k) + " of " + std::to_string(k + m) +
+                                        " bytes copied inside the kernel (copy_file_range), the rest through host "
+                                        "memory";
+        if (t.sparse) r.backend_reason += "; holes kept";
+      }
     }
     files_done.fetch_add(1);
   }

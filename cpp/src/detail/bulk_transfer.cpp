@@ -520,6 +520,12 @@ std::shared_ptr<Transfer> open_transfer(const TransferContext& cx, size_t index,
                    S_ISREG(t->src_stat.st_mode) && cx.s.direct_io != DirectIO::on && !fault::io_armed();
   // Its pages go to the disk while the rest is copied, not all at the fsync.
   t->early_writeback = t->kernel_copy && cx.opt.sync != BulkSync::none && t->size >= kWritebackMin;
+  // As cp keeps a sparse file sparse (a disk image, a preallocated
+  // checkpoint): copies without a GPU skip the holes.
+  if (t->kernel_copy && !t->part && t->size > 0 && t->src_stat.st_blocks * 512 < t->size) {
+    if (::ftruncate(t->dst_fd, t->size) != 0) throw_os_error(errno, "cannot size", t->dst);
+    t->sparse = true;
+  }
   if (t->sequential && !t->replicas.empty())
     fail_state("cannot replicate '" + item.src + "': it has no size (a FIFO or procfs file is read front to back)",
                item.src);
@@ -618,9 +624,35 @@ size_t copy_chunk(const TransferContext& cx, Transfer& t, const MemoryTarget& me
     const int64_t at = off + static_cast<int64_t>(done);
     const size_t got = read_chunk(cx, t, mem, staging, at, n - done);
     write_chunk(cx, t, mem, staging, at, got);
+    t.memory_bytes.fetch_add(got, std::memory_order_relaxed);
     done += got;
   }
   return done;
+}
+
+// A chunk of a sparse source: each run of data in [off, off + n) copied,
+// the holes left as the destination has them (it was sized to the whole
+// file). Returns n, or where the source now ends if it ended inside the chunk.
+size_t copy_sparse_chunk(const TransferContext& cx, Transfer& t, const MemoryTarget& mem, char* staging, int64_t off,
+                         size_t n) {
+  const int fd = t.source_fd();
+  const int64_t end = off + static_cast<int64_t>(n);
+  int64_t pos = off;
+  while (pos < end) {
+    const off_t data = ::lseek(fd, pos, SEEK_DATA);
+    if (data < 0 && errno != ENXIO) return (pos - off) + copy_chunk(cx, t, mem, staging, pos, end - pos);
+    if (data < 0 || data >= end) break;  // ENXIO: no data from pos to the end of the file
+    off_t hole = ::lseek(fd, data, SEEK_HOLE);
+    if (hole < 0) hole = end;
+    const size_t len = static_cast<size_t>(std::min<int64_t>(hole, end) - data);
+    const size_t got = copy_chunk(cx, t, mem, staging, data, len);
+    if (got < len) return static_cast<size_t>(data - off) + got;
+    pos = data + static_cast<int64_t>(len);
+  }
+  // The rest is a hole, unless the source was cut short meanwhile.
+  struct stat st {};
+  if (::fstat(fd, &st) == 0 && st.st_size < end) return static_cast<size_t>(std::max<int64_t>(st.st_size - off, 0));
+  return n;
 }
 
 }  // namespace
@@ -635,7 +667,8 @@ void move_chunk(const TransferContext& cx, Transfer& t, size_t index, BulkWorker
   } else if (item.kind == BulkKind::write) {
     write_chunk(cx, t, mem, reinterpret_cast<const char*>(item.buf) + c.buf_offset, c.file_offset, n);
   } else if (item.kind == BulkKind::copy && !mem.device) {
-    const size_t got = copy_chunk(cx, t, mem, w.staging(), c.file_offset, n);
+    const size_t got = t.sparse ? copy_sparse_chunk(cx, t, mem, w.staging(), c.file_offset, n)
+                                : copy_chunk(cx, t, mem, w.staging(), c.file_offset, n);
     if (got < n) truncated(t, c.file_offset + static_cast<int64_t>(got));
     n = got;
   } else {

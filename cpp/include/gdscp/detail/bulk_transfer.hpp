@@ -89,7 +89,11 @@ struct Transfer {
   // (copy_file_range) until the kernel declines; the bytes it copied.
   std::atomic<bool> kernel_copy{false};
   std::atomic<uint64_t> kernel_bytes{0};
+  std::atomic<uint64_t> memory_bytes{0};  // the bytes of such a copy that went through host memory
   bool early_writeback = false;  // each chunk's writeback starts once the kernel copied it
+  // A sparse source (fewer blocks than its size) copied through host memory:
+  // only its data is copied, its holes stay holes (the destination is sized first).
+  bool sparse = false;
   int64_t offset = 0;
   int64_t size = 0;
   std::vector<Chunk> chunks;

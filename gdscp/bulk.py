@@ -529,10 +529,11 @@ def copy_files(
     it in all. Without a GPU, regular files are copied inside the kernel
     (``copy_file_range``, as cp does; the result's ``backend_reason`` says
     so) and a sparse file's holes are kept, through host memory where the
-    kernel cannot or O_DIRECT was asked for (``direct_io="on"``). Each destination appears only complete and (with ``fsync``)
-    durable; an existing one keeps its mode (``preserve``: the source's mode
-    and times); ``no_clobber`` never replaces one; ``verify`` compares each
-    copy, read from storage, with its source before it takes the name.
+    kernel cannot or O_DIRECT was asked for (``direct_io="on"``). Each
+    destination appears only complete and (with ``fsync``) durable; an
+    existing one keeps its mode (``preserve``: the source's mode and times);
+    ``no_clobber`` never replaces one; ``verify`` compares each copy, read
+    from storage, with its source before it takes the name.
     ``sizes``: the sources' sizes if known, for ``progress()``'s total from
     the start (without them it counts each file's size once it is opened).
     ``staging``: a device buffer to copy through instead of new memory on

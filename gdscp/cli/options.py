@@ -136,7 +136,11 @@ Devices = Annotated[
 ]
 Host = Annotated[
     bool,
-    typer.Option("--host", help="Use host memory instead of a GPU (copy: regular files are copied inside the kernel, as cp does).", rich_help_panel=_MEMORY),
+    typer.Option(
+        "--host",
+        help="Use host memory instead of a GPU (copy: regular files are copied inside the kernel, as cp does).",
+        rich_help_panel=_MEMORY,
+    ),
 ]
 ChunkSize = Annotated[
     Optional[int],

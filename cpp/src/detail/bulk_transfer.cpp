@@ -181,13 +181,10 @@ bool open_destination(const TransferContext& cx, Transfer& t, std::string& note)
     throw_os_error(errno, "cannot stat", t.dst);
   }
   t.dir = dir_of(t.dst);
-  {
-    const size_t slash = t.dst.find_last_of('/');
-    if (is_temporary_name(slash == std::string::npos ? t.dst : t.dst.substr(slash + 1)))
-      fail_state("will not write '" + t.dst + "': its name is that of a gdscp temporary file, which the next run "
-                     "into its directory would remove as a dead run's",
-                 t.dst);
-  }
+  if (is_temporary_name(base_of(t.dst)))
+    fail_state("will not write '" + t.dst + "': its name is that of a gdscp temporary file, which the next run "
+                   "into its directory would remove as a dead run's",
+               t.dst);
   t.mode = item.mode;
   const struct stat& src = t.src_stat;
   const bool from_source = item.kind == BulkKind::copy;
@@ -649,9 +646,10 @@ size_t copy_sparse_chunk(const TransferContext& cx, Transfer& t, const MemoryTar
     if (got < len) return static_cast<size_t>(data - off) + got;
     pos = data + static_cast<int64_t>(len);
   }
-  // The rest is a hole, unless the source was cut short meanwhile.
+  // Ended in a hole: the rest is one, unless the source was cut short meanwhile.
   struct stat st {};
-  if (::fstat(fd, &st) == 0 && st.st_size < end) return static_cast<size_t>(std::max<int64_t>(st.st_size - off, 0));
+  if (pos < end && ::fstat(fd, &st) == 0 && st.st_size < end)
+    return static_cast<size_t>(std::max<int64_t>(st.st_size - off, 0));
   return n;
 }
 

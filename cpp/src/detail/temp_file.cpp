@@ -37,12 +37,12 @@ std::string random_chars() {
   return out;
 }
 
-std::string base_of(const std::string& path) {
-  const size_t slash = path.find_last_of('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
-
 }  // namespace
+
+std::string_view base_of(std::string_view path) {
+  const size_t slash = path.find_last_of('/');
+  return slash == std::string_view::npos ? path : path.substr(slash + 1);
+}
 
 std::string dir_of(const std::string& path) {
   const size_t slash = path.find_last_of('/');
@@ -61,7 +61,8 @@ bool is_temporary_name(std::string_view name) {
 std::string temporary_name(const std::string& dst) {
   // A destination of up to NAME_MAX bytes still has a temporary name.
   const size_t room = NAME_MAX - (2 + kRandomChars + kTempSuffix.size());
-  return dir_of(dst) + "/." + base_of(dst).substr(0, room) + "." + random_chars() + std::string(kTempSuffix);
+  return dir_of(dst) + "/." + std::string(base_of(dst).substr(0, room)) + "." + random_chars() +
+         std::string(kTempSuffix);
 }
 
 void check_replaceable(const std::string& dst) {

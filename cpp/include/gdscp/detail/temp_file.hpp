@@ -18,6 +18,9 @@ inline constexpr std::string_view kTempSuffix = ".gdscp-tmp";
 // bare name, "/" for a file at the root.
 std::string dir_of(const std::string& path);
 
+// The last component of `path` (all of it for a bare name).
+std::string_view base_of(std::string_view path);
+
 // Whether `name` (a file name, no directory) is one of ours.
 bool is_temporary_name(std::string_view name);
 

@@ -179,7 +179,10 @@ def test_copy_loads_neither_numpy_nor_cupy(tmp_path):
 @pytest.mark.parametrize(
     "argv, loads",
     [
-        (["gdscp", "copy", "a", "b"], True),
+        (["gdscp", "copy", "a", "b"], False),
+        (["gdscp", "copy", "--device", "0", "a", "b"], True),
+        (["gdscp", "copy", "--devices=all", "a", "b"], True),
+        (["gdscp", "read", "a"], True),
         (["gdscp", "read", "--device", "0", "a"], True),
         (["gdscp", "write", "f", "--size", "1M"], True),
         (["gdscp", "copy", "--host", "a", "b"], False),
@@ -192,8 +195,9 @@ def test_copy_loads_neither_numpy_nor_cupy(tmp_path):
 )
 @pytest.mark.usefixtures("no_mpi_launcher")
 def test_the_driver_loads_beside_the_command_line_only_for_gpu_commands(argv, loads):
-    """copy, read and write without --host load the NVIDIA driver (and make
-    the GPU's context) on a thread while the command line loads; on a
+    """read and write without --host, and copy with a GPU named, load the
+    NVIDIA driver (and make the GPU's context) on a thread while the command
+    line loads; on a
     machine without a driver the thread ends quietly (the command reports
     what is missing)."""
     from gdscp.cli import main
@@ -218,7 +222,8 @@ def test_no_early_driver_for_a_rank_of_an_mpi_job(monkeypatch):
 
     monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "1")
     monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "4")
-    assert main._load_gpu_driver(["gdscp", "copy", "a", "b"]) is None
+    assert main._load_gpu_driver(["gdscp", "copy", "--device", "0", "a", "b"]) is None
+    assert main._load_gpu_driver(["gdscp", "read", "a"]) is None
 
 
 def test_the_gpu_named_for_the_early_context():

@@ -1414,9 +1414,16 @@ def scenario_cli_without_cupy(folder):
     assert sum(c.size for c in since(m, "cuMemcpyHtoDAsync", lib="cuda")) == size
 
     dst = os.path.join(folder, "copy.bin")
-    doc = gdscp("copy", path, dst, "--chunk-size", "1M", "--verify")
+    doc = gdscp("copy", path, dst, "--device", "0", "--chunk-size", "1M", "--verify")
     assert doc["memory"] == "gpu" and doc["ok"], doc
     assert file_bytes(dst) == file_bytes(path)
+    # Without --device a copy uses no GPU: inside the kernel, as cp copies.
+    m = mark()
+    plain = os.path.join(folder, "plain.bin")
+    doc = gdscp("copy", path, plain, "--verify")
+    assert doc["memory"] == "host" and doc["device"] is None and doc["ok"], doc
+    assert file_bytes(plain) == file_bytes(path)
+    assert not since(m, "cuMemcpyHtoDAsync", lib="cuda") and not since(m, "cuMemcpyDtoHAsync", lib="cuda")
 
     doc = gdscp("benchmark", "--size", "4M", "--threads", "1,2", "--io-size", "64K", "--ops", "100", "--runs", "3",
                 "--dir", folder)

@@ -859,7 +859,7 @@ def test_command_line_on_a_real_gpu_without_cupy(tmp_path):
     assert doc["memory"] == "gpu" and doc["bytes"] == size and doc["verified"], doc
     # The GPU's context was made before the clock started, and reported apart.
     assert doc["setup_seconds"] > 0 and doc["seconds"] > 0, doc
-    doc = gdscp_without_cupy("copy", path, copy, "--chunk-size", "1M", "--verify")
+    doc = gdscp_without_cupy("copy", path, copy, "--device", "0", "--chunk-size", "1M", "--verify")
     assert doc["memory"] == "gpu" and doc["ok"], doc
     assert file_bytes(copy) == file_bytes(path)
     doc = gdscp_without_cupy("benchmark", "--size", "8M", "--threads", "2", "--runs", "3", "--mode", "read",

@@ -243,11 +243,29 @@ def test_tree_copy_on_four_ranks(tmp_path):
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)  # one document: rank 0's alone
     assert doc["ok"] and doc["ranks"] == RANKS and doc["copied"] == len(files) + 1
+    assert doc["memory"] == "host"  # no GPU unless one is named, as for one process
     for rel, data in files.items():
         assert (dst / rel).read_bytes() == data, rel
     assert os.readlink(dst / "d0" / "link") == "f0"
     large = [f for f in doc["files"] if f["destination"].endswith("large.bin")]
     assert len(large[0]["ranks"]) > 1  # the large file was cut among ranks
+    assert not _temporaries(dst)
+
+
+@pytest.mark.gpu
+@needs_mpi
+def test_tree_copy_on_four_ranks_through_a_gpu(tmp_path):
+    """--device 0: every rank moves its files and ranges through that GPU's memory."""
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    files = _tree(src, big=40 * MiB)
+    done = _run(["copy", "-r", "--json", "--device", "0", str(src), str(dst)])
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["ok"] and doc["memory"] == "gpu" and doc["device"] == 0 and doc["copied"] == len(files) + 1
+    for rel, data in files.items():
+        assert (dst / rel).read_bytes() == data, rel
+    large = [f for f in doc["files"] if f["destination"].endswith("large.bin")]
+    assert len(large[0]["ranks"]) > 1
     assert not _temporaries(dst)
 
 

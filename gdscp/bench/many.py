@@ -141,17 +141,16 @@ class _Run:
     # -- copy ----------------------------------------------------------------------
     def copy(self, tree: Tree, scratch: str, memory: str, device: Optional[int]) -> dict:
         config = self.config
-        place = ["--host"] if memory == "host" else ["--device", str(device)]
+        # gdscp copy as it is run: through a GPU only where one was asked for.
+        place = {"gpu": ["--device", str(device)], "host": ["--host"]}.get(config.memory, [])
         gdscp_argv = [sys.executable, "-m", "gdscp", "copy", "-r", "-q", "--json", *place, tree.root]
         cp_argv = ["cp", "-r", tree.root]
         tools = ["gdscp", "cp"]
         mpi_argv: list[str] = []
         if config.ranks:
             tools.append("gdscp-mpi")
-            # Each rank on its node-local GPU, or host memory.
-            mpi_place = ["--host"] if memory == "host" else []
             mpi_argv = [_mpiexec(), "-n", str(config.ranks), sys.executable, "-m", "gdscp", "copy", "-r", "-q",
-                        "--json", *mpi_place, tree.root]
+                        "--json", *place, tree.root]
         expected = _digest(tree.paths)
         times: dict[str, list[float]] = {tool: [] for tool in tools}
         command_seconds: dict[str, list[float]] = {"gdscp": [], "gdscp-mpi": []}
@@ -357,7 +356,8 @@ def run_files_benchmark(
                 ceilings["disk_buffered_write"] = ceil.buffered_write_rate(probe, size, config.runs)
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(probe)
-            copy = run.copy(tree, scratch, memory, device)
+            gpu_copy = config.memory == "gpu"
+            copy = run.copy(tree, scratch, "gpu" if gpu_copy else "host", device if gpu_copy else None)
             usable = [c["gb_per_s"]["median"] for c in ceilings.values() if c.get("available")]
             if usable:
                 top = max(usable)

@@ -257,7 +257,8 @@ def _files_render(doc: dict) -> Group:
         f"{config['runs']} runs; took {doc['duration_s']:.0f} s"
     ]
     for work in doc["workloads"]:
-        table = _table(f"{work['mode']}: seconds, median of {config['runs']} runs (min-max GB/s)")
+        how = " without a GPU" if work["mode"] == "copy" and work["memory"] == "host" else ""
+        table = _table(f"{work['mode']}{how}: seconds, median of {config['runs']} runs (min-max GB/s)")
         for name in ("tool", "threads", "seconds", "GB/s", "min-max", "x gdscp faster"):
             table.add_column(name, justify="left" if name == "tool" else "right")
         gdscp = work["results"][0]
@@ -594,7 +595,8 @@ def _files_benchmark(out: Output, files: Optional[int], file_size: Optional[str]
         modes=modes,
         runs=runs,
         dir=os.fspath(directory),
-        memory="host" if where is None else "gpu",
+        # "auto" unless memory was named: copy then runs as gdscp copy runs by default (no GPU).
+        memory="host" if where is None else ("gpu" if device is not None else "auto"),
         device=0 if where is None else where,
         threads=None if threads is None else _list("--threads", threads, _count),
         ranks=ranks,

@@ -1,4 +1,4 @@
-"""``gdscp copy``: copy files through GPU memory with ``cp``'s semantics.
+"""``gdscp copy``: copy files with ``cp``'s semantics, through GPU memory when asked.
 
 The files go in one bulk job (gdscp.bulk.copy_files): many in flight at once
 over the engine's workers, large ones split among them. Every file is written
@@ -333,9 +333,9 @@ def copy(
             "copied into is cleaned anyway).",
         ),
     ] = False,
-    device: options.Device = None,
+    device: options.CopyDevice = None,
     devices: options.Devices = None,
-    host: options.Host = False,
+    host: options.CopyHost = False,
     chunk_size: options.ChunkSize = None,
     threads: options.Threads = None,
     task_size: options.TaskSize = None,
@@ -344,11 +344,14 @@ def copy(
     quiet: options.Quiet = False,
     debug: options.Debug = False,
 ) -> None:
-    """Copy SRC to DST, or SRCs into the directory DST, through GPU memory (storage -> GPU -> storage).
+    """Copy SRC to DST, or SRCs into the directory DST; through GPU memory with --device or --devices.
 
     cp's semantics: file to file, files into a directory, -r for trees (empty
     files and directories included; symbolic links inside trees are copied as
-    links). Many files move at once, each worker taking whole small files;
+    links). By default no GPU is used: regular files are copied inside the
+    kernel, as cp copies them, and other files (devices, FIFOs) through host
+    memory. --device N moves every file through that GPU's memory (storage ->
+    GPU -> storage, with cuFile where GPUDirect Storage works). Many files move at once, each worker taking whole small files;
     large files are split among the workers, in chunks of at most the buffer
     size. Each file goes to a temporary file beside DST and is renamed into
     place only when complete and durable, so a failed or interrupted copy
@@ -382,7 +385,7 @@ def copy(
         spread = options.choose_devices(host, device, devices)
         copier.devices = spread
         if files:
-            where = options.choose_memory(out, host, device) if spread is None else spread[0]
+            where = options.copy_memory(out, host, device) if spread is None else spread[0]
             copier.staging_size = options.staging_size(chunk_size, len(spread) if spread else 1)
         else:
             where = None if host else device  # nothing to move through memory

@@ -57,7 +57,7 @@ def _raise_open_file_limit() -> None:
         pass  # the engine sizes its batches to whatever limit there is
 
 
-# Commands that move data through a GPU unless told otherwise.
+# Commands that may move data through a GPU (copy only when one is named).
 _GPU_COMMANDS = ("copy", "read", "write")
 
 
@@ -78,7 +78,8 @@ def _load_gpu_driver(argv: list[str]) -> object:
     make the GPU's context (on an H200 machine a quarter of a second and a
     tenth) on a thread of its own while Python loads the command line; the
     command then finds both made. The GPU: the one ``--device`` names, else
-    the one the command would choose (GPU 0); none for ``--devices``. Not
+    the one the command would choose (GPU 0; copy uses none unless one is
+    named); none for ``--devices``. Not
     for one rank of an MPI job, whose MPI library starts up meanwhile and
     may use the GPU itself. Returns the thread (None where the command will
     not need it). Whatever goes wrong there, the command meets again and
@@ -88,11 +89,13 @@ def _load_gpu_driver(argv: list[str]) -> object:
     args = argv[2:]
     if any(a in ("--host", "--help", "-h") for a in args):
         return None
+    named = _named_device(args)
+    if argv[1] == "copy" and named is None:
+        return None
     from ..mpi.launch import launched  # noqa: PLC0415 - the standard library only
 
     if launched() is not None:
         return None
-    named = _named_device(args)
     import threading  # noqa: PLC0415
 
     def load() -> None:

@@ -138,7 +138,27 @@ Host = Annotated[
     bool,
     typer.Option(
         "--host",
-        help="Use host memory instead of a GPU (copy: regular files are copied inside the kernel, as cp does).",
+        help="Use host memory instead of a GPU.",
+        rich_help_panel=_MEMORY,
+    ),
+]
+# copy goes through a GPU only when asked: its own help for --device and --host.
+CopyDevice = Annotated[
+    Optional[int],
+    typer.Option(
+        "--device",
+        parser=count_option(0),
+        metavar="N",
+        help="Copy through this GPU's memory (storage -> GPU -> storage; default: no GPU).",
+        rich_help_panel=_MEMORY,
+    ),
+]
+CopyHost = Annotated[
+    bool,
+    typer.Option(
+        "--host",
+        help="No GPU (the default): regular files are copied inside the kernel, as cp does, others through "
+        "host memory.",
         rich_help_panel=_MEMORY,
     ),
 ]
@@ -213,6 +233,17 @@ def choose_memory(out: Output, host: bool, device: Optional[int]) -> Optional[in
         raise UsageError(f"compat mode OFF (cuFile only) needs a GPU, and there is no usable one: {status.reason}")
     out.warn(f"no usable GPU ({status.reason}); using host memory instead")
     return None
+
+
+def copy_memory(out: Output, host: bool, device: Optional[int]) -> Optional[int]:
+    """``copy``'s memory: a GPU only where one is asked for (``--device``, or
+    compat mode OFF, which is cuFile or nothing), else None. A copy needs no
+    memory of its own: regular files go inside the kernel (``copy_file_range``,
+    as ``cp`` copies them) and other files through host memory, which beats a
+    round trip through a GPU and needs no GPU driver or context."""
+    if not host and device is None and defaults.get("compat_mode") != defaults.CompatMode.OFF:
+        return None
+    return choose_memory(out, host, device)
 
 
 def choose_devices(host: bool, device: Optional[int], devices: Optional[str]) -> Optional[list[int]]:

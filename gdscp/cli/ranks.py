@@ -14,8 +14,9 @@ ranges durable does rank 0 give a shared file its mode and times and rename it
 into place; a failure or an interruption anywhere removes it instead. Rank 0
 prints the one summary (``--json``: the one document) and every failure with
 the rank and path where it happened; the progress bar on stderr is rank 0's
-own share. Each rank uses its node-local GPU unless ``--device`` or
-``--host`` says otherwise.
+own share. For ``read`` and ``write`` each rank uses its node-local GPU
+unless ``--device`` or ``--host`` says otherwise; ``copy`` uses a GPU only
+where ``--device`` names one, as in a single process.
 """
 
 from __future__ import annotations
@@ -426,7 +427,7 @@ def copy(world: World, out: Output, copier: Any, srcs: list[str], dst: str, *, h
     start = time.perf_counter()
     # 1. Rank 0 plans and makes the tree; every rank picks its memory.
     def setup() -> tuple[Optional[int], Optional[int], Optional[dict]]:
-        where = choose_memory(out, host, device)
+        where = options.copy_memory(out, host, device)
         staging = options.staging_size(chunk_size)
         plan = None
         if world.root:

@@ -2,7 +2,7 @@
 # What a GPU machine runs, in calls of at most 10 minutes each: build gdscp,
 # then the named steps. Logs and JSON go to $OUT (default ./device-out).
 #
-#   bash scripts/device_check.sh [tests] [bench] [many] [sweep] [multi] [mpi]    (default: tests)
+#   bash scripts/device_check.sh [tests] [bench] [many] [probes] [sweep] [multi] [mpi]    (default: tests)
 #
 # tests and bench each take most of ten minutes on an H200 machine with 16 vCPUs:
 # run them in separate calls (many fits beside tests).
@@ -13,6 +13,8 @@
 #   many   the many-files workloads: 2,000 files of 1 MiB and 20,000 of 64 KiB read
 #          into the GPU (gdscp's bulk read against per-file loops, KvikIO's too),
 #          and a tree of 5,000 files of 1-64 KiB copied (gdscp copy -r against cp -r + sync)
+#   probes scripts/read_probes.py: short hot reads into the GPU by handle, path and
+#          staging size, and fresh host buffers with the huge pages they got -> probes.json
 #   sweep  scripts/gpu_sweep.py, the settings grid behind the defaults
 #   multi  two or more GPUs: the multi-GPU tests (tests/test_multi_gpu.py, the
 #          stand-in scenarios and the real two-GPU test), then
@@ -36,8 +38,8 @@ OUT=${OUT:-$repo/device-out}
 mkdir -p "$OUT"
 steps=" ${*:-tests} "
 for step in $steps; do
-  [[ $step == tests || $step == bench || $step == many || $step == sweep || $step == multi || $step == mpi ]] \
-    || { echo "unknown step: $step (tests, bench, many, sweep, multi, mpi)" >&2; exit 2; }
+  [[ $step == tests || $step == bench || $step == many || $step == probes || $step == sweep || $step == multi \
+     || $step == mpi ]] || { echo "unknown step: $step (tests, bench, many, probes, sweep, multi, mpi)" >&2; exit 2; }
 done
 export PYTHONUNBUFFERED=1
 export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda-13.0}
@@ -129,6 +131,11 @@ if [[ $steps == *" many "* ]]; then
   timeout "$(limit 120)" gdscp benchmark --files 5000 --file-size 1K-64K --mode copy --dir /tmp --json \
     >"$OUT/many-5000-tree.json" 2>"$OUT/many-5000-tree.err" || rc=1
   for f in "$OUT"/many-*.json; do echo "$(basename "$f"): $(wc -c <"$f") bytes"; tail -2 "${f%.json}.err"; done
+fi
+
+if [[ $steps == *" probes "* ]]; then
+  echo "== probes"
+  timeout "$(limit 150)" python3 "$repo/scripts/read_probes.py" "$OUT/probes.json" --dir /tmp || rc=1
 fi
 
 if [[ $steps == *" sweep "* ]]; then

@@ -11,6 +11,8 @@
 #include <cstring>
 #include <map>
 #include <set>
+#include <string_view>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "gdscp/detail/bulk_transfer.hpp"
@@ -620,6 +622,34 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
 namespace detail {
 namespace {
 
+// Reorders `order` (items of one group, claimed by its workers in turn) so
+// that files written into the same directory are not claimed one after
+// another: creating and renaming a file locks its directory, and a tree's
+// files listed directory by directory would keep every worker waiting on one
+// directory's lock (a 5,000-file tree on tmpfs with 16 workers was copied no
+// faster than by one). Files are taken from their directories in turn, each
+// directory's in their order; reads, and writes into one directory, keep
+// the order given.
+void interleave_directories(const std::vector<BulkItem>& items, std::vector<size_t>& order) {
+  std::unordered_map<std::string_view, size_t> bucket_of;
+  std::vector<std::vector<size_t>> buckets;
+  for (size_t i : order) {
+    if (items[i].kind == BulkKind::read) return;
+    const std::string& dst = items[i].dst;
+    const size_t slash = dst.rfind('/');
+    const std::string_view dir(dst.data(), slash == std::string::npos ? 0 : slash);
+    const auto [at, added] = bucket_of.emplace(dir, buckets.size());
+    if (added) buckets.emplace_back();
+    buckets[at->second].push_back(i);
+  }
+  if (buckets.size() < 2) return;
+  const size_t n = order.size();
+  order.clear();
+  for (size_t k = 0; order.size() < n; ++k)
+    for (const auto& b : buckets)
+      if (k < b.size()) order.push_back(b[k]);
+}
+
 // The group each item is opened by: its buffer's GPU where that is one of the
 // job's devices (not for a read with replicas), else the group with the fewest
 // bytes so far. A file large
@@ -653,6 +683,7 @@ void assign_groups(BulkState& st, const std::vector<int>& devices, size_t big) {
     ++count[g];
     st.group_items[g].push_back(i);
   }
+  for (auto& order : st.group_items) interleave_directories(st.items, order);
   st.group_next = std::make_unique<std::atomic<size_t>[]>(G);
   st.group_moved = std::make_unique<std::atomic<uint64_t>[]>(G);
   st.items_left = st.items.size();

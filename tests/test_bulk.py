@@ -432,6 +432,33 @@ def test_fail_fast_cancels_the_rest(tmp_path):
     assert temporaries(tmp_path) == []
 
 
+def test_files_written_are_taken_from_their_directories_in_turn(tmp_path):
+    """Workers creating and renaming files in one directory wait on its lock:
+    a job writing into several takes their files in turn. With one worker, of
+    two missing sources (the second file of directory a, the first of b) the
+    one in b is started, and fails, first; every other file is copied."""
+    src = tmp_path / "src"
+    src.mkdir()
+    pairs = []
+    for d in ("a", "b"):
+        (tmp_path / d).mkdir()
+        for i in range(3):
+            source = src / f"{d}{i}"
+            if (d, i) not in (("a", 1), ("b", 0)):
+                source.write_bytes(random_bytes(1000 + i, i))
+            pairs.append((str(source), str(tmp_path / d / f"f{i}")))
+    with gdscp.defaults.set("num_threads", 1):
+        job = gdscp.copy_files(pairs)
+        job.wait()
+    assert [pairs[f.index][1] for f in job.failures()] == [str(tmp_path / "b" / "f0"), str(tmp_path / "a" / "f1")]
+    for r, (source, dst) in zip(job.results(), pairs):
+        if os.path.exists(source):
+            assert r.status == "done" and Path(dst).read_bytes() == Path(source).read_bytes(), dst
+        else:
+            assert r.status == "failed" and not os.path.exists(dst), dst
+    assert temporaries(tmp_path) == []
+
+
 def test_cancel_with_hundreds_of_files_in_flight(tmp_path, small_chunks):
     tree = make_tree(str(tmp_path / "src"), 600, 1, 200 * KiB, seed=5)
     (tmp_path / "dst").mkdir()

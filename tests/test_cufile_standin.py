@@ -1424,6 +1424,10 @@ def scenario_cli_without_cupy(folder):
     assert doc["memory"] == "host" and doc["device"] is None and doc["ok"], doc
     assert file_bytes(plain) == file_bytes(path)
     assert not since(m, "cuMemcpyHtoDAsync", lib="cuda") and not since(m, "cuMemcpyDtoHAsync", lib="cuda")
+    # The many-files benchmark times gdscp copy as it runs: without a GPU, though one is usable.
+    doc = gdscp("benchmark", "--files", "12", "--file-size", "1K-8K", "--mode", "copy", "--runs", "3", "--dir", folder)
+    (work,) = doc["workloads"]
+    assert work["memory"] == "host" and work["results"][0]["what"].startswith("gdscp copy -r SRC"), work
 
     doc = gdscp("benchmark", "--size", "4M", "--threads", "1,2", "--io-size", "64K", "--ops", "100", "--runs", "3",
                 "--dir", folder)

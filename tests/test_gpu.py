@@ -862,6 +862,13 @@ def test_command_line_on_a_real_gpu_without_cupy(tmp_path):
     doc = gdscp_without_cupy("copy", path, copy, "--device", "0", "--chunk-size", "1M", "--verify")
     assert doc["memory"] == "gpu" and doc["ok"], doc
     assert file_bytes(copy) == file_bytes(path)
+    # The many-files benchmark copies through the GPU named, else as gdscp copy runs by default.
+    for named, kind, command in (((), "host", "gdscp copy -r SRC"),
+                                 (("--device", "0"), "gpu", "gdscp copy -r --device 0 SRC")):
+        doc = gdscp_without_cupy("benchmark", "--files", "12", "--file-size", "1K-8K", "--mode", "copy", "--runs", "3",
+                                 "--dir", str(tmp_path), *named)
+        (work,) = doc["workloads"]
+        assert work["memory"] == kind and work["results"][0]["what"].startswith(command), work
     doc = gdscp_without_cupy("benchmark", "--size", "8M", "--threads", "2", "--runs", "3", "--mode", "read",
                              "--dir", str(tmp_path))
     assert doc["ok"] and doc["config"]["memory"] == "gpu", doc["config"]

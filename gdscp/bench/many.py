@@ -139,9 +139,10 @@ class _Run:
         self.step += 1
 
     # -- copy ----------------------------------------------------------------------
-    def copy(self, tree: Tree, scratch: str, memory: str, device: Optional[int]) -> dict:
+    def copy(self, tree: Tree, scratch: str, device: int) -> dict:
         config = self.config
         # gdscp copy as it is run: through a GPU only where one was asked for.
+        memory = "gpu" if config.memory == "gpu" else "host"
         place = {"gpu": ["--device", str(device)], "host": ["--host"]}.get(config.memory, [])
         gdscp_argv = [sys.executable, "-m", "gdscp", "copy", "-r", "-q", "--json", *place, tree.root]
         cp_argv = ["cp", "-r", tree.root]
@@ -356,8 +357,7 @@ def run_files_benchmark(
                 ceilings["disk_buffered_write"] = ceil.buffered_write_rate(probe, size, config.runs)
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(probe)
-            gpu_copy = config.memory == "gpu"
-            copy = run.copy(tree, scratch, "gpu" if gpu_copy else "host", device if gpu_copy else None)
+            copy = run.copy(tree, scratch, device or 0)
             usable = [c["gb_per_s"]["median"] for c in ceilings.values() if c.get("available")]
             if usable:
                 top = max(usable)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
-from typing import Annotated, ContextManager, Optional
+from typing import Annotated, Any, ContextManager, Optional
 
 import typer
 
@@ -99,16 +99,24 @@ CompatModeOpt = Annotated[
         rich_help_panel=_TUNING,
     ),
 ]
-Device = Annotated[
-    Optional[int],
-    typer.Option(
-        "--device",
-        parser=count_option(0),
-        metavar="N",
-        help="GPU to use (default: GPU 0, or host memory when there is no usable GPU).",
-        rich_help_panel=_MEMORY,
-    ),
-]
+def _device_option(help: str) -> Any:
+    """``--device N``, with the command's own help."""
+    return Annotated[
+        Optional[int],
+        typer.Option("--device", parser=count_option(0), metavar="N", help=help, rich_help_panel=_MEMORY),
+    ]
+
+
+def _host_option(help: str) -> Any:
+    """``--host``, with the command's own help."""
+    return Annotated[bool, typer.Option("--host", help=help, rich_help_panel=_MEMORY)]
+
+
+Device = _device_option("GPU to use (default: GPU 0, or host memory when there is no usable GPU).")
+# copy goes through a GPU only when asked: its own help for --device and --host.
+CopyDevice = _device_option("Copy through this GPU's memory (storage -> GPU -> storage; default: no GPU).")
+
+
 def devices_option(text: str) -> str:
     """Typer ``parser=`` for --devices: "all", or GPU numbers separated by commas."""
     text = str(text).strip()
@@ -134,34 +142,10 @@ Devices = Annotated[
         rich_help_panel=_MEMORY,
     ),
 ]
-Host = Annotated[
-    bool,
-    typer.Option(
-        "--host",
-        help="Use host memory instead of a GPU.",
-        rich_help_panel=_MEMORY,
-    ),
-]
-# copy goes through a GPU only when asked: its own help for --device and --host.
-CopyDevice = Annotated[
-    Optional[int],
-    typer.Option(
-        "--device",
-        parser=count_option(0),
-        metavar="N",
-        help="Copy through this GPU's memory (storage -> GPU -> storage; default: no GPU).",
-        rich_help_panel=_MEMORY,
-    ),
-]
-CopyHost = Annotated[
-    bool,
-    typer.Option(
-        "--host",
-        help="No GPU (the default): regular files are copied inside the kernel, as cp does, others through "
-        "host memory.",
-        rich_help_panel=_MEMORY,
-    ),
-]
+Host = _host_option("Use host memory instead of a GPU.")
+CopyHost = _host_option(
+    "No GPU (the default): regular files are copied inside the kernel, as cp does, others through host memory."
+)
 ChunkSize = Annotated[
     Optional[int],
     typer.Option(

@@ -236,3 +236,42 @@ def test_the_gpu_named_for_the_early_context():
     assert _named_device(["--devices=all"]) is False
     assert _named_device(["--device", "x"]) is False
     assert _named_device(["--device"]) is False
+
+
+# The end of a command: _leave(code) with a thread still running, an atexit
+# function, unflushed output, and an object whose finalizer only the
+# interpreter's teardown runs. argv[1]: "plain", or "mpi" (mpi4py's MPI module
+# loaded, which finalizes MPI in that teardown).
+LEAVING = r"""
+import atexit, sys, threading, time, types
+
+class Torn:
+    def __del__(self):
+        sys.stdout.write("torn down\n")
+        sys.stdout.flush()
+
+kept = Torn()
+if sys.argv[1] == "mpi":
+    sys.modules["mpi4py.MPI"] = types.ModuleType("mpi4py.MPI")
+atexit.register(lambda: sys.stdout.write("atexit ran\n"))
+worker = threading.Thread(target=lambda: (time.sleep(0.3), sys.stdout.write("thread done\n")))
+worker.start()
+sys.stdout.write("unflushed")
+from gdscp.cli.main import _leave
+_leave(3)
+"""
+
+
+@pytest.mark.parametrize("case", ["plain", "mpi"])
+def test_leaving_waits_for_threads_atexit_and_output(case):
+    """The command's end skips the interpreter's teardown, but not what an
+    exit must do: other threads finish, atexit functions run, buffered output
+    is written, the exit code is kept. Under MPI the interpreter's own exit
+    runs (it finalizes MPI), teardown included."""
+    done = subprocess.run([sys.executable, "-c", LEAVING, case], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 3, done.stderr
+    expected = "unflushedthread done\natexit ran\n"
+    if case == "mpi":
+        expected += "torn down\n"
+    assert done.stdout == expected
+    assert done.stderr == ""

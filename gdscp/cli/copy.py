@@ -18,10 +18,9 @@ import os
 import stat
 import time
 from dataclasses import dataclass
-from typing import Annotated, Any, Iterator, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Iterator, Optional
 
 import typer
-from rich.table import Table
 
 from ..bulk import FileResult, clean_temporaries, copy_files
 from . import options, ranks
@@ -30,6 +29,9 @@ from .jobs import run_job
 from .output import EXIT_FAILURE, Failure, Output, describe
 from .progress import TransferProgress
 from .units import format_bytes, format_rate, format_seconds, gb_per_s
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 __all__ = ["copy"]
 
@@ -400,7 +402,7 @@ def copy(
             if removed:
                 out.note(f"removed {removed} temporary file{'s' if removed != 1 else ''} of earlier runs")
         start = time.perf_counter()
-        with TransferProgress(out.stderr, total, len(files), "copy", enabled=out.show_progress) as progress:
+        with TransferProgress(out, total, len(files), "copy", enabled=out.show_progress) as progress:
             copier.run(jobs, progress)
         seconds = time.perf_counter() - start
 
@@ -444,6 +446,8 @@ def report(out: Output, records: list[_Record], where: Optional[int], verify: bo
             how = f"through {options.memory_name(where)}"
         else:  # regular files inside the kernel, the rest through host memory
             how = "without a GPU"
+        from rich.table import Table  # noqa: PLC0415 - only for a table shown
+
         table = Table(title=f"copy {how}{on_ranks}", title_justify="left")
         for name in ("copied", "skipped", "failed", "bytes", "time", "rate"):
             table.add_column(name, justify="right")

@@ -18,15 +18,18 @@ import os
 import signal
 import sys
 import threading
-from typing import Any, Callable, Iterator, Optional
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
 import typer
-from rich.console import Console, RenderableType
 
 from .. import CudaError, CuFileError
 from .._gpus import DeviceError
 from .atomic import remove_pending
 from .exits import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, EXIT_USAGE
+
+if TYPE_CHECKING:
+    from rich.console import Console, RenderableType
 
 __all__ = [
     "EXIT_OK",
@@ -197,12 +200,25 @@ class Output:
         self.json = json
         self.quiet = quiet
         self.debug = debug
-        self.stdout = Console(highlight=False, soft_wrap=False)
-        if not self.stdout.is_terminal and "COLUMNS" not in os.environ:
-            # Piped or captured: wide enough that tables keep one line per row.
-            self.stdout = Console(highlight=False, soft_wrap=False, width=160)
-        self.stderr = Console(stderr=True, highlight=False)
         self._result_written = False
+
+    # Rich's consoles are made when first used: a command whose only output is
+    # its JSON document (--json -q) never imports Rich's console.
+    @cached_property
+    def stdout(self) -> Console:
+        from rich.console import Console  # noqa: PLC0415
+
+        console = Console(highlight=False, soft_wrap=False)
+        if not console.is_terminal and "COLUMNS" not in os.environ:
+            # Piped or captured: wide enough that tables keep one line per row.
+            console = Console(highlight=False, soft_wrap=False, width=160)
+        return console
+
+    @cached_property
+    def stderr(self) -> Console:
+        from rich.console import Console  # noqa: PLC0415
+
+        return Console(stderr=True, highlight=False)
 
     # -- stderr -------------------------------------------------------------------
     @property

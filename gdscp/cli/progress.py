@@ -12,18 +12,13 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    Progress,
-    TaskProgressColumn,
-    TextColumn,
-    TimeRemainingColumn,
-    TransferSpeedColumn,
-)
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from .output import Output
 
 __all__ = ["TransferProgress"]
 
@@ -35,12 +30,13 @@ class TransferProgress:
     the bar follows its bytes; ``watch``/``finish`` do the same in two steps for
     transfers that overlap; ``follow(job)`` adds a bulk job's bytes and files;
     ``advance(n)`` counts bytes moved some other way; ``file_done()`` counts a
-    finished file.
+    finished file. ``console``: where the bar goes, a Rich console or a
+    command's ``Output`` (its stderr console, made only if a bar shows).
     """
 
     def __init__(
         self,
-        console: Console,
+        console: Console | Output,
         total_bytes: int,
         total_files: int = 1,
         description: str = "",
@@ -135,6 +131,18 @@ class TransferProgress:
         if self._progress is None:
             if time.monotonic() - self._started < self._delay:
                 return
+            # Imported only now: most commands end before a bar is due.
+            from rich.console import Console  # noqa: PLC0415
+            from rich.progress import (  # noqa: PLC0415
+                BarColumn,
+                DownloadColumn,
+                Progress,
+                TaskProgressColumn,
+                TextColumn,
+                TimeRemainingColumn,
+                TransferSpeedColumn,
+            )
+
             self._progress = Progress(
                 TextColumn("{task.description}"),
                 BarColumn(),
@@ -143,7 +151,7 @@ class TransferProgress:
                 TransferSpeedColumn(),
                 TimeRemainingColumn(),
                 TextColumn("{task.fields[files]}"),
-                console=self._console,
+                console=self._console if isinstance(self._console, Console) else self._console.stderr,
                 transient=False,
             )
             self._task = self._progress.add_task(

@@ -328,7 +328,7 @@ def _copy_share(world: World, out: Output, plan: dict[str, Any], where: Optional
                      verify=copier.verify, fail_fast=copier.fail_fast, staging_size=staging_size, sizes=sizes,
                      ranges=ranges, clean=False)
     total = sum(sizes)
-    with TransferProgress(out.stderr, total, len(pieces), f"copy (rank 0 of {world.size})",
+    with TransferProgress(out, total, len(pieces), f"copy (rank 0 of {world.size})",
                           enabled=world.root and out.show_progress) as progress:
         progress.follow(job)
         with job:  # Ctrl-C while waiting cancels the job: its temporary files go
@@ -494,7 +494,7 @@ def _read_share(world: World, out: Output, plan: list[Any], where: Optional[int]
     job = stream_files([plan[i].path for i, _, _ in pieces], ranges=[(o, n) for _, o, n in pieces], device=where,
                        verify=verify, staging_size=staging_size)
     total = sum(n or 0 for _, _, n in pieces)
-    with TransferProgress(out.stderr, total, len(pieces), f"read (rank 0 of {world.size})",
+    with TransferProgress(out, total, len(pieces), f"read (rank 0 of {world.size})",
                           enabled=world.root and out.show_progress) as progress:
         progress.follow(job)
         results = job.results()

@@ -14,10 +14,9 @@ import os
 import stat
 import time
 from dataclasses import dataclass
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
-from rich.table import Table
 
 from ..bulk import FileResult, read_files, stream_files
 from . import options, ranks
@@ -25,6 +24,9 @@ from .jobs import run_job
 from .output import EXIT_FAILURE, Failure, Output, UsageError, shown
 from .progress import TransferProgress
 from .units import format_bytes, format_rate, format_seconds, gb_per_s, size_option
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 __all__ = ["read", "file_size", "ready_gpus"]
 
@@ -198,7 +200,7 @@ def read(
         known = None if any(f.length is None for f in plan) else total
         ready = ready_gpus(spread if spread is not None else ([] if where is None else [where]), known)
         setup_seconds = time.perf_counter() - setup
-        with TransferProgress(out.stderr, total, len(plan), "read", enabled=out.show_progress) as progress:
+        with TransferProgress(out, total, len(plan), "read", enabled=out.show_progress) as progress:
             start = time.perf_counter()
             if replicate:
                 job = read_files([f.path for f in plan], devices=spread, replicate=True, verify=verify)
@@ -270,6 +272,8 @@ def report(out: Output, plan: list[_File], results: list[FileResult], where: Opt
     def render() -> Table:
         on_ranks = f" on each of {data['ranks']} ranks" if data.get("ranks") else ""
         name = options.memory_name(where) if spread is None else options.devices_name(spread)
+        from rich.table import Table  # noqa: PLC0415 - only for a table shown
+
         table = Table(title=f"{'replicated' if replicate else 'read'} into {name}{on_ranks}", title_justify="left")
         for name in ("file", "bytes", "time", "rate", "backend"):
             table.add_column(name, justify="right" if name in ("bytes", "time", "rate") else "left")

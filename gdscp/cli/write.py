@@ -10,10 +10,9 @@ import enum
 import os
 import stat
 import time
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table
 
 from .. import CuFile, _core, memory
 from ..bulk import clean_temporaries
@@ -25,6 +24,9 @@ from .output import EXIT_FAILURE, Failure, Output, UsageError, shown
 from .progress import TransferProgress
 from .special import SequentialWriter, check_room, writes_in_place
 from .units import format_bytes, format_rate, format_seconds, gb_per_s, size_option
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 __all__ = ["write", "drop_cache", "verify_pattern"]
 
@@ -201,7 +203,7 @@ def write(
             with sink:
                 if npieces:
                     fill(0, 0, min(chunk, size))  # before the clock starts: the first fill is not a write
-                with TransferProgress(out.stderr, size, 1, "write", enabled=out.show_progress) as progress:
+                with TransferProgress(out, size, 1, "write", enabled=out.show_progress) as progress:
                     start = time.perf_counter()
                     write_range(sink, slots, fill, chunk, 0, size, progress, path)
                     if synced:
@@ -284,7 +286,7 @@ def _write_many(out: Output, paths: list[str], size: int, *, kind: str, seed: in
         path = paths[r.index]
         out.error(r.error if path in (r.error or "") else f"cannot write '{path}': {r.error}")
 
-    with TransferProgress(out.stderr, size * len(paths), len(paths), "write", enabled=out.show_progress) as progress:
+    with TransferProgress(out, size * len(paths), len(paths), "write", enabled=out.show_progress) as progress:
         start = time.perf_counter()
         job = write_files([buffers[g] for g in owner], paths, fsync=fsync, fail_fast=fail_fast, devices=spread)
         results = run_job(job, progress, failed)
@@ -372,6 +374,8 @@ def _pattern_notes(kind: str, seed: int, fsynced: bool) -> list[str]:
 def _table(where: Any, spread: Any, last: str, rows: list[tuple], notes: list[str]) -> Table:
     """The result table: a row (file, bytes, seconds, ``last``) per file."""
     name = options.memory_name(where) if spread is None else options.devices_name(spread)
+    from rich.table import Table  # noqa: PLC0415 - only for a table shown
+
     table = Table(title=f"write from {name}", title_justify="left")
     for col in ("file", "bytes", "time", "rate", last):
         table.add_column(col, justify="right" if col in ("bytes", "time", "rate") else "left")

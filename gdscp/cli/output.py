@@ -189,6 +189,30 @@ def shown(text: str) -> str:
         return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
+def _flat(value: Any) -> bool:
+    """A JSON object whose values are all scalars or lists of scalars."""
+    return isinstance(value, dict) and all(
+        not isinstance(v, (dict, list)) or (isinstance(v, list) and not any(isinstance(x, (dict, list)) for x in v))
+        for v in value.values()
+    )
+
+
+def json_text(data: dict[str, Any]) -> str:
+    """``data`` as JSON indented by two, but for a list of flat objects (a
+    record per file): one object to a line. Indenting goes through the json
+    module's Python encoder, its compact form through the C one, which for
+    thousands of records is several times faster (and the document a third
+    shorter)."""
+    lines = []
+    for key, value in data.items():
+        if isinstance(value, list) and value and all(_flat(v) for v in value):
+            text = "[\n    " + ",\n    ".join(json.dumps(v) for v in value) + "\n  ]"
+        else:
+            text = json.dumps(value, indent=2).replace("\n", "\n  ")
+        lines.append(f"  {json.dumps(key)}: {text}")
+    return "{\n" + ",\n".join(lines) + "\n}" if lines else "{}"
+
+
 class Output:
     """Where a command's words go. ``json``: stdout gets one JSON document;
     ``quiet``: nothing on success (no progress, notes, warnings or table; the
@@ -253,7 +277,7 @@ class Output:
         self._result_written = True
         if self.json:
             with _stdout_errors():
-                _write_stdout(json.dumps(data, indent=2) + "\n")
+                _write_stdout(json_text(data) + "\n")
         elif render is not None and not (self.quiet and data.get("ok", True)):
             with _stdout_errors():
                 self.stdout.print(render())

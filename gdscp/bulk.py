@@ -286,7 +286,11 @@ def _distinct_destinations(paths: Iterable[tuple[int, str]]) -> None:
     here = os.getcwd()
     seen: dict[str, int] = {}
     for i, path in paths:
-        key = "/".join(c for c in os.path.join(here, path).split("/") if c and c != ".")
+        full = path if path.startswith("/") else f"{here}/{path}"
+        if "//" in full or "/./" in full or full.endswith(("/", "/.")):
+            key = "/".join(c for c in full.split("/") if c and c != ".")
+        else:  # already in that form but for the leading "/"
+            key = full[1:]
         first = seen.setdefault(key, i)
         if first != i:
             raise ValueError(f"destination '{path}' is given twice (items {first} and {i})")

@@ -774,7 +774,9 @@ def test_a_destination_given_twice_is_refused_before_anything_is_written(tmp_pat
     src = tmp_path / "src"
     src.write_bytes(b"source")
     ones, zeros = np.ones(5, np.uint8), np.zeros(7, np.uint8)
-    for twice in (["d", "d"], ["d", "./d"], ["d", str(tmp_path / "d")], ["sub/d", "sub//d"]):
+    twice_over = (["d", "d"], ["d", "./d"], ["d", str(tmp_path / "d")], ["sub/d", "sub//d"],
+                  [str(tmp_path / "sub" / "d"), "sub/./d"], [f"{tmp_path}//d", "d"])
+    for twice in twice_over:
         with pytest.raises(ValueError, match=r"destination '.*d' is given twice \(items 0 and 1\)"):
             gdscp.write_files([ones, zeros], twice)
         with pytest.raises(ValueError, match=r"is given twice \(items 0 and 1\)"):

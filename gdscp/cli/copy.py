@@ -129,7 +129,8 @@ class _Copier:
                 jobs.append(_Job("file", src, target, st))
             else:
                 self.problem(f"'{src}' is not a regular file or directory; not copied", src)
-        return self._once_each(jobs)
+        # One source's names are distinct already (a tree's walk gives each once).
+        return self._once_each(jobs) if len(sources) > 1 else jobs
 
     def _once_each(self, jobs: list[_Job]) -> list[_Job]:
         """As cp: a destination that an earlier source of this command already

@@ -399,6 +399,23 @@ def test_write_failures(capsys, tmp_path):
     assert code == 1 and str(tmp_path) in error_lines(err)[0]
 
 
+def test_json_records_one_to_a_line_whatever_their_strings_hold():
+    """A list of flat records is written one record to a line: cut where one
+    ends and the next begins, which text inside a string (quotes escaped)
+    never matches. Other values keep the two-space indent."""
+    names = ['plain', 'a}, {"source": "b', '}, {\\"source\\": ', "new\nline", "\u00e9\udcfc", ""]
+    records = [{"source": n, "bytes": i, "ranks": [0, 1] if i % 2 else None} for i, n in enumerate(names)]
+    data = {"command": "copy", "files": records, "nested": {"a": [1, {"b": 2}]}, "empty": [], "rows": [{"x": {}}]}
+    text = output.json_text(data)
+    assert json.loads(text) == data
+    lines = text.splitlines()
+    start = lines.index('  "files": [')
+    assert [json.loads(line.rstrip(",")) for line in lines[start + 1 : start + 1 + len(records)]] == records
+    assert lines[start + 1 + len(records)] == "  ],"
+    assert '  "nested": {\n    "a": [\n      1,' in text
+    assert output.json_text({}) == "{}"
+
+
 def test_write_failure_in_json_mode_is_still_one_document(capsys, tmp_path):
     code, doc, err = cli_json(capsys, "write", tmp_path / "missing-dir" / "f", "--size", "1K")
     assert code == 1 and doc["ok"] is False and doc["exit_code"] == 1 and "f" in doc["error"]

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 __all__ = ["copy"]
 
 
-@dataclass
+@dataclass(slots=True)
 class _Job:
     kind: str  # "file", "link", "mkdir", "dirmeta" (a directory's mode and times, after its contents)
     src: str
@@ -44,7 +44,7 @@ class _Job:
     st: os.stat_result
 
 
-@dataclass
+@dataclass(slots=True)
 class _Record:
     source: str
     destination: str
@@ -57,9 +57,11 @@ class _Record:
     ranks: Optional[list] = None  # under MPI, a file shared among ranks: the ranks that wrote it
 
     def as_dict(self) -> dict[str, Any]:
-        d = dict(self.__dict__)
-        if d["ranks"] is None:
-            del d["ranks"]
+        d = {"source": self.source, "destination": self.destination, "bytes": self.bytes, "status": self.status,
+             "error": self.error, "read_backend": self.read_backend, "write_backend": self.write_backend,
+             "seconds": self.seconds}
+        if self.ranks is not None:
+            d["ranks"] = self.ranks
         return d
 
 
@@ -154,8 +156,9 @@ class _Copier:
         except OSError as exc:
             self.problem(f"cannot read directory '{src}': {exc.strerror}", src, dst)
             return
+        inside = dst if dst.endswith(os.sep) else dst + os.sep
         for entry in entries:
-            s, d = entry.path, os.path.join(dst, entry.name)
+            s, d = entry.path, inside + entry.name
             try:
                 est = entry.stat(follow_symlinks=False)
             except OSError as exc:

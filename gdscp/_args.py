@@ -52,7 +52,7 @@ def path(file: Any) -> str:
     """A path-like argument (str, bytes, ``os.PathLike``) as a str. A NUL byte
     is refused as ``open()`` refuses it: the OS would read the path only up
     to it and open (or truncate) another file."""
-    text = os.fsdecode(os.fspath(file))
+    text = file if type(file) is str else os.fsdecode(os.fspath(file))
     if "\0" in text:
         raise ValueError("embedded null byte")
     return text

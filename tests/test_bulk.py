@@ -416,6 +416,36 @@ def test_copies_of_many_files_fit_a_low_descriptor_limit(tmp_path, limit):
     assert temporaries(tmp_path) == []
 
 
+DESCRIPTOR_TABLE = r"""
+import os, sys, gdscp
+def table():
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("FDSize:"))
+before = table()
+missing = sys.argv[1]
+results = gdscp.copy_files([(f"{missing}/nothing", f"{missing}/out{i}") for i in range(int(sys.argv[2]))]).results()
+print(before, table(), sum(r.status == "failed" for r in results))
+"""
+
+
+def test_a_job_grows_the_descriptor_table_up_front(tmp_path):
+    """A job that may keep many temporary files open grows the process's
+    descriptor table to fit them in one step as it starts, instead of the
+    kernel growing it past each power of two while the job runs (where
+    threads share the table, each growth waits for an RCU grace period).
+    Here every source is missing, so no temporary file is ever opened: the
+    table is as large as it is only because the job made room first."""
+    if not os.path.exists("/proc/self/status") or "FDSize:" not in Path("/proc/self/status").read_text():
+        pytest.skip("no FDSize in /proc/self/status")
+    files = 700
+    proc = subprocess.run([sys.executable, "-c", DESCRIPTOR_TABLE, str(tmp_path / "gone"), str(files)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    before, after, failed = map(int, proc.stdout.split())
+    assert failed == files
+    assert before < files <= after
+
+
 def test_fail_fast_cancels_the_rest(tmp_path):
     files = files_of(tmp_path, [2000] * 200)
     pairs = [(p, str(tmp_path / f"c{i}")) for i, (p, _) in enumerate(files)]

@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdint>
 #include <cstdio>
 #include <condition_variable>
 #include <cstring>
@@ -53,6 +55,32 @@ size_t commit_batch_files(unsigned workers) {
   if (::getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) return kCommitFiles;
   const int64_t spare = static_cast<int64_t>(lim.rlim_cur) - 64 - 6 * static_cast<int64_t>(workers);
   return static_cast<size_t>(std::clamp<int64_t>(spare / 3, 16, static_cast<int64_t>(kCommitFiles)));
+}
+
+// Grows the process's descriptor table, in one step, to hold `count` more
+// descriptors than are open below the lowest free one. The kernel grows the
+// table as descriptors climb past each power of two; where threads share it,
+// each growth waits for an RCU grace period (milliseconds on a virtual
+// machine), and a job that keeps a thousand temporary files open paid for five
+// or six of them within its own time. One descriptor duplicated to the top
+// grows the table once. It never shrinks, so later jobs find it ready.
+void reserve_descriptors(size_t count) {
+  static std::atomic<size_t> reserved{0};
+  if (count <= reserved.load(std::memory_order_relaxed)) return;
+  const int probe = ::open("/dev/null", O_RDONLY | O_CLOEXEC);  // the lowest free descriptor
+  if (probe < 0) return;
+  size_t top = static_cast<size_t>(probe) + count;
+  struct rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY)
+    top = std::min<size_t>(top, static_cast<size_t>(lim.rlim_cur) - 1);
+  if (top > static_cast<size_t>(probe)) {
+    const int high = ::fcntl(probe, F_DUPFD_CLOEXEC, static_cast<int>(std::min<size_t>(top, INT32_MAX)));
+    if (high >= 0) ::close(high);
+  }
+  ::close(probe);
+  size_t seen = reserved.load(std::memory_order_relaxed);
+  while (seen < count && !reserved.compare_exchange_weak(seen, count, std::memory_order_relaxed)) {
+  }
 }
 
 // The process's umask without changing it (umask(2) can only be read by
@@ -783,6 +811,10 @@ BulkJob::BulkJob(std::vector<BulkItem> items, const BulkOptions& options, const 
   if (options.devices.size() > 1)
     for (int d : options.devices) st->group_node.push_back(detail::gpu_numa_node(d));
   st->commit_files = detail::commit_batch_files(workers);
+  // What the job may hold open at once: the temporary files of the batch being
+  // committed and of the next (a few over, as workers add theirs), and each
+  // worker's transfer in flight.
+  detail::reserve_descriptors(std::min(writers, 2 * st->commit_files) + 7 * size_t{workers} + 16);
   st->group = options.sync == BulkSync::group || (options.sync == BulkSync::automatic && writers >= detail::kGroupSyncFiles);
   st->running = workers;
   if (st->items.empty()) {

@@ -30,6 +30,8 @@ def integer(value: Any, name: str) -> int:
 
 
 def _bounded(value: Any, name: str, limit: int, limit_text: str) -> int:
+    if type(value) is int and 0 <= value <= limit:  # the common case, without a conversion
+        return value
     number = integer(value, name)
     if number < 0:
         raise OverflowError(f"{name} {number} is negative")

@@ -562,7 +562,7 @@ def copy_files(
     for i, (src, dst) in enumerate(pairs):
         part = None if ranges is None else ranges[i]
         if part is None:
-            known = -1 if sizes is None else _known_size(sizes[i], i)
+            known = -1 if sizes is None else _args.offset(sizes[i], f"sizes[{i}]")
             items.append((_COPY, src, dst, 0, False, known, 0, False, -1, not preserve, False, 0, 0, False))
         else:
             offset, length = _checked_range(*part, src)
@@ -582,13 +582,6 @@ def copy_files(
     if spread is not None:
         keep = _spread_staging(spread, staging_size, options)
     return BulkJob(items, options, keep)
-
-
-def _known_size(size: Any, i: int) -> int:
-    """``sizes[i]`` checked as a file size (its name built only for an error)."""
-    if type(size) is int and 0 <= size <= _args.MAX_OFFSET:
-        return size
-    return _args.offset(size, f"sizes[{i}]")
 
 
 def clean_temporaries(directory: PathLike) -> int:

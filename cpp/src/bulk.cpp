@@ -46,14 +46,21 @@ constexpr uint64_t kCommitBytes = 1ull << 30;
 constexpr size_t kSyncfsMin = 4;
 constexpr size_t kMinSlot = 64u << 10;
 
+// The process's soft limit on open descriptors; SIZE_MAX where it has none.
+size_t descriptor_limit() {
+  struct rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) return SIZE_MAX;
+  return static_cast<size_t>(lim.rlim_cur);
+}
+
 // Files per commit batch: kCommitFiles, fewer where the process may open
 // fewer descriptors. Up to two batches wait with a temporary file open each,
 // beside the workers' transfers in flight (a source, a temporary file and
 // their File objects' descriptors: at most six each) and the process's own.
 size_t commit_batch_files(unsigned workers) {
-  struct rlimit lim{};
-  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) return kCommitFiles;
-  const int64_t spare = static_cast<int64_t>(lim.rlim_cur) - 64 - 6 * static_cast<int64_t>(workers);
+  const size_t limit = descriptor_limit();
+  if (limit == SIZE_MAX) return kCommitFiles;
+  const int64_t spare = static_cast<int64_t>(limit) - 64 - 6 * static_cast<int64_t>(workers);
   return static_cast<size_t>(std::clamp<int64_t>(spare / 3, 16, static_cast<int64_t>(kCommitFiles)));
 }
 
@@ -69,18 +76,15 @@ void reserve_descriptors(size_t count) {
   if (count <= reserved.load(std::memory_order_relaxed)) return;
   const int probe = ::open("/dev/null", O_RDONLY | O_CLOEXEC);  // the lowest free descriptor
   if (probe < 0) return;
-  size_t top = static_cast<size_t>(probe) + count;
-  struct rlimit lim{};
-  if (::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY)
-    top = std::min<size_t>(top, static_cast<size_t>(lim.rlim_cur) - 1);
+  const size_t top = std::min({static_cast<size_t>(probe) + count, descriptor_limit() - 1, size_t{INT32_MAX}});
   if (top > static_cast<size_t>(probe)) {
-    const int high = ::fcntl(probe, F_DUPFD_CLOEXEC, static_cast<int>(std::min<size_t>(top, INT32_MAX)));
+    const int high = ::fcntl(probe, F_DUPFD_CLOEXEC, static_cast<int>(top));
     if (high >= 0) ::close(high);
   }
   ::close(probe);
-  size_t seen = reserved.load(std::memory_order_relaxed);
-  while (seen < count && !reserved.compare_exchange_weak(seen, count, std::memory_order_relaxed)) {
-  }
+  // Two jobs starting at once may store in either order: the smaller only
+  // costs a later job another (cheap) duplicate.
+  reserved.store(count, std::memory_order_relaxed);
 }
 
 // The process's umask without changing it (umask(2) can only be read by

@@ -21,7 +21,7 @@ import importlib as _importlib
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # what the lazy names are, for type checkers
     from . import defaults
-    from ._errors import ArgumentError, CudaError, CuFileError, EnvironmentVariableError
+    from ._errors import ArgumentError, ClosedFileError, CudaError, CuFileError, EnvironmentVariableError
     from .buffer import bounce_buffer_free, memory_deregister, memory_register, prepare
     from .bulk import BulkJob, copy_files, read_files, replicate, write_files
     from .cufile import CuFile, IOFuture, IOFutureStream
@@ -37,6 +37,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers
 _HOME = {
     "ArgumentError": "_errors",
     "BulkJob": "bulk",
+    "ClosedFileError": "_errors",
     "CompatMode": "defaults",
     "CuFile": "cufile",
     "CuFileError": "_errors",

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["ArgumentError", "CudaError", "CuFileError", "EnvironmentVariableError", "from_engine", "from_os_error"]
+__all__ = ["ArgumentError", "ClosedFileError", "CudaError", "CuFileError", "EnvironmentVariableError", "from_engine",
+           "from_os_error"]
 
 # Mirrors gdscp::ErrorKind in cpp/include/gdscp/error.hpp.
-_OS, _CUDA, _CUFILE, _INVALID, _STATE, _RANGE = range(6)
+_OS, _CUDA, _CUFILE, _INVALID, _STATE, _RANGE, _CLOSED = range(7)
 
 
 class CudaError(RuntimeError):
@@ -39,6 +40,13 @@ class CuFileError(RuntimeError):
 class ArgumentError(TypeError, ValueError):
     """An argument of the wrong kind or a call of the wrong form: a
     ``TypeError`` to Python, and the ``ValueError`` KvikIO raises for it."""
+
+    __module__ = "gdscp"
+
+
+class ClosedFileError(ValueError, RuntimeError):
+    """I/O on a closed file: the ``ValueError`` Python's file objects raise,
+    and the ``RuntimeError`` KvikIO raises."""
 
     __module__ = "gdscp"
 
@@ -97,4 +105,6 @@ def from_engine(kind: int, code: int, message: str, path: str, offset: int) -> B
         return ValueError(message)
     if kind == _RANGE:
         return IndexError(message)
+    if kind == _CLOSED:
+        return ClosedFileError(message)
     return RuntimeError(message)

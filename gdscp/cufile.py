@@ -94,13 +94,16 @@ def _request_size(size: Optional[int], available: int, what: str) -> int:
     return size
 
 
-def _settings(task_size: Optional[int]) -> Any:
+def _settings(task_size: Optional[int], zero_is_default: bool = True) -> Any:
     """The engine settings for one request: the current ones, with ``task_size``
-    replaced when the call passes one."""
+    replaced when the call passes one. As in KvikIO, a ``CuFile`` call's 0 (or
+    False) means the default too, and an ``Mmap`` call's is an error."""
     if task_size is None:
         return defaults._settings
     task_size = _args.size(task_size, "task_size")
     if task_size == 0:
+        if zero_is_default:
+            return defaults._settings
         raise ValueError("task_size must be positive")
     settings = _core.Settings(defaults._settings)
     settings.task_size = defaults._engine_value("task_size", task_size)

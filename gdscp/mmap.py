@@ -111,7 +111,7 @@ class Mmap:
         """Start copying, in parallel tasks of ``task_size`` bytes (None: the
         ``task_size`` setting); the future's ``get()`` gives the bytes read."""
         b, size, offset = self._request(buf, size, offset)
-        future = self._handle.pread(b.ptr, b.device, size, offset, _settings(task_size))
+        future = self._handle.pread(b.ptr, b.device, size, offset, _settings(task_size, zero_is_default=False))
         return IOFuture(future, (b.keep, self))
 
 

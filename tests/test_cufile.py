@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import stat
 import tempfile
 import warnings
 
@@ -644,19 +645,53 @@ def test_nul_byte_in_path_truncates_nothing(tmp_path, monkeypatch, name, flags):
         lambda f, b: f.write(b),
         lambda f, b: f.pread(b),
         lambda f, b: f.pwrite(b),
-        lambda f, b: f.fileno(),
         lambda f, b: f.open_flags(),
+        lambda f, b: f.is_direct_io_supported(),
     ],
-    ids=["read", "write", "pread", "pwrite", "fileno", "open_flags"],
+    ids=["read", "write", "pread", "pwrite", "open_flags", "direct_io"],
 )
 def test_io_on_closed_file(tmp_file, call):
-    path, _ = tmp_file(10)
+    """The error is a ValueError, as Python's file objects raise, and a
+    RuntimeError, as KvikIO raises; it names the file. Nothing is written."""
+    path, data = tmp_file(10)
     f = gdscp.CuFile(path, "r+")
     f.close()
-    with pytest.raises(ValueError) as info:
-        call(f, np.zeros(10, np.uint8))
+    buf = np.zeros(10, np.uint8)
+    with pytest.raises(gdscp.ClosedFileError) as info:
+        call(f, buf)
+    assert isinstance(info.value, ValueError) and isinstance(info.value, RuntimeError)
     assert "closed" in str(info.value)
     assert path in str(info.value)
+    assert not buf.any() and file_bytes(path) == data
+
+
+def test_fileno_of_a_closed_file_is_minus_one(tmp_file):
+    """As KvikIO's: the descriptor while open, -1 once closed."""
+    path, _ = tmp_file(10)
+    f = gdscp.CuFile(path)
+    fd = f.fileno()
+    assert fd >= 0 and os.fstat(fd).st_ino == os.stat(path).st_ino
+    f.close()
+    assert f.fileno() == -1
+
+
+@pytest.mark.parametrize("umask", [0, 0o002, 0o022, 0o077])
+@pytest.mark.parametrize("flags", ["w", "w+", "a", "x"])
+def test_a_new_file_gets_0644_less_the_umask(tmp_path, umask, flags):
+    """As KvikIO's FileHandle: never writable by others because the umask is
+    loose; an existing file keeps its mode."""
+    path = tmp_path / "new.bin"
+    old = os.umask(umask)
+    try:
+        with gdscp.CuFile(path, flags) as f:
+            f.write(b"abc")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o644 & ~umask
+    if flags != "x":
+        os.chmod(path, 0o660)
+        gdscp.CuFile(path, flags).close()
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o660
 
 
 def test_read_into_readonly_buffers(tmp_file):
@@ -697,7 +732,6 @@ def test_size_larger_than_buffer(tmp_file):
         ({"file_offset": 2**64}, OverflowError),
         ({"size": 2**64}, OverflowError),
         ({"task_size": 2**64}, OverflowError),
-        ({"task_size": 0}, ValueError),
     ],
 )
 def test_bad_numbers_raise_kvikios_exception_types(tmp_file, kwargs, error):
@@ -715,6 +749,21 @@ def test_bad_numbers_raise_kvikios_exception_types(tmp_file, kwargs, error):
                 assert str(value) in str(info.value) and "incompatible" not in str(info.value)
     assert not buf.any()
     assert file_bytes(path) == data
+
+
+@pytest.mark.parametrize("task_size", [0, False, np.int64(0)])
+def test_a_task_size_of_zero_means_the_default(tmp_file, task_size):
+    """As KvikIO's binding (`task_size if task_size else defaults.task_size()`):
+    a call's task_size of 0 or False is the default, not an error."""
+    path, data = tmp_file(3 * MiB + 5)
+    with gdscp.defaults.set("task_size", MiB), gdscp.CuFile(path, "r+") as f:
+        buf = np.zeros(len(data), np.uint8)
+        assert f.read(buf, task_size=task_size) == len(data)
+        assert buf.tobytes() == data
+        assert f.pread(buf[:100], task_size=task_size).get() == 100
+        new = np.arange(len(data), dtype=np.uint8)
+        assert f.pwrite(new, task_size=task_size).get() == len(data)
+    assert file_bytes(path) == new.tobytes()
 
 
 def test_offset_past_off_t_says_what_fits(tmp_file):

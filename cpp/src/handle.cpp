@@ -93,7 +93,7 @@ bool Handle::closed() const {
 
 std::shared_ptr<const OpenFile> Handle::state() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!open_) throw Error(ErrorKind::invalid, 0, "I/O operation on closed file '" + path_ + "'");
+  if (!open_) throw Error(ErrorKind::closed, 0, "I/O operation on closed file '" + path_ + "'");
   return open_;
 }
 
@@ -103,7 +103,11 @@ std::shared_ptr<const OpenFile> Handle::open_for(bool write) const {
   return st;
 }
 
-int Handle::fileno() const { return state()->file->fd(); }
+int Handle::fileno() const {
+  // -1 once closed, as KvikIO's: code that checks the descriptor keeps working.
+  std::lock_guard<std::mutex> lock(mutex_);
+  return open_ ? open_->file->fd() : -1;
+}
 int Handle::open_flags() const { return state()->file->open_flags(); }
 std::string Handle::path() const { return path_; }
 bool Handle::direct_io_supported() const { return state()->file->direct_fd() >= 0; }

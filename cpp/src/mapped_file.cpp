@@ -136,7 +136,7 @@ bool MappedFile::closed() const {
 
 std::shared_ptr<const Mapping> MappedFile::state() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!map_) throw_state("read from a closed mapped file '" + path_ + "'");
+  if (!map_) throw Error(ErrorKind::closed, 0, "read from a closed mapped file '" + path_ + "'");
   return map_;
 }
 

@@ -13,8 +13,9 @@ enum class ErrorKind {
   cuda,     // a CUDA driver call failed; code() is the CUresult
   cufile,   // a cuFile call failed; code() is the CUfileOpError
   invalid,  // the caller passed something unusable (maps to ValueError)
-  state,    // the object is not in a state for this call (closed file, missing library)
+  state,    // the object is not in a state for this call (a missing library)
   range,    // a position outside what the object covers (maps to IndexError)
+  closed,   // I/O on a closed file (maps to an error that is ValueError and RuntimeError)
 };
 
 class Error : public std::runtime_error {

@@ -51,7 +51,9 @@ OpenMode parse_open_mode(std::string_view mode) {
 
 File::File(std::string path, std::string_view mode) : path_(std::move(path)), mode_(parse_open_mode(mode)) {
   do {
-    fd_ = ::open(path_.c_str(), mode_.flags, 0666);
+    // A new file gets 0644 less the umask, as with KvikIO's FileHandle (not
+    // open()'s 0666: a umask of 0 or 002 would leave it writable by others).
+    fd_ = ::open(path_.c_str(), mode_.flags, 0644);
   } while (fd_ < 0 && errno == EINTR);
   if (fd_ < 0) throw_os_error(errno, "cannot open", path_);
 

@@ -567,6 +567,110 @@ def test_temporaries_of_a_killed_writer_are_recognised(tmp_path):
     assert bulk.clean_temporaries(tmp_path) == 1 and not os.path.exists(path)
 
 
+def unnamed_files_work_in(folder) -> bool:
+    """Whether `folder`'s filesystem makes unnamed files (O_TMPFILE) that this
+    process can link to a name."""
+    try:
+        fd = os.open(folder, os.O_TMPFILE | os.O_WRONLY)
+    except OSError:
+        return False
+    dfd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:  # (with a dir_fd, os.link follows the /proc link: linkat with AT_SYMLINK_FOLLOW)
+        os.link(f"/proc/self/fd/{fd}", "probe", dst_dir_fd=dfd, follow_symlinks=True)
+        os.unlink("probe", dir_fd=dfd)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+        os.close(dfd)
+    return True
+
+
+KILLED_JOB = r"""
+import sys, gdscp
+src, dst, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+job = gdscp.copy_files([(f"{src}/f{i:04d}", f"{dst}/f{i:04d}") for i in range(n)])
+print("started", flush=True)
+job.wait()
+print("done", flush=True)
+"""
+
+
+def test_a_killed_job_leaves_new_files_whole_or_absent(tmp_path):
+    """A new file's copy has no name until it is complete (an unnamed file,
+    linked into place): a job killed at any moment leaves each destination
+    whole or absent, and no temporary file at all, before any cleanup. Killed
+    at varied moments."""
+    if not unnamed_files_work_in(tmp_path):
+        pytest.skip("this filesystem makes no unnamed files that can be linked (O_TMPFILE)")
+    n = 1500  # more than one commit batch (1,024 files)
+    src = tmp_path / "src"
+    src.mkdir()
+    rng = random.Random(3)
+    data = [random_bytes(rng.randint(1, 8_000), i) for i in range(n)]
+    for i, d in enumerate(data):
+        (src / f"f{i:04d}").write_bytes(d)
+    mid_job = 0
+    for attempt in range(8):
+        dst = tmp_path / f"dst{attempt}"
+        dst.mkdir()
+        proc = subprocess.Popen([sys.executable, "-c", KILLED_JOB, str(src), str(dst), str(n)],
+                                stdout=subprocess.PIPE, text=True)
+        assert proc.stdout.readline().strip() == "started"
+        time.sleep(attempt * 0.015)
+        proc.kill()
+        mid_job += "done" not in proc.stdout.read()
+        proc.wait(timeout=60)
+        names = sorted(os.listdir(dst))
+        assert not [x for x in names if not x.startswith("f")], (attempt, names)
+        for name in names:
+            assert (dst / name).read_bytes() == data[int(name[1:])], (attempt, name)
+    assert mid_job, "no kill landed while the job ran: nothing was checked mid-way"
+
+
+@pytest.mark.parametrize("no_clobber", [False, True])
+def test_a_destination_that_appears_while_its_copy_runs(tmp_path, no_clobber):
+    """The destination did not exist when its copy began and appears before it
+    ends: the copy replaces it whole, or with no_clobber leaves it as it is (the
+    file skipped, "appeared"); no temporary file is left either way. (A FIFO
+    source holds the copy open until the test has made the destination.)"""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    dst = tmp_path / "out"
+    data = random_bytes(70_000, 9)
+    job = gdscp.copy_files([(fifo, dst)], no_clobber=no_clobber)
+    try:
+        w = open(fifo, "wb", buffering=0)  # once the job has opened the FIFO
+        w.write(data[:1000])  # the copy begins
+        deadline = time.monotonic() + 20
+        while True:  # the job holds the destination's temporary file open: it has looked for the name
+            held = []
+            for fd in os.listdir("/proc/self/fd"):
+                try:
+                    held.append(os.readlink(f"/proc/self/fd/{fd}"))
+                except OSError:
+                    pass
+            if any(h.startswith(str(tmp_path) + "/") and h != str(fifo) for h in held):
+                break
+            assert time.monotonic() < deadline, "the job never opened its destination"
+            time.sleep(0.01)
+        dst.write_bytes(b"made meanwhile")
+        w.write(data[1000:])
+        w.close()
+    except BaseException:
+        job.cancel()
+        raise
+    assert job.wait(30)
+    (r,) = job.results()
+    if no_clobber:
+        assert (r.status, r.note) == ("skipped", "appeared")
+        assert dst.read_bytes() == b"made meanwhile"
+    else:
+        assert r.status == "done", r
+        assert dst.read_bytes() == data
+    assert sorted(os.listdir(tmp_path)) == ["fifo", "out"]
+
+
 # -- interrupts ------------------------------------------------------------------------
 
 CHILD = r"""

@@ -235,7 +235,11 @@ bool open_destination(const TransferContext& cx, Transfer& t, std::string& note)
     // usual case): one fchmod less per file.
     const unsigned create = static_cast<unsigned>(t.mode) & 0777;
     t.chmod = (create & ~cx.umask) != static_cast<unsigned>(t.mode);
-    t.tmp = TempFile(t.dst, t.chmod ? 0600 : create);
+    // A new file that no File opens again by its path (see open_transfer)
+    // needs no name until it is complete: an unnamed one, linked into place.
+    const unsigned tmp_mode = t.chmod ? 0600 : create;
+    const bool by_fd = !exists && !t.mem.device && t.size < kFileMin;
+    t.tmp = by_fd ? TempFile::unnamed(t.dst, tmp_mode) : TempFile(t.dst, tmp_mode);
     t.dst_fd = t.tmp.fd();
     t.dev = t.tmp.device();
   } else {

@@ -6,8 +6,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <climits>
+#include <cstdio>
 #include <ctime>
 #include <random>
 
@@ -35,6 +37,36 @@ std::string random_chars() {
     c = alphabet[(z ^ (z >> 31)) % (sizeof alphabet - 1)];
   }
   return out;
+}
+
+// How this process links an unnamed file (O_TMPFILE) to a name: through
+// AT_EMPTY_PATH (Linux 6.10 on, or with CAP_DAC_READ_SEARCH), else through
+// its /proc/self/fd link; found with the first unnamed file.
+enum LinkWay : int { kUnknown, kEmptyPath, kProcLink, kNoWay };
+std::atomic<int> g_link_way{kUnknown};
+
+int link_fd(int fd, const char* path, int way) {
+  if (way == kEmptyPath) return ::linkat(fd, "", AT_FDCWD, path, AT_EMPTY_PATH);
+  char proc[40];
+  std::snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+  return ::linkat(AT_FDCWD, proc, AT_FDCWD, path, AT_SYMLINK_FOLLOW);
+}
+
+// The way, found by linking `fd` onto `dir`, which exists: the kernel checks
+// the right to link a descriptor before it looks at the new name, so EEXIST
+// says the way works, and nothing is ever made.
+int link_way(int fd, const std::string& dir) {
+  int way = g_link_way.load(std::memory_order_relaxed);
+  if (way != kUnknown) return way;
+  way = kNoWay;
+  for (int w : {kEmptyPath, kProcLink}) {
+    if (link_fd(fd, dir.c_str(), w) != 0 && errno == EEXIST) {
+      way = w;
+      break;
+    }
+  }
+  g_link_way.store(way, std::memory_order_relaxed);
+  return way;
 }
 
 }  // namespace
@@ -107,6 +139,35 @@ TempFile::TempFile(const std::string& dst, unsigned mode) {
   throw_os_error(EEXIST, "no free temporary name beside", dst);
 }
 
+TempFile TempFile::unnamed(const std::string& dst, unsigned mode) {
+  if (g_link_way.load(std::memory_order_relaxed) != kNoWay) {
+    const std::string dir = dir_of(dst);
+    int fd;
+    do {
+      fd = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, static_cast<mode_t>(mode));
+    } while (fd < 0 && errno == EINTR);
+    // Without O_TMPFILE here (EOPNOTSUPP, or EISDIR from an old kernel) or a
+    // way to link it, or on any other error, a named file: its own errors
+    // are the ones to report.
+    if (fd >= 0) {
+      struct stat st{};
+      if (link_way(fd, dir) != kNoWay && ::fstat(fd, &st) == 0) {
+        TempFile t;
+        t.fd_ = fd;
+        t.dev_ = st.st_dev;
+        t.unnamed_ = true;
+        return t;
+      }
+      ::close(fd);
+    }
+  }
+  return TempFile(dst, mode);
+}
+
+int TempFile::link_at(const std::string& path) const noexcept {
+  return link_fd(fd_, path.c_str(), g_link_way.load(std::memory_order_relaxed));
+}
+
 TempFile& TempFile::operator=(TempFile&& o) noexcept {
   if (this != &o) {
     discard();
@@ -114,18 +175,52 @@ TempFile& TempFile::operator=(TempFile&& o) noexcept {
     dev_ = o.dev_;
     path_ = std::move(o.path_);
     named_ = o.named_;
+    unnamed_ = o.unnamed_;
     o.fd_ = -1;
     o.named_ = false;
+    o.unnamed_ = false;
   }
   return *this;
 }
 
 void TempFile::rename_to(const std::string& dst) {
+  if (unnamed_) {
+    if (link_at(dst) == 0) {
+      unnamed_ = false;
+      return;
+    }
+    if (errno != EEXIST) throw_os_error(errno, "cannot link the copy into place at", dst);
+    // Something is there to replace: a name beside it, locked first so that
+    // no cleaner takes it, then the rename over it.
+    int r;
+    do {
+      r = ::flock(fd_, LOCK_EX);
+    } while (r != 0 && errno == EINTR);
+    if (r != 0) throw_os_error(errno, "cannot lock the copy of", dst);
+    for (int attempt = 0; unnamed_; ++attempt) {
+      std::string path = temporary_name(dst);
+      if (link_at(path) == 0) {
+        path_ = std::move(path);
+        named_ = true;
+        unnamed_ = false;
+      } else if (errno != EEXIST || attempt == 99) {
+        throw_os_error(errno, "cannot name the copy beside", dst);
+      }
+    }
+  }
   if (::rename(path_.c_str(), dst.c_str()) != 0) throw_os_error(errno, "cannot rename the copy into place at", dst);
   named_ = false;
 }
 
 bool TempFile::link_to(const std::string& dst) {
+  if (unnamed_) {
+    if (link_at(dst) == 0) {
+      unnamed_ = false;
+      return true;
+    }
+    if (errno == EEXIST) return false;
+    throw_os_error(errno, "cannot link", dst);
+  }
   if (::link(path_.c_str(), dst.c_str()) != 0) {
     const int err = errno;
     if (err == EEXIST) return false;
@@ -142,8 +237,10 @@ bool TempFile::link_to(const std::string& dst) {
 }
 
 void TempFile::close() noexcept {
+  // An unnamed file goes with its last descriptor.
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
+  unnamed_ = false;
 }
 
 void TempFile::discard() noexcept {
@@ -157,6 +254,7 @@ int TempFile::release() noexcept {
   const int fd = fd_;
   fd_ = -1;
   named_ = false;
+  unnamed_ = false;
   return fd;
 }
 

@@ -3,6 +3,11 @@
 // has them open. A later run that can take the lock of such a file knows its
 // writer is dead (killed, or the machine went down), so the file is garbage,
 // never data: it is removed (clean_temporaries).
+//
+// Where the filesystem makes unnamed files (O_TMPFILE) and the process may
+// link them, a new destination's temporary file has no name at all until it
+// is linked into place: nothing to lock, nothing left behind by a killed run,
+// and a name less to make and to rename per file.
 #pragma once
 
 #include <sys/types.h>
@@ -41,6 +46,9 @@ class TempFile {
   // A new, empty, locked temporary file beside `dst`, created with `mode`
   // (less the umask); throws.
   explicit TempFile(const std::string& dst, unsigned mode = 0600);
+  // An unnamed temporary file in `dst`'s directory where the filesystem and
+  // the kernel allow it, else a named one as above; throws.
+  static TempFile unnamed(const std::string& dst, unsigned mode);
   ~TempFile() { discard(); }
   TempFile(TempFile&& o) noexcept { *this = std::move(o); }
   TempFile& operator=(TempFile&& o) noexcept;
@@ -48,12 +56,13 @@ class TempFile {
   TempFile& operator=(const TempFile&) = delete;
 
   int fd() const noexcept { return fd_; }
-  const std::string& path() const noexcept { return path_; }
+  const std::string& path() const noexcept { return path_; }  // empty while unnamed
   dev_t device() const noexcept { return dev_; }  // the filesystem it is on
   explicit operator bool() const noexcept { return fd_ >= 0; }
 
-  // Renames it over `dst`; it is no longer temporary (the descriptor stays
-  // open, and locked, until close()).
+  // Renames it over `dst` (an unnamed one: links it there, or where `dst`
+  // exists, names it beside `dst` and renames it over); it is no longer
+  // temporary (the descriptor stays open, and locked, until close()).
   void rename_to(const std::string& dst);
   // Links it at `dst` only if nothing is there, then removes the temporary
   // name; false (nothing changed) when `dst` exists. Where the filesystem has
@@ -70,7 +79,12 @@ class TempFile {
   int fd_ = -1;
   dev_t dev_ = 0;
   std::string path_;
-  bool named_ = false;  // `path_` still names the file
+  bool named_ = false;    // `path_` still names the file
+  bool unnamed_ = false;  // an O_TMPFILE file not linked anywhere yet
+
+  // Links the unnamed file at `path`: 0, or -1 with errno (EEXIST where
+  // something is there).
+  int link_at(const std::string& path) const noexcept;
 };
 
 // Removes the dead writers' temporary files in `dir`; returns how many.

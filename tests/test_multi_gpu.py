@@ -66,6 +66,10 @@ def test_a_gpu_failing_mid_copy_leaves_no_partial_destination(go):
     go(scenario_gpu_fails_mid_copy, devices=2)
 
 
+def test_fail_fast_ends_a_job_whose_other_gpu_waits(go):
+    go(scenario_fail_fast_with_a_waiting_gpu, devices=2)
+
+
 def test_bad_device_lists_are_clear_errors(go):
     go(scenario_device_errors, devices=2)
 
@@ -315,6 +319,44 @@ def scenario_gpu_fails_mid_copy(folder):
     assert any(r.status == "done" for r in results), results
     assert sorted(os.listdir(out)) == sorted(os.path.basename(d) for r, d in zip(results, dsts)
                                              if r.status == "done" or d == dsts[-1])
+
+
+def scenario_fail_fast_with_a_waiting_gpu(folder):
+    """With fail_fast, a file failing on one GPU ends the job while the other
+    GPU's worker, out of files of its own, waits for a file of the job to
+    split: the job finishes (the rest cancelled), every file done is
+    complete, and nothing else is left in the destination."""
+    import gdscp
+    import gdscp.bulk
+
+    without_cupy()
+    sizes = [64 * KiB + 7] * 60
+    paths, datas = _files(folder, sizes)
+    hints = [sum(sizes)] + sizes[1:]  # the first file alone on one GPU, the others on the other
+    for broken in (0, 1):  # whichever GPU holds the many files
+        out = os.path.join(folder, f"out{broken}")
+        os.mkdir(out)
+        dsts = [os.path.join(out, f"c{i}.bin") for i in range(len(sizes))]
+        standin.cuda.lib.gdscp_cuda_break_device(broken, 3)
+        try:
+            with settings(compat_mode="on", num_threads=2, task_size=MiB):
+                job = gdscp.copy_files(list(zip(paths, dsts)), devices=[0, 1], staging_size=2 * MiB, sizes=hints,
+                                       fail_fast=True)
+                ended = job.wait(30)
+                if not ended:
+                    job.cancel()
+                    job.wait(30)
+        finally:
+            standin.cuda.lib.gdscp_cuda_break_device(broken, -1)
+        assert ended, f"GPU {broken} failed a file with fail_fast, and the job did not end"
+        results = job.results()
+        assert any(r.status == "failed" and "CUDA_ERROR_ECC_UNCORRECTABLE" in r.error for r in results)
+        assert {r.status for r in results} <= {"done", "failed", "cancelled"}
+        done = [os.path.basename(d) for r, d in zip(results, dsts) if r.status == "done"]
+        for r, d, data in zip(results, dsts, datas):
+            if r.status == "done":
+                assert file_bytes(d) == data
+        assert sorted(os.listdir(out)) == sorted(done)
 
 
 def scenario_device_errors(folder):

@@ -209,7 +209,18 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
       failed_order.push_back(i);
     }
     files_failed.fetch_add(1);
-    if (opt.fail_fast) cancelled.store(true);
+    if (opt.fail_fast) stop();
+  }
+
+  // Cancels the job: no more files start, and the workers waiting for work
+  // of their group (another group's file may still be split) see it. Set
+  // under the lock they wait with, so that none checks, misses it and sleeps.
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lock(split_mutex);
+      cancelled.store(true);
+    }
+    split_cv.notify_all();
   }
 
   void record_backends(const Transfer& t) {
@@ -849,10 +860,7 @@ bool BulkJob::done() const {
   return state_->finished;
 }
 
-void BulkJob::cancel() {
-  state_->cancelled.store(true);
-  state_->split_cv.notify_all();
-}
+void BulkJob::cancel() { state_->stop(); }
 
 BulkProgress BulkJob::progress() const {
   BulkProgress p;

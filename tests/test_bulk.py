@@ -1122,6 +1122,78 @@ def test_a_fifo_is_read_once_its_writer_comes(tmp_path):
         assert got == data
 
 
+def test_cancel_ends_a_write_into_a_fifo_nobody_reads(tmp_path):
+    """A FIFO destination whose reader never reads holds no worker where a
+    cancel cannot reach it: the job ends soon after cancel(), the file as
+    cancelled."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    src = tmp_path / "src"
+    src.write_bytes(random_bytes(4 * MiB, 6))
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # there, but never reading
+    try:
+        job = gdscp.copy_files([(src, fifo)])
+        time.sleep(0.3)
+        assert not job.done()
+        job.cancel()
+        assert job.wait(10), "the job did not end after cancel()"
+        (result,) = job.results()
+        assert result.status == "cancelled", result
+    finally:
+        os.close(reader)
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode) and sorted(os.listdir(tmp_path)) == ["fifo", "src"]
+
+
+def test_a_slow_fifo_reader_gets_every_byte_in_order(tmp_path):
+    """Written without blocking, a FIFO destination still takes every byte,
+    in order, from a reader that drains it in small, slow reads."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    data = random_bytes(2 * MiB + 33, 8)
+    src = tmp_path / "src"
+    src.write_bytes(data)
+    got = bytearray()
+
+    def read_slowly() -> None:
+        with open(fifo, "rb", buffering=0) as f:
+            while chunk := f.read(50_000):
+                got.extend(chunk)
+                time.sleep(0.001)
+
+    import threading
+
+    reader = threading.Thread(target=read_slowly)
+    reader.start()
+    try:
+        (result,) = gdscp.copy_files([(src, fifo)]).results()
+    finally:
+        reader.join(30)
+    assert (result.status, result.bytes) == ("done", len(data)), result
+    assert bytes(got) == data
+
+
+@pytest.mark.parametrize("kind", ["read", "copy"])
+def test_verify_of_a_fifo_source_is_refused(tmp_path, kind):
+    """A FIFO cannot be read a second time to check what was read from it:
+    verify is refused for it up front, naming the file, and a copy leaves
+    nothing behind (rather than waiting forever to read it again)."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    writer = os.open(fifo, os.O_RDWR)  # a writer end, so that nothing waits for one
+    try:
+        os.write(writer, b"some bytes")
+        if kind == "read":
+            job = gdscp.read_files([fifo], [bytearray(100)], verify=True)
+        else:
+            job = gdscp.copy_files([(fifo, tmp_path / "out")], verify=True)
+        assert job.wait(10), "the job did not end"
+        (result,) = job.results()
+    finally:
+        os.close(writer)
+    assert result.status == "failed" and "cannot verify" in result.error and str(fifo) in result.error, result
+    assert sorted(os.listdir(tmp_path)) == ["fifo"]
+
+
 def test_a_dangling_symbolic_link_is_not_written_through(tmp_path):
     """As GNU cp: a destination that is a link to an existing file gets the
     bytes in that file; a link to nothing fails, and stays as it was."""

@@ -291,6 +291,7 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
       fail(t->index, std::current_exception(), t.get());
       return;
     }
+    if (opt.verify && ended_early(*t)) return;  // a cancel may have cut the verify short
     if (t->item->kind == BulkKind::read || t->in_place || t->part) {
       succeed(*t, BulkStatus::done);
       return;
@@ -322,8 +323,9 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
     }
     const bool sync = opt.sync != BulkSync::none;
     std::vector<std::shared_ptr<Transfer>> unsynced;
+    // Once cancelled, place_all removes every file of the batch: none to sync.
     for (auto& t : batch)
-      if (sync && !t->synced) unsynced.push_back(t);
+      if (sync && !t->synced && !cancelled.load()) unsynced.push_back(t);
     sync_files(unsynced);
     place_all(batch);
     if (sync) sync_dirs(batch);
@@ -350,9 +352,14 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
       }
       return;
     }
-    // Each filesystem synced through (and named in errors by) its first file.
+    // Each filesystem synced through (and named in errors by) the file opened
+    // first: syncfs reports the writeback errors since its descriptor was
+    // opened, and so covers every file of the batch.
     std::map<dev_t, std::pair<const Transfer*, std::exception_ptr>> filesystems;
-    for (auto& t : files) filesystems.emplace(t->dev, std::make_pair(t.get(), nullptr));
+    for (auto& t : files) {
+      auto [it, added] = filesystems.emplace(t->dev, std::make_pair(t.get(), nullptr));
+      if (!added && t->dst_opened < it->second.first->dst_opened) it->second.first = t.get();
+    }
     for (auto& [dev, entry] : filesystems) {
       if (::syncfs(entry.first->dst_fd) != 0) {
         try {

@@ -55,12 +55,13 @@ void open_file(const TransferContext& cx, const std::string& path, const char* m
   backend = mem.device ? backends.device.get() : backends.host.get();
 }
 
-// Waits until `fd` has something to read (data, or the end), in slices, so
-// that a cancel of the job ends the wait; false if cancelled first.
-bool wait_readable(int fd, const std::atomic<bool>& cancelled) {
+// Waits until `fd` is ready for `events` (POLLIN: something to read, data or
+// the end; POLLOUT: room to write), in slices, so that a cancel of the job
+// ends the wait; false if cancelled first.
+bool wait_ready(int fd, short events, const std::atomic<bool>& cancelled) {
   for (;;) {
     if (cancelled.load(std::memory_order_relaxed)) return false;
-    struct pollfd p = {fd, POLLIN, 0};
+    struct pollfd p = {fd, events, 0};
     const int r = ::poll(&p, 1, 100);
     if (r > 0) return true;
     if (r < 0 && errno != EINTR) return true;  // let the read report it
@@ -100,12 +101,15 @@ void open_source(const TransferContext& cx, Transfer& t, const std::string& path
   struct stat& st = t.src_stat;
   if (::fstat(t.src_fd, &st) != 0) throw_os_error(errno, "cannot stat", path);
   if (S_ISDIR(st.st_mode)) throw_os_error(EISDIR, "cannot read", path);
+  if (cx.opt.verify && (S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode)))
+    fail_state("cannot verify what was read from '" + path + "': a FIFO or character device cannot be read again",
+               path);
   if (S_ISREG(st.st_mode) || S_ISBLK(st.st_mode)) {
     if (::fcntl(t.src_fd, F_SETFL, 0) != 0) throw_os_error(errno, "cannot open", path);
   } else if (S_ISFIFO(st.st_mode)) {
     // Opened without blocking, a FIFO with no writer yet reads as empty: wait
     // for one (its first bytes, or its close) as a blocking open would.
-    wait_readable(t.src_fd, cx.cancelled);
+    wait_ready(t.src_fd, POLLIN, cx.cancelled);
   }
   int64_t length = -1;  // -1: no size to go by (procfs reports 0 for files with content, FIFOs none)
   if (S_ISREG(st.st_mode) && st.st_size > 0 && !size_is_made_up(t.src_fd, st)) {
@@ -142,14 +146,13 @@ void open_source(const TransferContext& cx, Transfer& t, const std::string& path
 }
 
 // Opens a FIFO for writing without blocking forever on a missing reader: the
-// job can still be cancelled while it waits.
+// job can still be cancelled while it waits. It stays non-blocking, so that
+// a reader that stops reading holds no worker where a cancel cannot reach it
+// (write_all waits for room in slices).
 int open_fifo(const TransferContext& cx, const std::string& path) {
   for (;;) {
     const int fd = open_plain(path, O_WRONLY | O_NONBLOCK);
-    if (fd >= 0) {
-      ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-      return fd;
-    }
+    if (fd >= 0) return fd;
     if (errno != ENXIO) return -1;
     if (cx.cancelled.load(std::memory_order_relaxed)) {
       errno = ECANCELED;
@@ -241,6 +244,8 @@ bool open_destination(const TransferContext& cx, Transfer& t, std::string& note)
     const bool by_fd = !exists && !t.mem.device && t.size < kFileMin;
     t.tmp = by_fd ? TempFile::unnamed(t.dst, tmp_mode) : TempFile(t.dst, tmp_mode);
     t.dst_fd = t.tmp.fd();
+    static std::atomic<uint64_t> opened{0};
+    t.dst_opened = opened.fetch_add(1, std::memory_order_relaxed);
     t.dev = t.tmp.device();
   } else {
     t.dst_fd = open_plain(t.dst, O_RDWR | O_CREAT | O_TRUNC, static_cast<mode_t>(t.mode));
@@ -294,13 +299,19 @@ void write_chunk(const TransferContext& cx, Transfer& t, const MemoryTarget& mem
   pwrite_full(t.dst_fd, base, n, off, t.dst);
 }
 
-// write(2) until every byte is out: devices and FIFOs cannot seek.
-void write_all(int fd, const char* p, size_t n, int64_t pos, const std::string& path) {
+// write(2) until every byte is out (devices and FIFOs cannot seek), or the
+// job is cancelled while a non-blocking descriptor has no room.
+void write_all(int fd, const char* p, size_t n, int64_t pos, const std::string& path,
+               const std::atomic<bool>& cancelled) {
   size_t done = 0;
   while (done < n) {
     const ssize_t r = ::write(fd, p + done, n - done);
     if (r < 0) {
       if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        if (!wait_ready(fd, POLLOUT, cancelled)) return;  // the job's cancel decides the file's end
+        continue;
+      }
       throw_os_error(errno, "cannot write to", path, pos + static_cast<int64_t>(done));
     }
     done += static_cast<size_t>(r);
@@ -316,7 +327,7 @@ size_t read_some(int fd, char* p, size_t n, int64_t pos, const std::string& path
     if (r < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) {
-        if (!wait_readable(fd, cancelled)) break;  // short, but the job's cancel decides the file's end
+        if (!wait_ready(fd, POLLIN, cancelled)) break;  // short, but the job's cancel decides the file's end
         continue;
       }
       throw_os_error(errno, "cannot read", path, pos + static_cast<int64_t>(done));
@@ -358,14 +369,16 @@ void verify_landed(Transfer& t, const MemoryTarget& mem, const char* got, int64_
   }
 }
 
-// A part's range, read from storage, against the same range of the source.
-void verify_part(Transfer& t) {
+// A part's range, read from storage, against the same range of the source;
+// cut short by a cancel of the job (which then decides the file's end).
+void verify_part(Transfer& t, const std::atomic<bool>& cancelled) {
   ::posix_fadvise(t.dst_fd, t.offset, t.size, POSIX_FADV_DONTNEED);
   auto a = BufferPool::aligned().acquire(kVerifyBlock);
   auto b = BufferPool::aligned().acquire(kVerifyBlock);
   char* x = static_cast<char*>(a.get());
   char* y = static_cast<char*>(b.get());
   for (int64_t done = 0; done < t.size;) {
+    if (cancelled.load(std::memory_order_relaxed)) return;
     const size_t want = static_cast<size_t>(std::min<int64_t>(kVerifyBlock, t.size - done));
     const int64_t pos = t.offset + done;
     const size_t n = pread_full(t.source_fd(), x, want, pos, t.item->src);
@@ -384,7 +397,7 @@ void verify_part(Transfer& t) {
 }
 
 // The copy in its temporary file, read from storage, against the source.
-void verify_copy(Transfer& t) {
+void verify_copy(Transfer& t, const std::atomic<bool>& cancelled) {
   ::posix_fadvise(t.dst_fd, 0, 0, POSIX_FADV_DONTNEED);
   auto a = BufferPool::aligned().acquire(kVerifyBlock);
   auto b = BufferPool::aligned().acquire(kVerifyBlock);
@@ -400,6 +413,7 @@ void verify_copy(Transfer& t) {
     }
   } closer{src, !t.src_sized};
   for (int64_t pos = 0;;) {
+    if (cancelled.load(std::memory_order_relaxed)) return;
     const size_t n = pread_full(src, x, kVerifyBlock, pos, t.item->src);
     const size_t m = pread_full(t.dst_fd, y, kVerifyBlock, pos, t.dst);
     if (m > 0 && fault::check(fault::Op::land)) y[0] ^= 0xFF;
@@ -760,7 +774,7 @@ void move_sequential(const TransferContext& cx, Transfer& t, BulkWorker& w, std:
           copy_to_host(mem, w.host(), landed, got);
           host = w.host();
         }
-        write_all(t.dst_fd, host, got, done, t.dst);
+        write_all(t.dst_fd, host, got, done, t.dst, cx.cancelled);
       } else if (host && mem.device) {
         pwrite_full(t.dst_fd, host, got, done, t.dst);  // bytes of an unsized source, still in host memory
       } else {
@@ -793,7 +807,7 @@ void finish_data(const TransferContext& cx, Transfer& t, bool group) {
     // Its own fsync whatever the grouping: no batch renames a part.
     if ((sync || cx.opt.verify) && ::fsync(t.dst_fd) != 0) throw_os_error(errno, "cannot fsync", t.dst);
     t.synced = true;
-    if (cx.opt.verify && item.kind == BulkKind::copy) verify_part(t);
+    if (cx.opt.verify && item.kind == BulkKind::copy) verify_part(t, cx.cancelled);
     return;
   }
   if (t.chmod && ::fchmod(t.dst_fd, static_cast<mode_t>(t.mode)) != 0)
@@ -809,7 +823,7 @@ void finish_data(const TransferContext& cx, Transfer& t, bool group) {
     if (::fsync(t.dst_fd) != 0) throw_os_error(errno, "cannot fsync", t.dst);
     t.synced = true;
   }
-  if (cx.opt.verify && item.kind == BulkKind::copy) verify_copy(t);
+  if (cx.opt.verify && item.kind == BulkKind::copy) verify_copy(t, cx.cancelled);
 }
 
 }  // namespace gdscp::detail

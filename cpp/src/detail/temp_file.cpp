@@ -277,7 +277,10 @@ size_t clean_temporaries(const std::string& dir) {
       continue;
     }
     if (!S_ISREG(st.st_mode)) continue;
-    const int fd = ::openat(dfd, e->d_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    // For writing where allowed: NFS emulates flock with byte-range locks, and
+    // an exclusive one needs a descriptor open for writing.
+    int fd = ::openat(dfd, e->d_name, O_RDWR | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) fd = ::openat(dfd, e->d_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) continue;
     // The lock taken: no writer holds the file. Unlink while holding it, so a
     // writer that opened the name meanwhile sees it gone (TempFile retries).

@@ -66,6 +66,7 @@ struct Transfer {
   std::string dir;   // dst's directory
   TempFile tmp;      // atomic: the temporary file (locked while it is open)
   int dst_fd = -1;   // tmp's descriptor, an in-place destination's, or a plain file's
+  uint64_t dst_opened = 0;  // the order in which the process's jobs opened their destinations
   bool own_dst_fd = false;  // dst_fd is not tmp's, and closes with the transfer
   std::shared_ptr<File> dst_file;
   Backends dst_backends;

@@ -21,15 +21,17 @@ BufferPool::Lease& BufferPool::Lease::operator=(Lease&& o) noexcept {
     pool_ = o.pool_;
     ptr_ = o.ptr_;
     size_ = o.size_;
+    capacity_ = o.capacity_;
     o.pool_ = nullptr;
     o.ptr_ = nullptr;
     o.size_ = 0;
+    o.capacity_ = 0;
   }
   return *this;
 }
 
 void BufferPool::Lease::release() noexcept {
-  if (pool_ && ptr_) pool_->give_back(ptr_, size_);
+  if (pool_ && ptr_) pool_->give_back(ptr_, capacity_);
   pool_ = nullptr;
   ptr_ = nullptr;
 }
@@ -79,29 +81,41 @@ void BufferPool::deallocate(void* ptr, size_t size) noexcept {
   }
 }
 
+size_t BufferPool::bucket(size_t size) noexcept {
+  constexpr size_t kPage = 4096, kSmall = 64 << 10;
+  if (size <= kSmall) return std::max<size_t>(1, (size + kPage - 1) / kPage) * kPage;
+  size_t two = kSmall;  // the power of two at or below size
+  while (two <= size / 2) two *= 2;
+  if (size == two) return two;
+  return size <= two + two / 2 ? two + two / 2 : 2 * two;
+}
+
 BufferPool::Lease BufferPool::acquire(size_t size) {
+  const size_t capacity = bucket(size);
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    auto it = idle_.find(size);
+    auto it = idle_.find(capacity);
     if (it != idle_.end() && !it->second.empty()) {
       void* p = it->second.back();
       it->second.pop_back();
-      return Lease(this, p, size);
+      return Lease(this, p, size, capacity);
     }
   }
-  void* p = allocate(size);
+  void* p = allocate(capacity);
   std::lock_guard<std::mutex> lock(mutex_);
-  allocated_ += size;
-  return Lease(this, p, size);
+  allocated_ += capacity;
+  return Lease(this, p, size, capacity);
 }
 
 void BufferPool::want(size_t size, int owner, size_t count) {
+  size = bucket(size);
   std::lock_guard<std::mutex> lock(mutex_);
   size_t& mine = wanted_[{size, owner}];
   mine = std::max(mine, count);
 }
 
 bool BufferPool::stock(size_t size) {
+  size = bucket(size);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     size_t target = 0;

@@ -18,18 +18,20 @@ class BufferPool {
   class Lease {
    public:
     Lease() = default;
-    Lease(BufferPool* pool, void* ptr, size_t size) : pool_(pool), ptr_(ptr), size_(size) {}
+    Lease(BufferPool* pool, void* ptr, size_t size, size_t capacity)
+        : pool_(pool), ptr_(ptr), size_(size), capacity_(capacity) {}
     Lease(Lease&& o) noexcept { *this = std::move(o); }
     Lease& operator=(Lease&& o) noexcept;
     ~Lease() { release(); }
     void* get() const noexcept { return ptr_; }
-    size_t size() const noexcept { return size_; }
+    size_t size() const noexcept { return size_; }  // what was asked for (the buffer may be larger)
     void release() noexcept;
 
    private:
     BufferPool* pool_ = nullptr;
     void* ptr_ = nullptr;
     size_t size_ = 0;
+    size_t capacity_ = 0;  // the buffer's own size, its size class
   };
 
   // `node` >= 0: pinned buffers whose pages are on that NUMA node
@@ -37,7 +39,9 @@ class BufferPool {
   explicit BufferPool(Kind kind, int node = -1) : kind_(kind), node_(node) {}
   ~BufferPool();  // frees what is idle; a lease outliving the pool is a bug
 
-  // A buffer of exactly `size` bytes, reused when one is idle. Pinned buffers
+  // A buffer of at least `size` bytes, reused when one is idle. Buffers come
+  // in size classes (bucket()), so that the pool keeps a few sizes, however
+  // many different sizes are asked for. Pinned buffers
   // are mapped by the calling thread and registered with
   // CU_MEMHOSTREGISTER_PORTABLE (any context may use them); they need a
   // current CUDA context on the calling thread.
@@ -54,6 +58,11 @@ class BufferPool {
   size_t trim();  // frees every idle buffer and forgets the wants; the bytes freed
 
   size_t bytes_allocated() const;  // idle + leased
+
+  // The size class of `size`: whole pages up to 64 KiB, then the next of 2^k
+  // and 1.5 * 2^k bytes (a third more than asked for at most, none for a
+  // power of two).
+  static size_t bucket(size_t size) noexcept;
 
   static BufferPool& pinned();
   static BufferPool& aligned();

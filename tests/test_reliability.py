@@ -417,21 +417,38 @@ def test_mapped_copy_survives_pages_cut_off(tmp_path):
     )
 
 
-def test_unrelated_sigbus_still_kills(tmp_path):
-    """The guard only catches faults of its own copies: any other SIGBUS still
-    has its default effect once gdscp has installed the guard."""
+@pytest.mark.parametrize("how", ["sent", "fault", "fault, faulthandler"])
+def test_unrelated_sigbus_still_kills(tmp_path, how):
+    """The guard only catches faults of its own copies: any other SIGBUS (sent,
+    or a fault on a mapping of its own) still has its default effect once gdscp
+    has installed the guard, and promptly. With Python's faulthandler turned on
+    after the guard (which gdscp's next read puts back in front of it), the
+    fault is reported once, then kills: the two handlers do not hand it back
+    and forth."""
     script = PRELUDE + textwrap.dedent(
         f"""
+        import faulthandler, mmap
         path = os.path.join({str(tmp_path)!r}, "x.bin")
         payload(4 * MiB, 1).tofile(path)
         # One worker, one task: on a machine with many cores the request would
         # otherwise be split below the size that mapped reads take.
         gdscp.defaults.set("num_threads", 1)
-        with gdscp.CuFile(path, "r") as f:
-            f.read(np.empty(4 * MiB, np.uint8), task_size=4 * MiB)
+        def read():
+            with gdscp.CuFile(path, "r") as f:
+                f.read(np.empty(4 * MiB, np.uint8), task_size=4 * MiB)
+        read()
+        if {how!r} == "fault, faulthandler":
+            faulthandler.enable()
+            read()
         assert _core.testing.mapped_read_bytes() > 0
         sys.stdout.flush()
-        os.kill(os.getpid(), signal.SIGBUS)
+        if {how!r} == "sent":
+            os.kill(os.getpid(), signal.SIGBUS)
+        else:
+            fd = os.open(path, os.O_RDWR)
+            m = mmap.mmap(fd, MiB)
+            os.ftruncate(fd, 0)
+            m[8192]
         print("survived")
         """
     )
@@ -441,8 +458,9 @@ def test_unrelated_sigbus_still_kills(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-c", script], cwd=str(tmp_path), capture_output=True, text=True, timeout=CHILD_TIMEOUT, env=env
     )
-    assert proc.returncode == -signal.SIGBUS, (proc.returncode, proc.stdout, proc.stderr)
+    assert proc.returncode == -signal.SIGBUS, (proc.returncode, proc.stdout, proc.stderr[-2000:])
     assert "survived" not in proc.stdout
+    assert proc.stderr.count("Fatal Python error: Bus error") == (how == "fault, faulthandler"), proc.stderr[-2000:]
 
 
 # -- permission denied -----------------------------------------------------------

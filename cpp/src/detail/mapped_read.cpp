@@ -35,27 +35,39 @@ size_t page_size() {
 // t_guard at its jump buffer; the handler jumps back there. Any other SIGBUS
 // goes to whatever handler was installed before ours, or kills the process
 // as it would have without us.
+//
+// Handed on once: a handler that reports the fault and hands it back (Python's
+// faulthandler restores the handler it replaced, ours, and raises the signal
+// again) would otherwise send it round between the two for ever. The second
+// time, the default action ends the process, as it would have without us.
 
 // initial-exec: the handler may run on a thread that never touched t_guard,
 // and a lazily allocated TLS block would call malloc inside the handler.
 __attribute__((tls_model("initial-exec"))) thread_local sigjmp_buf* volatile t_guard = nullptr;
 struct sigaction g_previous;
 std::mutex g_install_mutex;
+volatile sig_atomic_t g_handed_on = 0;  // a SIGBUS not ours went to g_previous
 
 void on_sigbus(int sig, siginfo_t* info, void* uctx) {
   if (sigjmp_buf* guard = t_guard) {
     t_guard = nullptr;
     siglongjmp(*guard, 1);
   }
-  if (g_previous.sa_flags & SA_SIGINFO) {
-    g_previous.sa_sigaction(sig, info, uctx);
-  } else if (g_previous.sa_handler != SIG_DFL && g_previous.sa_handler != SIG_IGN) {
-    g_previous.sa_handler(sig);
-  } else {
-    // Default action: restore it; a fault re-executes and dies, a sent signal is re-raised.
-    signal(sig, SIG_DFL);
-    if (info == nullptr || info->si_code <= 0) raise(sig);
+  if (!g_handed_on) {
+    if (g_previous.sa_flags & SA_SIGINFO) {
+      g_handed_on = 1;
+      g_previous.sa_sigaction(sig, info, uctx);
+      return;
+    }
+    if (g_previous.sa_handler != SIG_DFL && g_previous.sa_handler != SIG_IGN) {
+      g_handed_on = 1;
+      g_previous.sa_handler(sig);
+      return;
+    }
   }
+  // Default action: restore it; a fault re-executes and dies, a sent signal is re-raised.
+  signal(sig, SIG_DFL);
+  if (info == nullptr || info->si_code <= 0) raise(sig);
 }
 
 // Installs the handler, or re-installs it where someone replaced it since
@@ -72,6 +84,7 @@ bool guard_installed() {
   struct sigaction previous;
   if (sigaction(SIGBUS, &ours, &previous) != 0) return false;
   if (!((previous.sa_flags & SA_SIGINFO) && previous.sa_sigaction == on_sigbus)) g_previous = previous;
+  g_handed_on = 0;
   return true;
 }
 

@@ -140,6 +140,27 @@ nb::object transfer_inline(gdscp::Handle& h, bool write, nb::handle buf, nb::han
   return nb::int_(moved);
 }
 
+// What Python holds of a transfer in flight (a Future, a StreamFuture). Its
+// engine object waits for the transfer as it goes, since the Python side keeps
+// the buffer alive only as long as this object: dropped before the transfer
+// ends, it waits with the GIL released, so that the process's other threads
+// run meanwhile.
+template <class F>
+struct Held {
+  std::unique_ptr<F> f;
+  explicit Held(std::unique_ptr<F> p) : f(std::move(p)) {}
+  Held(Held&&) noexcept = default;
+  Held& operator=(Held&&) = delete;
+  ~Held() {
+    if (f) {
+      const ReleaseGil unlocked;
+      f.reset();
+    }
+  }
+};
+using HeldFuture = Held<gdscp::Future>;
+using HeldStreamFuture = Held<gdscp::StreamFuture>;
+
 }  // namespace
 
 NB_MODULE(_core, m) {
@@ -168,15 +189,15 @@ NB_MODULE(_core, m) {
       .def_rw("pipeline_depth", &Settings::pipeline_depth)
       .def_rw("mapped_reads", &Settings::mapped_reads);
 
-  nb::class_<gdscp::Future>(m, "Future")
-      .def("get", &gdscp::Future::get, release())
-      .def("done", &gdscp::Future::done)
-      .def("wait", &gdscp::Future::wait_for, "timeout"_a, release())
-      .def("cancel", &gdscp::Future::cancel)
-      .def("progress", &gdscp::Future::progress);
+  nb::class_<HeldFuture>(m, "Future")
+      .def("get", [](HeldFuture& h) { return h.f->get(); }, release())
+      .def("done", [](const HeldFuture& h) { return h.f->done(); })
+      .def("wait", [](const HeldFuture& h, double timeout) { return h.f->wait_for(timeout); }, "timeout"_a, release())
+      .def("cancel", [](HeldFuture& h) { h.f->cancel(); })
+      .def("progress", [](const HeldFuture& h) { return h.f->progress(); });
 
-  nb::class_<gdscp::StreamFuture>(m, "StreamFuture")
-      .def("check_bytes_done", &gdscp::StreamFuture::check_bytes_done, release());
+  nb::class_<HeldStreamFuture>(m, "StreamFuture")
+      .def("check_bytes_done", [](HeldStreamFuture& h) { return h.f->check_bytes_done(); }, release());
 
   nb::class_<gdscp::Handle>(m, "Handle")
       .def(
@@ -195,8 +216,18 @@ NB_MODULE(_core, m) {
       .def("direct_io_supported", &gdscp::Handle::direct_io_supported)
       .def("backend", &gdscp::Handle::backend)
       .def("backend_reason", &gdscp::Handle::backend_reason)
-      .def("pread", &gdscp::Handle::pread, "buf"_a, "device"_a, "size"_a, "file_offset"_a, "settings"_a, release())
-      .def("pwrite", &gdscp::Handle::pwrite, "buf"_a, "device"_a, "size"_a, "file_offset"_a, "settings"_a, release())
+      .def(
+          "pread",
+          [](gdscp::Handle& h, uintptr_t buf, bool device, size_t size, int64_t file_offset, const Settings& s) {
+            return HeldFuture(h.pread(buf, device, size, file_offset, s));
+          },
+          "buf"_a, "device"_a, "size"_a, "file_offset"_a, "settings"_a, release())
+      .def(
+          "pwrite",
+          [](gdscp::Handle& h, uintptr_t buf, bool device, size_t size, int64_t file_offset, const Settings& s) {
+            return HeldFuture(h.pwrite(buf, device, size, file_offset, s));
+          },
+          "buf"_a, "device"_a, "size"_a, "file_offset"_a, "settings"_a, release())
       .def("read_inline", [](gdscp::Handle& h, nb::handle buf, nb::handle size, nb::handle offset,
                              const Settings& s, bool deferred) {
              return transfer_inline(h, false, buf, size, offset, s, deferred);
@@ -214,10 +245,20 @@ NB_MODULE(_core, m) {
            "settings"_a, release())
       .def("raw_write", &gdscp::Handle::raw_write, "base"_a, "size"_a, "file_offset"_a, "dev_offset"_a,
            "settings"_a, release())
-      .def("raw_read_async", &gdscp::Handle::raw_read_async, "base"_a, "size"_a, "file_offset"_a,
-           "dev_offset"_a, "stream"_a, "settings"_a, release())
-      .def("raw_write_async", &gdscp::Handle::raw_write_async, "base"_a, "size"_a, "file_offset"_a,
-           "dev_offset"_a, "stream"_a, "settings"_a, release());
+      .def(
+          "raw_read_async",
+          [](gdscp::Handle& h, uintptr_t base, size_t size, int64_t file_offset, int64_t dev_offset, uintptr_t stream,
+             const Settings& s) {
+            return HeldStreamFuture(h.raw_read_async(base, size, file_offset, dev_offset, stream, s));
+          },
+          "base"_a, "size"_a, "file_offset"_a, "dev_offset"_a, "stream"_a, "settings"_a, release())
+      .def(
+          "raw_write_async",
+          [](gdscp::Handle& h, uintptr_t base, size_t size, int64_t file_offset, int64_t dev_offset, uintptr_t stream,
+             const Settings& s) {
+            return HeldStreamFuture(h.raw_write_async(base, size, file_offset, dev_offset, stream, s));
+          },
+          "base"_a, "size"_a, "file_offset"_a, "dev_offset"_a, "stream"_a, "settings"_a, release());
 
   nb::class_<gdscp::MappedFile>(m, "MappedFile")
       .def(
@@ -236,7 +277,12 @@ NB_MODULE(_core, m) {
       .def("map_offset", &gdscp::MappedFile::map_offset)
       .def("check", &gdscp::MappedFile::check, "size"_a, "offset"_a)
       .def("read", &gdscp::MappedFile::read, "buf"_a, "device"_a, "size"_a, "offset"_a, "settings"_a, release())
-      .def("pread", &gdscp::MappedFile::pread, "buf"_a, "device"_a, "size"_a, "offset"_a, "settings"_a, release());
+      .def(
+          "pread",
+          [](gdscp::MappedFile& f, uintptr_t buf, bool device, size_t size, int64_t offset, const Settings& s) {
+            return HeldFuture(f.pread(buf, device, size, offset, s));
+          },
+          "buf"_a, "device"_a, "size"_a, "offset"_a, "settings"_a, release());
 
   // The benchmark's host-side ceiling: (seconds, bytes, errno) of one run of
   // threads preading hot files into their own buffers, one thread a buffer.

@@ -454,3 +454,44 @@ def test_appends_from_many_processes_never_overlap(tmp_path):
     for rc, out, err in outputs:
         assert rc == 0 and "CHILD-OK" in out, f"exit {rc}\n{out}\n{err}"
     check_records(path, expected)
+
+
+DROPPED_FUTURE = r"""
+import os, sys, threading, numpy as np, gdscp
+folder = sys.argv[1]
+fifos = [os.path.join(folder, f"fifo{i}") for i in range(2)]
+for fifo in fifos:
+    os.mkfifo(fifo)
+path = os.path.join(folder, "data")
+data = np.random.default_rng(2).integers(0, 256, 8 << 20, dtype=np.uint8)
+data.tofile(path)
+gdscp.defaults.set("num_threads", 2)
+# The pool's two workers each wait for a FIFO's writer, so the read below (two
+# tasks, queued behind them) waits for the workers, and so for the writer thread.
+job = gdscp.read_files(fifos, [bytearray(10), bytearray(10)])
+f = gdscp.CuFile(path)
+out = np.zeros_like(data)
+fut = f.pread(out, task_size=1 << 20)
+assert not fut.done()
+
+def writer():
+    for fifo in fifos:
+        with open(fifo, "wb") as w:
+            w.write(b"x")
+
+t = threading.Thread(target=writer)
+t.start()
+del fut  # waits for the read, which needs the writer thread to run
+t.join()
+assert job.wait(10) and (out == data).all()
+print("ok")
+"""
+
+
+def test_dropping_a_running_future_lets_other_threads_run(tmp_path):
+    """An IOFuture dropped before its transfer ends waits for it (its buffer is
+    still being written) without holding the GIL: here the transfer can only
+    end once another Python thread has run, and the drop returns."""
+    proc = subprocess.run([sys.executable, "-c", DROPPED_FUTURE, str(tmp_path)], capture_output=True, text=True,
+                          timeout=60)
+    assert (proc.returncode, proc.stdout.strip()) == (0, "ok"), proc.stderr[-2000:]

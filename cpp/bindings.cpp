@@ -7,6 +7,8 @@
 #include <nanobind/stl/unique_ptr.h>
 #include <nanobind/stl/vector.h>
 
+#include <climits>
+
 #include "buffers.hpp"
 #include "fs_path.hpp"
 #include "release_gil.hpp"
@@ -126,6 +128,7 @@ nb::object transfer_inline(gdscp::Handle& h, bool write, nb::handle buf, nb::han
     if (want > n) return fallback;
     n = static_cast<size_t>(want);
   }
+  if (n > static_cast<size_t>(LLONG_MAX - off)) return fallback;  // past the largest offset: the general path says so
   if (!gdscp::Handle::runs_inline(n, s)) return fallback;
   if (deferred) h.check_open(write);
   const auto ptr = reinterpret_cast<uintptr_t>(view.data());

@@ -45,6 +45,15 @@ def offset(value: Any, name: str = "file_offset") -> int:
     return _bounded(value, name, MAX_OFFSET, "2**63-1")
 
 
+def file_span(value: Any, size: int) -> int:
+    """A file offset (see ``offset``) from which ``size`` bytes still end
+    within the largest offset a file can have."""
+    start = offset(value)
+    if size > MAX_OFFSET - start:
+        raise OverflowError(f"file_offset {start} plus size {size} is out of range (a file ends by 2**63-1)")
+    return start
+
+
 def size(value: Any, name: str = "size") -> int:
     """A byte count: 0 to 2**64-1."""
     return _bounded(value, name, MAX_SIZE, "2**64-1")

@@ -178,7 +178,7 @@ class CuFile:
         ``into``: the engine writes into ``buf``."""
         b = _buffers.resolve(buf, writable=into)
         size = _request_size(size, b.nbytes, "buffer")
-        offset = _args.offset(file_offset)
+        offset = _args.file_span(file_offset, size)
         return IOFuture(call(b.ptr, b.device, size, offset, _settings(task_size)), (b.keep, self))
 
     def _now(self, now, call, buf: Any, into: bool, size, file_offset, task_size) -> int:
@@ -187,7 +187,7 @@ class CuFile:
         a larger one in parallel through ``call``."""
         b = _buffers.resolve(buf, writable=into)
         size = _request_size(size, b.nbytes, "buffer")
-        offset = _args.offset(file_offset)
+        offset = _args.file_span(file_offset, size)
         settings = _settings(task_size)
         if _core.Handle.runs_inline(size, settings):
             return now(b.ptr, b.device, size, offset, settings)
@@ -273,7 +273,7 @@ class CuFile:
         """Read into device memory at ``dev_offset`` with one transfer on this
         thread (one ``cuFileRead``, or one staged read). The bytes read."""
         b, size, dev_offset = self._device(buf, True, size, dev_offset, "raw_read")
-        offset = _args.offset(file_offset)
+        offset = _args.file_span(file_offset, size)
         return self._handle.raw_read(b.ptr, size, offset, dev_offset, defaults._settings)
 
     def raw_write(
@@ -285,7 +285,7 @@ class CuFile:
     ) -> int:
         """Write device memory from ``dev_offset`` with one transfer on this thread."""
         b, size, dev_offset = self._device(buf, False, size, dev_offset, "raw_write")
-        offset = _args.offset(file_offset)
+        offset = _args.file_span(file_offset, size)
         return self._handle.raw_write(b.ptr, size, offset, dev_offset, defaults._settings)
 
     def raw_read_async(
@@ -300,7 +300,7 @@ class CuFile:
         cuFile's stream API works; otherwise the stream is synchronised and the
         bytes are in place when this returns)."""
         b, size, dev_offset = self._device(buf, True, size, dev_offset, "raw_read_async")
-        offset = _args.offset(file_offset)
+        offset = _args.file_span(file_offset, size)
         handle = self._handle.raw_read_async(
             b.ptr, size, offset, dev_offset, _streams.stream_handle(stream), defaults._settings
         )
@@ -316,7 +316,7 @@ class CuFile:
     ) -> IOFutureStream:
         """Write device memory ordered on ``stream`` (see ``raw_read_async``)."""
         b, size, dev_offset = self._device(buf, False, size, dev_offset, "raw_write_async")
-        offset = _args.offset(file_offset)
+        offset = _args.file_span(file_offset, size)
         handle = self._handle.raw_write_async(
             b.ptr, size, offset, dev_offset, _streams.stream_handle(stream), defaults._settings
         )

@@ -793,6 +793,23 @@ def test_bounce_buffers_stay_few_whatever_the_request_sizes(tmp_path):
     assert 0 < freed < 256 * MiB, f"{freed / MiB:.0f} MiB of idle buffers after 40 writes"
 
 
+@pytest.mark.parametrize("size", [1, 4096, 64 * MiB])
+def test_a_range_past_the_largest_offset_is_refused(tmp_file, size):
+    """An offset that fits, but whose range ends past the largest offset a
+    file can have, is an OverflowError naming both, for every call, before
+    anything moves (not a wrapped-around offset the OS refuses)."""
+    path, data = tmp_file(100)
+    buf = np.zeros(size, np.uint8)
+    start = 2**63 - size + 1
+    with gdscp.CuFile(path, "r+") as f:
+        for call in (f.read, f.write, lambda b, n, o: f.pread(b, n, o).get(), lambda b, n, o: f.pwrite(b, n, o).get()):
+            with pytest.raises(OverflowError) as info:
+                call(buf, size, start)
+            assert str(start) in str(info.value) and str(size) in str(info.value)
+        assert f.read(buf[:0], 0, 2**63 - 1) == 0
+    assert not buf.any() and file_bytes(path) == data
+
+
 def test_offset_past_off_t_says_what_fits(tmp_file):
     path, _ = tmp_file(100)
     with gdscp.CuFile(path) as f, pytest.raises(OverflowError) as info:

@@ -68,17 +68,32 @@ File::File(std::string path, std::string_view mode) : path_(std::move(path)), mo
     throw_os_error(EISDIR, "cannot open", path_);
   }
   // The other descriptors must not create or truncate again, and write at
-  // the offsets they are given.
+  // the offsets they are given. Opened by the path again, they must be of
+  // the same file: one renamed over the path (or a link redirected) between
+  // the opens would get some of the bytes.
   const int again = mode_.flags & ~(O_CREAT | O_TRUNC | O_EXCL | O_APPEND);
+  auto same_file = [&st](int fd) {
+    struct stat other{};
+    return ::fstat(fd, &other) == 0 && other.st_dev == st.st_dev && other.st_ino == st.st_ino;
+  };
   direct_fd_ = ::open(path_.c_str(), again | O_DIRECT);
-  if (direct_fd_ < 0) direct_fd_ = -1;  // tmpfs and friends: buffered I/O only
+  if (direct_fd_ >= 0 && !same_file(direct_fd_)) {
+    ::close(direct_fd_);
+    direct_fd_ = -1;
+  }
+  if (direct_fd_ < 0) direct_fd_ = -1;  // tmpfs and friends (or a file replaced meanwhile): buffered I/O only
   write_fd_ = fd_;
   if (mode_.append) {
     write_fd_ = ::open(path_.c_str(), again);
-    if (write_fd_ < 0) {
-      const int err = errno;
+    const int err = errno;
+    const bool replaced = write_fd_ >= 0 && !same_file(write_fd_);
+    if (write_fd_ < 0 || replaced) {
+      if (write_fd_ >= 0) ::close(write_fd_);
+      write_fd_ = -1;
       if (direct_fd_ >= 0) ::close(direct_fd_);
       ::close(fd_);
+      fd_ = -1;
+      if (replaced) throw_state("'" + path_ + "' was replaced while it was being opened");
       throw_os_error(err, "cannot open", path_);
     }
   }

@@ -1259,3 +1259,20 @@ def test_a_result_that_cannot_be_written_is_a_failure(tmp_path, stdout):
         proc.wait(120)
     assert proc.returncode == 1, err
     assert "cannot write the result" in err and "Traceback" not in err and "Exception ignored" not in err
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full")
+def test_a_stderr_that_cannot_be_written_loses_only_its_lines(tmp_path):
+    """With stderr on a full device, warnings and errors are lost, not the
+    command: the file is written, and the JSON result (success or failure)
+    still reaches stdout with the command's own exit status."""
+    out = tmp_path / "w.bin"
+    with open("/dev/full", "w") as full:
+        ok = subprocess.run([sys.executable, "-m", "gdscp", "write", str(out), "--size", "1M", "--host", "--json"],
+                            stdout=subprocess.PIPE, stderr=full, text=True, timeout=60)
+        bad = subprocess.run([sys.executable, "-m", "gdscp", "read", str(tmp_path / "missing"), "--json"],
+                             stdout=subprocess.PIPE, stderr=full, text=True, timeout=60)
+    assert ok.returncode == 0 and json.loads(ok.stdout)["bytes"] == MiB
+    assert out.read_bytes() == bytes(MiB)
+    doc = json.loads(bad.stdout)
+    assert bad.returncode == 1 and doc["ok"] is False and "missing" in doc["error"]

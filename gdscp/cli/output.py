@@ -228,6 +228,7 @@ class Output:
         self.quiet = quiet
         self.debug = debug
         self._result_written = False
+        self._stderr_lost = False
 
     # Rich's consoles are made when first used: a command whose only output is
     # its JSON document (--json -q) never imports Rich's console.
@@ -260,16 +261,34 @@ class Output:
     def note(self, message: str) -> None:
         """Something worth knowing, not a problem (hidden by --quiet)."""
         if not self.quiet:
-            self.stderr.print(f"{self.prefix}: {shown(message)}", markup=False, style="dim", soft_wrap=True)
+            self._say(f"{self.prefix}: {shown(message)}", "dim")
 
     def warn(self, message: str) -> None:
         """A problem that does not stop the command (hidden by --quiet)."""
-        if self.quiet:
-            return
-        self.stderr.print(f"{self.prefix}: warning: {shown(message)}", markup=False, style="yellow", soft_wrap=True)
+        if not self.quiet:
+            self._say(f"{self.prefix}: warning: {shown(message)}", "yellow")
 
     def error(self, message: str) -> None:
-        self.stderr.print(f"{self.prefix}: error: {shown(message)}", markup=False, style="bold red", soft_wrap=True)
+        self._say(f"{self.prefix}: error: {shown(message)}", "bold red")
+
+    def _say(self, line: str, style: str) -> None:
+        """One line on stderr. A stderr that cannot be written (closed, a full
+        disk, a reader gone) loses its lines, not the command: the transfer and
+        the result on stdout go on, as cp's do."""
+        if self._stderr_lost:
+            return
+        try:
+            self.stderr.print(line, markup=False, style=style, soft_wrap=True)
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            self._stderr_lost = True
+            # What is still buffered must not fail again, with a traceback, at exit.
+            try:
+                null = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(null, 2)
+                os.close(null)
+            except OSError:
+                pass
 
     # -- stdout -------------------------------------------------------------------
     def result(self, data: dict[str, Any], render: Optional[Callable[[], RenderableType]] = None) -> None:

@@ -412,3 +412,21 @@ def test_help_reads_like_a_unix_tool(capsys, command):
     assert code == 0
     for noise in ("<bool>", "<list", "<path>", "<int>", "{", "[x>=", "[x<="):
         assert noise not in out, f"{noise!r} in the help of {command}"
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/stdout"), reason="no /dev/stdout")
+@pytest.mark.parametrize("command", ["copy", "write"])
+def test_standard_output_as_the_destination_when_it_is_a_pipe(tmp_path, command):
+    """/dev/stdout (a link, through /proc, to a pipe with no name to open) is
+    written through the link, front to back, as cp and dd write it."""
+    data = random_file(tmp_path / "src.bin", 300_000)
+    if command == "copy":
+        args = ["copy", str(tmp_path / "src.bin"), "/dev/stdout"]
+        want = data
+    else:
+        args = ["write", "/dev/stdout", "--size", "300000", "--pattern", "seq", "--host"]
+        want = memory.pattern(300_000, "seq").tobytes()
+    done = subprocess.run([sys.executable, "-m", "gdscp", *args, "-q"], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout == want

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 import enum
+import errno
 import os
 import stat
 import time
@@ -352,8 +353,16 @@ def _through_link(path: str) -> str:
     ``dd`` write through one; a dangling link is refused, as GNU cp refuses it."""
     if not os.path.islink(path):
         return path
-    if not os.path.exists(path):
-        raise Failure(f"not writing through dangling symbolic link '{path}'")
+    try:
+        target = os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ENOENT:
+            raise Failure(f"not writing through dangling symbolic link '{path}'") from None
+        raise Failure(f"cannot write '{path}': {exc.strerror}") from None
+    if not (stat.S_ISREG(target.st_mode) or stat.S_ISDIR(target.st_mode)):
+        # A pipe or a device (/dev/stdout, /dev/fd/N): opened through the link,
+        # since what it points at may have no name to open (pipe:[...]).
+        return path
     return os.path.realpath(path)
 
 

@@ -176,10 +176,14 @@ bool open_destination(const TransferContext& cx, Transfer& t, std::string& note)
       if (errno == ENOENT) fail_state("not writing through dangling symbolic link '" + item.dst + "'", item.dst);
       throw_os_error(errno, "cannot stat", item.dst);
     }
-    char* real = ::realpath(item.dst.c_str(), nullptr);
-    if (!real) throw_os_error(errno, "cannot resolve", item.dst);
-    t.dst = real;
-    std::free(real);
+    // A pipe or a device (/dev/stdout, /dev/fd/N) is opened through the link:
+    // what it points at may have no name to open (pipe:[...]).
+    if (S_ISREG(st.st_mode) || S_ISDIR(st.st_mode)) {
+      char* real = ::realpath(item.dst.c_str(), nullptr);
+      if (!real) throw_os_error(errno, "cannot resolve", item.dst);
+      t.dst = real;
+      std::free(real);
+    }
   } else if (!exists && errno != ENOENT) {
     throw_os_error(errno, "cannot stat", t.dst);
   }

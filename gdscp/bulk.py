@@ -496,17 +496,20 @@ def write_files(
     no_clobber: bool = False,
     fail_fast: bool = False,
     devices: Any = None,
+    verify: bool = False,
 ) -> BulkJob:
     """Write each buffer (host or device memory) to its file. ``atomic``: a
     temporary file beside each, renamed into place once complete (and, with
     ``fsync``, durable); an existing file keeps its mode, a new one gets 0666
     less the umask. ``no_clobber``: an existing file is left alone ("skipped").
+    ``verify``: each file, fsynced and read back from storage, is compared
+    with its buffer before it takes the name (a mismatch fails the file).
     ``devices``: the GPUs (or "all") whose buffers these are; each GPU's
     files are written by its own workers, through staging near it."""
     paths = [_args.path(p) for p in paths]
     _distinct_destinations(enumerate(paths))
     items, keep = _buffer_items(_WRITE, paths, buffers)
-    options = _options(fsync=fsync, atomic=atomic, no_clobber=no_clobber, fail_fast=fail_fast)
+    options = _options(fsync=fsync, atomic=atomic, no_clobber=no_clobber, fail_fast=fail_fast, verify=verify)
     if devices is not None:
         options.devices = device_list(devices)
     return BulkJob(items, options, keep)

@@ -356,6 +356,36 @@ def test_copies_verified_refuse_a_bad_copy(tmp_path):
     assert not os.path.exists(bad.destination) and temporaries(tmp_path) == []
 
 
+@pytest.mark.parametrize("size", [0, 1, PAGE + 1, 3 * MiB + 17])
+def test_writes_verified_before_they_take_the_name(tmp_path, size):
+    """write_files(verify=True) reads each file back from storage and compares
+    it with its buffer before the rename: files that match are in place, and
+    one that reads back wrong fails, naming the offset, while the old file
+    under its name stays as it was."""
+    bufs = [np.frombuffer(random_bytes(size, s), np.uint8) for s in (1, 2)]
+    paths = [tmp_path / "a", tmp_path / "b"]
+    for p in paths:
+        p.write_bytes(b"old")
+    results = gdscp.write_files(bufs, paths, verify=True).results()
+    assert [r.status for r in results] == ["done", "done"]
+    assert [p.read_bytes() for p in paths] == [b.tobytes() for b in bufs]
+    if size == 0:
+        return
+    for p in paths:
+        p.write_bytes(b"old")
+    _core.testing.arm_fault("land", 0, 1, 1)  # the first file checked reads back one wrong byte
+    try:
+        r1, r2 = gdscp.write_files(bufs, paths, verify=True).results()
+    finally:
+        _core.testing.disarm_fault()
+    (bad, good) = (0, 1) if r1.status == "failed" else (1, 0)
+    r = (r1, r2)[bad]
+    assert "verify failed" in r.error and "offset 0" in r.error and "not put in place" in r.error, r
+    assert (r1, r2)[good].status == "done"
+    assert paths[bad].read_bytes() == b"old" and paths[good].read_bytes() == bufs[good].tobytes()
+    assert temporaries(tmp_path) == []
+
+
 def test_copies_of_a_tree_with_failures_leave_no_partial_file(tmp_path):
     tree = make_tree(str(tmp_path / "src"), 300, 1, 20 * KiB, seed=3)
     (tmp_path / "dst").mkdir()

@@ -458,6 +458,32 @@ def test_read_without_gpu_says_so(capsys, tmp_path):
         assert "host memory" in out
 
 
+@pytest.mark.parametrize("count", [1, 2])
+def test_write_verify_checks_before_the_old_file_is_replaced(capsys, tmp_path, monkeypatch, count):
+    """gdscp write --verify reads the new bytes back before they take the
+    name: a mismatch fails the command (exit 1, naming the file and offset)
+    and every old file stays as it was, with no temporary file left."""
+    paths = [tmp_path / f"w{i}.bin" for i in range(count)]
+    for p in paths:
+        p.write_bytes(b"old contents")
+    if count == 1:  # the single-file path checks the pattern in Python
+        from gdscp import memory as memory_module
+
+        monkeypatch.setattr(memory_module, "first_difference", lambda got, want: 5)
+    else:  # a bulk job checks each file against its buffer in the engine
+        _core.testing.arm_fault("land", 0, 1, 1)
+    try:
+        code, _, err = cli(capsys, "write", *paths, "--size", "64K", "--pattern", "seq", "--host", "--verify")
+    finally:
+        _core.testing.disarm_fault()
+    assert code == 1
+    assert "verify failed" in err and "offset" in err
+    assert any(p.read_bytes() == b"old contents" for p in paths)
+    if count == 1:
+        assert paths[0].read_bytes() == b"old contents" and f"'{paths[0]}'" in err
+    assert temp_files(tmp_path) == []
+
+
 def test_read_verify_catches_wrong_bytes(capsys, tmp_path):
     random_file(tmp_path / "v.bin", 100 * KiB)
     _core.testing.arm_fault("land", 0, 1, 1)  # the first bytes checked are corrupted

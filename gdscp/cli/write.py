@@ -11,7 +11,7 @@ import errno
 import os
 import stat
 import time
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
@@ -40,9 +40,11 @@ class Pattern(str, enum.Enum):
     seq = "seq"
 
 
-def verify_pattern(path: str, size: int, kind: str, seed: int) -> None:
-    """Raise ``Failure`` unless ``path`` holds exactly ``size`` bytes of the pattern."""
+def verify_pattern(path: str, size: int, kind: str, seed: int, shown_as: Optional[str] = None) -> None:
+    """Raise ``Failure`` unless ``path`` holds exactly ``size`` bytes of the
+    pattern; messages name ``shown_as`` (the destination of a temporary file)."""
     fd = os.open(path, os.O_RDONLY)
+    path = shown_as or path
     try:
         drop_cache(fd)
         actual = os.fstat(fd).st_size
@@ -216,6 +218,8 @@ def write(
                     progress.file_done()
 
             if special is None:
+                if verify:  # before the name: a file that fails it never replaces the old one
+                    verify_pattern(target, size, kind, seed, shown_as=path)
                 os.chmod(target, _new_file_mode(path))
                 commit(target, path)
                 if fsync:
@@ -224,7 +228,7 @@ def write(
             if special is None and os.path.lexists(target):
                 discard(target)
 
-        if verify:
+        if verify and special is not None:  # a device, written in place
             verify_pattern(path, size, kind, seed)
         data = {
             "command": "write",
@@ -289,21 +293,13 @@ def _write_many(out: Output, paths: list[str], size: int, *, kind: str, seed: in
 
     with TransferProgress(out, size * len(paths), len(paths), "write", enabled=out.show_progress) as progress:
         start = time.perf_counter()
-        job = write_files([buffers[g] for g in owner], paths, fsync=fsync, fail_fast=fail_fast, devices=spread)
+        job = write_files([buffers[g] for g in owner], paths, fsync=fsync, fail_fast=fail_fast, devices=spread,
+                          verify=verify)
         results = run_job(job, progress, failed)
         seconds = time.perf_counter() - start
     del job, buffers
-    # Each file's (status, error), a failed --verify included.
-    outcome = []
-    for r in results:
-        status, error = r.status, r.error
-        if status == "done" and verify:
-            try:
-                verify_pattern(paths[r.index], size, kind, seed)
-            except Failure as exc:
-                out.error(str(exc))
-                status, error = "failed", "verify failed"
-        outcome.append((status, error))
+    # Each file's (status, error); --verify read each back before its rename.
+    outcome = [(r.status, r.error) for r in results]
     ok = all(status == "done" for status, _ in outcome)
     backend = next((r.write_backend for r in results if r.write_backend), "posix")
     nbytes = sum(r.bytes for r in results)
@@ -446,12 +442,16 @@ def _write_across(world: Any, out: Output, path: str, size: int, *, kind: str, s
         if not ok:  # a range is missing: no file takes the name
             discard(tmp)
             return
+        if verify:  # before the name: a file that fails it never replaces the old one
+            try:
+                verify_pattern(tmp, size, kind, seed, shown_as=path)
+            except Failure:
+                discard(tmp)
+                raise
         os.chmod(tmp, _new_file_mode(path))
         commit(tmp, path)
         if fsync:
             fsync_dir(os.path.dirname(os.path.abspath(path)))
-        if verify:
-            verify_pattern(path, size, kind, seed)
         data = {
             "command": "write", "ok": True, "path": path, "bytes": size, "seconds": seconds,
             "gb_per_s": gb_per_s(size, seconds), "pattern": kind, "seed": seed, "fsync": fsync,

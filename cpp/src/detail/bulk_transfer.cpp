@@ -400,6 +400,41 @@ void verify_part(Transfer& t, const std::atomic<bool>& cancelled) {
   }
 }
 
+// The file written from a buffer, read from storage (its cached pages
+// dropped first), against the buffer; cut short by a cancel of the job.
+void verify_written(Transfer& t, const std::atomic<bool>& cancelled) {
+  ::posix_fadvise(t.dst_fd, 0, 0, POSIX_FADV_DONTNEED);
+  auto a = BufferPool::aligned().acquire(kVerifyBlock);
+  BufferPool::Lease b;  // device memory, copied back
+  if (t.mem.device) b = BufferPool::aligned().acquire(kVerifyBlock);
+  const char* buf = reinterpret_cast<const char*>(t.item->buf);
+  for (int64_t pos = 0; pos < t.size;) {
+    if (cancelled.load(std::memory_order_relaxed)) return;
+    const size_t want = static_cast<size_t>(std::min<int64_t>(kVerifyBlock, t.size - pos));
+    char* y = static_cast<char*>(a.get());
+    const size_t m = pread_full(t.dst_fd, y, want, pos, t.dst);
+    if (m > 0 && fault::check(fault::Op::land)) y[0] ^= 0xFF;
+    const char* x = buf + pos;
+    if (t.mem.device) {
+      copy_to_host(t.mem, b.get(), x, want);
+      x = static_cast<const char*>(b.get());
+    }
+    if (m != want || std::memcmp(x, y, want) != 0) {
+      size_t i = 0;
+      while (i < m && x[i] == y[i]) ++i;
+      fail_state("verify failed: '" + t.dst + "' read back differs from its buffer at offset " +
+                     std::to_string(pos + static_cast<int64_t>(i)) + (t.tmp ? "; it was not put in place" : ""),
+                 t.dst);
+    }
+    pos += static_cast<int64_t>(want);
+  }
+  uint8_t end;
+  if (pread_full(t.dst_fd, reinterpret_cast<char*>(&end), 1, t.size, t.dst) != 0)
+    fail_state("verify failed: '" + t.dst + "' read back is longer than its buffer" +
+                   (t.tmp ? "; it was not put in place" : ""),
+               t.dst);
+}
+
 // The copy in its temporary file, read from storage, against the source.
 void verify_copy(Transfer& t, const std::atomic<bool>& cancelled) {
   ::posix_fadvise(t.dst_fd, 0, 0, POSIX_FADV_DONTNEED);
@@ -828,6 +863,7 @@ void finish_data(const TransferContext& cx, Transfer& t, bool group) {
     t.synced = true;
   }
   if (cx.opt.verify && item.kind == BulkKind::copy) verify_copy(t, cx.cancelled);
+  if (cx.opt.verify && item.kind == BulkKind::write) verify_written(t, cx.cancelled);
 }
 
 }  // namespace gdscp::detail

@@ -430,3 +430,31 @@ def test_standard_output_as_the_destination_when_it_is_a_pipe(tmp_path, command)
                           stderr=subprocess.PIPE, timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout == want
+
+
+def test_copy_from_a_fifo_and_from_standard_input(capsys, tmp_path):
+    """A FIFO or a pipe named as the source (a process substitution,
+    /dev/stdin) is read front to back to its end, as cp reads it; the copy
+    takes its name only once complete."""
+    data = random_file(tmp_path / "src.bin", 700_000)
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+
+    def feed() -> None:
+        with open(fifo, "wb") as w:
+            w.write(data)
+
+    feeder = threading.Thread(target=feed)
+    feeder.start()
+    try:
+        code, doc, err = cli_json(capsys, "copy", fifo, tmp_path / "from-fifo")
+    finally:
+        feeder.join(30)
+    assert code == 0, err
+    assert doc["copied"] == 1 and (tmp_path / "from-fifo").read_bytes() == data
+    if os.path.exists("/dev/stdin"):
+        done = subprocess.run([sys.executable, "-m", "gdscp", "copy", "/dev/stdin", str(tmp_path / "from-stdin"), "-q"],
+                              input=data, capture_output=True, timeout=60)  # stdin a pipe
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert (tmp_path / "from-stdin").read_bytes() == data
+    assert temp_files(tmp_path) == []

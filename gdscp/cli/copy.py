@@ -124,13 +124,16 @@ class _Copier:
                     self.problem(f"cannot copy a directory, '{src}', into itself, '{target}'", src, target)
                     continue
                 jobs.extend(self._walk(src, target, st))
-            elif stat.S_ISREG(st.st_mode):
+            elif stat.S_ISSOCK(st.st_mode):
+                self.problem(f"'{src}' is a socket; not copied", src)
+            else:
+                # A regular file; or, named on the command line, a FIFO or a
+                # device (a process substitution, /dev/stdin), read front to
+                # back as cp reads it.
                 if dst.endswith(os.sep) and not dst_is_dir:
                     self.problem(f"cannot create '{dst}': Not a directory", src, dst)
                     continue
                 jobs.append(_Job("file", src, target, st))
-            else:
-                self.problem(f"'{src}' is not a regular file or directory; not copied", src)
         # One source's names are distinct already (a tree's walk gives each once).
         return self._once_each(jobs) if len(sources) > 1 else jobs
 

@@ -1302,3 +1302,21 @@ def test_a_stderr_that_cannot_be_written_loses_only_its_lines(tmp_path):
     assert out.read_bytes() == bytes(MiB)
     doc = json.loads(bad.stdout)
     assert bad.returncode == 1 and doc["ok"] is False and "missing" in doc["error"]
+
+
+def test_read_goes_on_past_a_file_it_cannot_read(capsys, tmp_path):
+    """With several FILEs, one that cannot be read (missing, or too short for
+    the range) is a failed file in the result, in its place, and the others
+    are read; exit status 1."""
+    random_file(tmp_path / "a.bin", 300_000)
+    random_file(tmp_path / "c.bin", 200_000)
+    (tmp_path / "short.bin").write_bytes(b"x" * 10)
+    names = [tmp_path / "a.bin", tmp_path / "missing", tmp_path / "short.bin", tmp_path / "c.bin"]
+    code, doc, err = cli_json(capsys, "read", *names, "--host", "--length", "100000")
+    assert code == 1 and doc["ok"] is False
+    assert [(f["path"], f["status"], f["bytes"]) for f in doc["files"]] == [
+        (str(names[0]), "done", 100_000), (str(names[1]), "failed", 0), (str(names[2]), "failed", 0),
+        (str(names[3]), "done", 100_000)]
+    assert "missing" in doc["files"][1]["error"] and "short.bin" in doc["files"][2]["error"]
+    assert doc["bytes"] == 200_000
+    assert len(error_lines(err)) == 2

@@ -88,10 +88,20 @@ class _File:
         }
 
 
-def _plan(paths: list[str], offset: int, length: Optional[int], verify: bool) -> list[_File]:
+def _plan(paths: list[str], offset: int, length: Optional[int], verify: bool,
+          unusable: Optional[list[tuple[int, str, str]]] = None) -> list[_File]:
+    """The files to read. ``unusable``: where to put (index, path, why) for a
+    file that cannot be read (missing, unreadable, too short for the range),
+    so that the others are read; without it, such a file ends the command."""
     files = []
-    for p in paths:
+    for i, p in enumerate(paths):
         path = options.check_path(p, "FILE")
+        if unusable is not None:
+            try:
+                files.extend(_plan([path], offset, length, verify))
+            except Failure as exc:
+                unusable.append((i, path, str(exc)))
+            continue
         size = file_size(path)
         if size is None:
             if offset:
@@ -178,7 +188,11 @@ def read(
                 ranks.read(world, out, lambda: _plan(files, offset or 0, length, verify), host=host,
                             device=device, chunk_size=chunk_size, verify=verify, report=report)
             return
-        plan = _plan(files, offset or 0, length, verify)
+        # Several files: one that cannot be read is a failed file, not the end of the command.
+        unusable: Optional[list[tuple[int, str, str]]] = [] if len(files) > 1 else None
+        plan = _plan(files, offset or 0, length, verify, unusable)
+        for _, _, why in unusable or []:
+            out.error(why)
         spread = options.choose_devices(host, device, devices)
         if replicate:
             if spread is None:
@@ -202,7 +216,9 @@ def read(
         setup_seconds = time.perf_counter() - setup
         with TransferProgress(out, total, len(plan), "read", enabled=out.show_progress) as progress:
             start = time.perf_counter()
-            if replicate:
+            if not plan:
+                job = None
+            elif replicate:
                 job = read_files([f.path for f in plan], devices=spread, replicate=True, verify=verify)
             else:
                 job = stream_files(
@@ -213,10 +229,13 @@ def read(
                     verify=verify,
                     staging_size=staging_size,
                 )
-            results = run_job(job, progress, failed)
+            results = run_job(job, progress, failed) if job is not None else []
             seconds = time.perf_counter() - start
-            per_device = job.device_bytes()
+            per_device = job.device_bytes() if job is not None else {}
             del job, ready  # the replicas' GPU memory
+        for i, path, why in unusable or []:  # back in the order given
+            plan.insert(i, _File(path, offset or 0, 0))
+            results.insert(i, FileResult(i, path, None, "failed", 0, 0.0, why, None, None, None, None, None))
 
         report(out, plan, results, where, verify, seconds, {"setup_seconds": setup_seconds}, spread=spread,
                replicate=replicate, device_bytes=per_device if spread else None)

@@ -1320,3 +1320,21 @@ def test_read_goes_on_past_a_file_it_cannot_read(capsys, tmp_path):
     assert "missing" in doc["files"][1]["error"] and "short.bin" in doc["files"][2]["error"]
     assert doc["bytes"] == 200_000
     assert len(error_lines(err)) == 2
+
+
+@pytest.mark.parametrize("args, env", [
+    (["read", "x.bin", "--offset", "-1", "--json"], {}),
+    (["read", "--json"], {}),
+    (["copy", "--json", "only-one"], {}),
+    (["read", "x.bin", "--json"], {"GDSCP_TASK_SIZE": "lots"}),
+])
+def test_usage_errors_give_a_json_document_with_json(tmp_path, args, env):
+    """An error found before a command's body runs (a bad option value, a
+    missing argument, a bad environment variable) still gives, with --json,
+    the JSON error document on stdout, beside its line on stderr; exit 2."""
+    done = subprocess.run([sys.executable, "-m", "gdscp", *args], cwd=tmp_path, env={**os.environ, **env},
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["ok"] is False and doc["exit_code"] == 2 and doc["command"] == args[0] and doc["error"]
+    assert doc["error"].split()[0] in done.stderr

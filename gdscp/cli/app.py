@@ -18,7 +18,7 @@ import typer
 
 import gdscp
 
-from .exits import EXIT_INTERRUPTED, EXIT_USAGE, INTERRUPTED
+from .exits import EXIT_INTERRUPTED, EXIT_USAGE, INTERRUPTED, early_result
 
 __all__ = ["app", "run"]
 
@@ -82,10 +82,12 @@ def run(argv: Optional[Sequence[str]] = None) -> int:
         code = app(args=args, prog_name="gdscp", standalone_mode=False)
     except KeyboardInterrupt:
         sys.stderr.write(INTERRUPTED)
+        early_result(args, "interrupted", EXIT_INTERRUPTED)
         return EXIT_INTERRUPTED
     except Exception as exc:
         if type(exc).__name__ == "Abort":  # Click's wrapper of a Ctrl-C outside a command body
             sys.stderr.write(INTERRUPTED)
+            early_result(args, "interrupted", EXIT_INTERRUPTED)
             return EXIT_INTERRUPTED
         if not _is_click_error(exc):
             raise
@@ -96,5 +98,6 @@ def run(argv: Optional[Sequence[str]] = None) -> int:
         hint = f" (see '{where} --help')" if exc.exit_code == EXIT_USAGE else ""
         message = " ".join(exc.format_message().split())
         sys.stderr.write(f"{where}: error: {message}{hint}\n")
+        early_result(args, message, int(exc.exit_code))
         return int(exc.exit_code)
     return code if isinstance(code, int) else 0

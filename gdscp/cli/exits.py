@@ -1,8 +1,14 @@
-"""Exit codes of the ``gdscp`` command, and the line an interrupted command
-ends with. Imports nothing: the entry point uses them before anything else of
-the command line is loaded."""
+"""Exit codes of the ``gdscp`` command, the line an interrupted command ends
+with, and the JSON document of a failure found before a command's body runs.
+Imports nothing heavy: the entry point uses them before anything else of the
+command line is loaded (or where it cannot be: a bad environment variable)."""
 
-__all__ = ["EXIT_FAILURE", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_TERMINATED", "EXIT_USAGE", "INTERRUPTED"]
+import os
+import sys
+from typing import Sequence
+
+__all__ = ["EXIT_FAILURE", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_TERMINATED", "EXIT_USAGE", "INTERRUPTED",
+           "early_result"]
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -11,3 +17,30 @@ EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 EXIT_TERMINATED = 143  # 128 + SIGTERM
 
 INTERRUPTED = "gdscp: interrupted\n"
+
+
+def early_result(args: Sequence[str], message: str, code: int) -> None:
+    """With --json among ``args`` (the command line, before any ``--``), the
+    JSON error document a command's own failure gives, for a failure found
+    before its body runs (its arguments, the environment, an interrupt): a
+    script that reads stdout always gets a document."""
+    args = list(args)
+    if "--" in args:
+        args = args[: args.index("--")]
+    if "--json" not in args:
+        return
+    import json  # noqa: PLC0415 - only on this failure
+
+    command = args[0] if args and not args[0].startswith("-") else None
+    text = json.dumps({"command": command, "ok": False, "error": message, "exit_code": code}, indent=2) + "\n"
+    try:
+        try:
+            fd = sys.stdout.fileno()
+        except (AttributeError, OSError, ValueError):  # not a descriptor (captured, replaced)
+            sys.stdout.write(text)
+            sys.stdout.flush()
+            return
+        sys.stdout.flush()
+        os.write(fd, text.encode())
+    except (AttributeError, OSError, ValueError):
+        pass

@@ -18,7 +18,7 @@ import signal
 import sys
 
 from .._errors import EnvironmentVariableError
-from .exits import EXIT_INTERRUPTED, EXIT_USAGE, INTERRUPTED
+from .exits import EXIT_INTERRUPTED, EXIT_USAGE, INTERRUPTED, early_result
 
 __all__ = ["main"]
 
@@ -131,6 +131,7 @@ def _run() -> int:
         return EXIT_INTERRUPTED
     except EnvironmentVariableError as exc:
         sys.stderr.write(f"gdscp: error: {exc}\n")
+        early_result(sys.argv[1:], str(exc), EXIT_USAGE)
         return EXIT_USAGE
 
 

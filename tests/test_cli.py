@@ -1338,3 +1338,28 @@ def test_usage_errors_give_a_json_document_with_json(tmp_path, args, env):
     doc = json.loads(done.stdout)
     assert doc["ok"] is False and doc["exit_code"] == 2 and doc["command"] == args[0] and doc["error"]
     assert doc["error"].split()[0] in done.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another owner needs root")
+@pytest.mark.parametrize("command", ["copy", "write", "write-two"])
+def test_a_replaced_file_keeps_its_owner_and_group(capsys, tmp_path, command):
+    """As cp, which writes into the existing file: the new bytes arrive under
+    the old file's owner, group and mode, though they came through a new
+    file renamed over it."""
+    dsts = [tmp_path / "owned.bin", tmp_path / "owned2.bin"]
+    for d in dsts:
+        d.write_bytes(b"old")
+        os.chown(d, 65534, 65534)
+        os.chmod(d, 0o640)
+    if command == "copy":
+        data = random_file(tmp_path / "src.bin", 5000)
+        args = ["copy", tmp_path / "src.bin", dsts[0]]
+    else:
+        data = memory.pattern(5000, "seq").tobytes()
+        args = ["write", *dsts[: 2 if command == "write-two" else 1], "--size", "5000", "--pattern", "seq", "--host"]
+    code, _, err = cli(capsys, *args)
+    assert code == 0, err
+    for d in dsts[: 2 if command == "write-two" else 1]:
+        st = os.stat(d)
+        assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (65534, 65534, 0o640)
+        assert d.read_bytes() == data

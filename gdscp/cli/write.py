@@ -220,6 +220,7 @@ def write(
             if special is None:
                 if verify:  # before the name: a file that fails it never replaces the old one
                     verify_pattern(target, size, kind, seed, shown_as=path)
+                _keep_owner(target, path)
                 os.chmod(target, _new_file_mode(path))
                 commit(target, path)
                 if fsync:
@@ -448,6 +449,7 @@ def _write_across(world: Any, out: Output, path: str, size: int, *, kind: str, s
             except Failure:
                 discard(tmp)
                 raise
+        _keep_owner(tmp, path)
         os.chmod(tmp, _new_file_mode(path))
         commit(tmp, path)
         if fsync:
@@ -463,6 +465,25 @@ def _write_across(world: Any, out: Output, path: str, size: int, *, kind: str, s
                                  + ("; verified" if verify else ""))
 
     ranks.conclude(world, out, conclude, everyone)
+
+
+def _keep_owner(tmp: str, path: str) -> None:
+    """As cp, which writes into an existing file: the file that replaces
+    ``path`` keeps its owner and group where this process may give them
+    (root may; others only a group of their own)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return
+    if (st.st_uid, st.st_gid) == (os.geteuid(), os.getegid()):
+        return
+    try:
+        os.chown(tmp, st.st_uid, st.st_gid)
+    except PermissionError:
+        try:
+            os.chown(tmp, -1, st.st_gid)
+        except OSError:
+            pass
 
 
 def _new_file_mode(path: str) -> int:

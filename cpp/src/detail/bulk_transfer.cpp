@@ -235,6 +235,12 @@ bool open_destination(const TransferContext& cx, Transfer& t, std::string& note)
     }
     if (cx.opt.atomic) check_replaceable(t.dst);
     if (item.keep_mode && !(from_source && cx.opt.preserve)) t.mode = static_cast<int>(st.st_mode & 07777);
+    // As cp, which writes into the existing file: the copy that replaces it
+    // keeps its owner and group where this process may give them (root may;
+    // others only a group of their own).
+    t.chown = cx.opt.atomic && (st.st_uid != ::geteuid() || st.st_gid != ::getegid());
+    t.uid = st.st_uid;
+    t.gid = st.st_gid;
   }
   if (t.mode < 0) t.mode = static_cast<int>(0666 & ~cx.umask);
   if (cx.opt.atomic) {
@@ -848,6 +854,12 @@ void finish_data(const TransferContext& cx, Transfer& t, bool group) {
     t.synced = true;
     if (cx.opt.verify && item.kind == BulkKind::copy) verify_part(t, cx.cancelled);
     return;
+  }
+  if (t.chown) {
+    // Not permitted (another owner, for a user other than root): the group
+    // alone, else the copy stays this process's, as a new file would be.
+    if (::fchown(t.dst_fd, t.uid, t.gid) != 0 && errno == EPERM) (void)::fchown(t.dst_fd, -1, t.gid);
+    t.chmod = true;  // a change of owner clears the set-user-ID and set-group-ID bits
   }
   if (t.chmod && ::fchmod(t.dst_fd, static_cast<mode_t>(t.mode)) != 0)
     throw_os_error(errno, "cannot set the mode of", t.dst);

@@ -76,6 +76,9 @@ struct Transfer {
   bool block_device = false;
   int mode = -1;
   bool chmod = true;          // the mode still has to be set (it was not the one the file was created with)
+  bool chown = false;         // replacing a file of another owner or group: give the copy theirs
+  uid_t uid = 0;
+  gid_t gid = 0;
   bool set_times = false;
   struct timespec atime {};
   struct timespec mtime {};

@@ -1363,3 +1363,20 @@ def test_a_replaced_file_keeps_its_owner_and_group(capsys, tmp_path, command):
         st = os.stat(d)
         assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (65534, 65534, 0o640)
         assert d.read_bytes() == data
+
+
+def test_names_with_line_breaks_stay_exact_and_errors_one_line(capsys, tmp_path):
+    """A file name with a newline or a tab: the error is still one line on
+    stderr, where such characters show as escapes (as ls -b shows them), and
+    the JSON document names the file exactly."""
+    odd = tmp_path / "new\nline\tname.bin"
+    random_file(odd, 100)
+    code, doc, err = cli_json(capsys, "copy", odd, tmp_path / "missing-dir" / "x")
+    assert code == 1
+    (line,) = [x for x in err.splitlines() if x.strip()]
+    assert "new\\nline\\tname.bin" in line
+    (record,) = doc["files"]
+    assert record["source"] == str(odd) and record["status"] == "failed"
+    code, doc, err = cli_json(capsys, "write", tmp_path / "missing-dir" / "a\nb.bin", "--size", "1K", "--host")
+    assert code == 1 and len([x for x in err.splitlines() if x.strip()]) == 1
+    assert "a\nb.bin" in doc["error"]

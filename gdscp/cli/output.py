@@ -107,7 +107,9 @@ def describe(exc: BaseException) -> tuple[str, int]:
         # Anything else is unexpected; name its type so that a bug report says something.
         text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         code = EXIT_FAILURE
-    return " ".join(text.split()), code
+    # One line on stderr comes from shown(), which escapes a line break; the
+    # text itself keeps every character, so that a file name in it is exact.
+    return text.strip(), code
 
 
 @contextlib.contextmanager
@@ -179,14 +181,20 @@ def _sigterm_raises() -> Iterator[None]:
             signal.signal(sig, old)
 
 
+_CONTROL = {c: f"\\x{c:02x}" for c in [*range(0x20), 0x7F]} | {0x09: "\\t", 0x0A: "\\n", 0x0D: "\\r"}
+
+
 def shown(text: str) -> str:
-    """``text`` as a terminal can print it. A file name's bytes that are not
-    UTF-8 reach Python as lone surrogates, which a UTF-8 stream refuses to
-    write; they appear as ``\\xNN`` escapes instead, as ``ls -b`` shows them."""
+    """``text`` as a terminal can print it, on one line. A file name's bytes
+    that are not UTF-8 reach Python as lone surrogates, which a UTF-8 stream
+    refuses to write, and control characters (a newline in a name) would
+    break the line or the terminal: both appear as escapes (``\\xNN``,
+    ``\\n``), as ``ls -b`` shows them."""
     try:
-        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        text = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
     except UnicodeEncodeError:  # a surrogate no file name decodes to
-        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text.translate(_CONTROL)
 
 
 def _flat(value: Any) -> bool:

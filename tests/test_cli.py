@@ -1380,3 +1380,10 @@ def test_names_with_line_breaks_stay_exact_and_errors_one_line(capsys, tmp_path)
     code, doc, err = cli_json(capsys, "write", tmp_path / "missing-dir" / "a\nb.bin", "--size", "1K", "--host")
     assert code == 1 and len([x for x in err.splitlines() if x.strip()]) == 1
     assert "a\nb.bin" in doc["error"]
+
+
+def test_an_offset_into_an_empty_file_is_past_its_end(capsys, tmp_path):
+    (tmp_path / "empty.bin").write_bytes(b"")
+    code, _, err = cli(capsys, "read", tmp_path / "empty.bin", "--offset", "1", "--host")
+    (line,) = error_lines(err)
+    assert code == 1 and "past the end" in line and "empty.bin" in line

@@ -21,6 +21,7 @@ import random
 import resource
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import textwrap
@@ -814,7 +815,12 @@ def _interrupt_tree_copies(tmp_path, sig: int, iterations: int) -> None:
             proc.send_signal(sig)
         rc, err = _finish(proc, what)
         copied = 0
+        umask = os.umask(0)
+        os.umask(umask)
         for folder, _, names in os.walk(dst):
+            source_dir = os.path.join(tree.root, os.path.relpath(folder, dst))
+            want = stat.S_IMODE(os.stat(source_dir).st_mode) & ~umask
+            assert stat.S_IMODE(os.stat(folder).st_mode) == want, f"{what}: {folder} left at another mode"
             for name in names:
                 assert not name.endswith(".gdscp-tmp"), f"{what}: {name} left behind"
                 path = os.path.join(folder, name)

@@ -180,11 +180,16 @@ class _Copier:
     # -- doing --------------------------------------------------------------------------
     def run(self, jobs: list[_Job], progress: TransferProgress) -> None:
         """Directories and links in order, then every file in one bulk job, then
-        the directories' modes and times."""
-        files, after = self.prepare(jobs)
-        if files:
-            self._copy_files(files, progress)
-        self.finish(after)
+        the directories' modes and times (those too when the job is interrupted
+        or fails: no directory is left at the 0700 it was made with)."""
+        try:
+            files, _ = self.prepare(jobs)
+            if files:
+                self._copy_files(files, progress)
+        finally:
+            # Every directory made (or, with --preserve, merged into) so far.
+            self.finish([job for job in jobs if job.kind == "dirmeta" and os.path.isdir(job.dst)
+                         and (self.preserve or job.dst in self.created_dirs)])
 
     def prepare(self, jobs: list[_Job]) -> tuple[list[tuple[_Job, _Record]], list[_Job]]:
         """Makes the directories and links, in order; returns the files to copy
@@ -207,9 +212,19 @@ class _Copier:
         return files, after
 
     def finish(self, after: list[_Job]) -> None:
-        """The directories' modes and times, once their contents are in."""
+        """The directories' modes and times, once their contents are in. An
+        interrupt that lands meanwhile ends the command once they are all set
+        (each takes a system call or two)."""
+        interrupt: Optional[BaseException] = None
         for job in after:
-            self._step(job, _Record(job.src, job.dst))
+            while True:
+                try:
+                    self._step(job, _Record(job.src, job.dst))
+                    break
+                except BaseException as exc:  # noqa: BLE001 - raised again below
+                    interrupt = interrupt or exc
+        if interrupt is not None:
+            raise interrupt
 
     def _step(self, job: _Job, record: _Record) -> None:
         """A directory or a link: made here, one at a time."""
@@ -269,12 +284,15 @@ class _Copier:
     def _mkdir(self, job: _Job) -> None:
         if os.path.isdir(job.dst):
             return  # merging into an existing directory, as cp does
+        # Counted as made before it is (an interrupt may land in between): the
+        # modes at the end go to those that exist.
+        self.created_dirs.add(job.dst)
         try:
             # Writable by us until its contents are in; the real mode comes after.
             os.mkdir(job.dst, 0o700)
         except OSError as exc:
+            self.created_dirs.discard(job.dst)
             raise Failure(f"cannot create directory '{job.dst}': {exc.strerror}") from None
-        self.created_dirs.add(job.dst)
 
     def _dirmeta(self, job: _Job) -> None:
         if self.preserve:

@@ -104,6 +104,9 @@ def _plan(paths: list[str], offset: int, length: Optional[int], verify: bool,
             continue
         size = file_size(path)
         if size is None:
+            if offset and stat.S_ISREG(os.stat(path).st_mode):
+                raise Failure(f"--offset {offset} is past the end of '{path}' (0 bytes; a procfs or sysfs file "
+                              "that reports 0 bytes is read front to back, from its start)")
             if offset:
                 raise UsageError(f"--offset needs a regular file or block device; '{path}' is read front to back")
             if verify and not stat.S_ISREG(os.stat(path).st_mode):

@@ -192,6 +192,15 @@ def test_version(capsys):
 
     code, out, _ = cli(capsys, "--version")
     assert code == 0 and out.strip() == f"gdscp {gdscp.__version__}"
+    # As cp: a version nobody can read is an error, with stdout closed or full.
+    closed = subprocess.run([sys.executable, "-m", "gdscp", "--version"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, timeout=60, preexec_fn=lambda: os.close(1))
+    assert closed.returncode == 1 and "cannot write the version" in closed.stderr
+    if os.path.exists("/dev/full"):
+        with open("/dev/full", "w") as full:
+            done = subprocess.run([sys.executable, "-m", "gdscp", "--version"], stdout=full, stderr=subprocess.PIPE,
+                                  text=True, timeout=60)
+        assert done.returncode == 1 and "cannot write the version" in done.stderr
 
 
 def test_every_command_has_help(capsys):

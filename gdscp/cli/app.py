@@ -18,7 +18,7 @@ import typer
 
 import gdscp
 
-from .exits import EXIT_INTERRUPTED, EXIT_USAGE, INTERRUPTED, early_result
+from .exits import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, INTERRUPTED, early_result
 
 __all__ = ["app", "run"]
 
@@ -38,7 +38,15 @@ app = typer.Typer(
 
 def _show_version(value: bool) -> None:
     if value:
-        typer.echo(f"gdscp {gdscp.__version__}")
+        # As cp: a version that cannot be written (stdout closed, full) is an error.
+        try:
+            if sys.stdout is None:
+                raise OSError(9, "Bad file descriptor")
+            sys.stdout.write(f"gdscp {gdscp.__version__}\n")
+            sys.stdout.flush()
+        except OSError as exc:
+            sys.stderr.write(f"gdscp: error: cannot write the version: {exc.strerror or exc}\n")
+            raise typer.Exit(EXIT_FAILURE) from None
         raise typer.Exit()
 
 

@@ -1091,6 +1091,17 @@ def test_a_job_dropped_while_it_runs_keeps_its_buffers(tmp_path, case):
 
 # -- sources that wait: FIFOs -----------------------------------------------------------
 
+def assert_cancel_ends(job) -> None:
+    """`job`, of one file held up, is still running a moment later; cancel()
+    ends it soon after, the file as cancelled."""
+    time.sleep(0.3)
+    assert not job.done()
+    job.cancel()
+    assert job.wait(10), "the job did not end after cancel()"
+    (result,) = job.results()
+    assert result.status == "cancelled", result
+
+
 @pytest.mark.parametrize("kind", ["read", "copy"])
 @pytest.mark.parametrize("writer", ["none", "silent"])
 def test_cancel_ends_a_wait_on_a_fifo(tmp_path, kind, writer):
@@ -1106,12 +1117,7 @@ def test_cancel_ends_a_wait_on_a_fifo(tmp_path, kind, writer):
             job = gdscp.read_files([fifo], [bytearray(10)])
         else:
             job = gdscp.copy_files([(fifo, tmp_path / "out")])
-        time.sleep(0.3)
-        assert not job.done()
-        job.cancel()
-        assert job.wait(10), "the job did not end after cancel()"
-        (result,) = job.results()
-        assert result.status == "cancelled", result
+        assert_cancel_ends(job)
     finally:
         if held is not None:
             os.close(held)
@@ -1162,13 +1168,7 @@ def test_cancel_ends_a_write_into_a_fifo_nobody_reads(tmp_path):
     src.write_bytes(random_bytes(4 * MiB, 6))
     reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # there, but never reading
     try:
-        job = gdscp.copy_files([(src, fifo)])
-        time.sleep(0.3)
-        assert not job.done()
-        job.cancel()
-        assert job.wait(10), "the job did not end after cancel()"
-        (result,) = job.results()
-        assert result.status == "cancelled", result
+        assert_cancel_ends(gdscp.copy_files([(src, fifo)]))
     finally:
         os.close(reader)
     assert stat.S_ISFIFO(os.stat(fifo).st_mode) and sorted(os.listdir(tmp_path)) == ["fifo", "src"]

@@ -8,6 +8,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <climits>
+#include <type_traits>
 
 #include "buffers.hpp"
 #include "fs_path.hpp"
@@ -155,10 +156,14 @@ struct Held {
   Held(Held&&) noexcept = default;
   Held& operator=(Held&&) = delete;
   ~Held() {
-    if (f) {
+    if (f && !finished()) {
       const ReleaseGil unlocked;
       f.reset();
     }
+  }
+  bool finished() const {
+    if constexpr (std::is_same_v<F, gdscp::Future>) return f->done();
+    return false;  // a StreamFuture's stream is asked only by waiting on it
   }
 };
 using HeldFuture = Held<gdscp::Future>;

@@ -155,6 +155,28 @@ def test_a_launch_without_mpi4py_is_a_usage_error_not_n_copies(tmp_path):
     assert (tmp_path / "b").read_bytes() == b"abc"
 
 
+def test_a_launch_that_mpi_sees_as_a_world_of_one_is_a_usage_error(tmp_path):
+    """Another MPI's launcher (its variables say rank 1 of 2) with an mpi4py
+    whose MPI starts as a world of one: a usage error, not the whole job done
+    by every rank; GDSCP_MPI=0 runs it on its own."""
+    pytest.importorskip("mpi4py")
+    (tmp_path / "a").write_bytes(b"abc")
+    launchers = ("OMPI_", "PMIX_", "PMI_", "MV2_", "PALS_", "SLURM_")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(launchers)}
+    env.update(OMPI_COMM_WORLD_RANK="1", OMPI_COMM_WORLD_SIZE="2")
+    env.pop("GDSCP_MPI", None)
+    argv = [sys.executable, "-m", "gdscp", "copy", str(tmp_path / "a"), str(tmp_path / "b")]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
+    if "Open MPI" in done.stderr and done.returncode != 2:
+        pytest.skip("this mpi4py is Open MPI's: its variables make it a rank")
+    assert done.returncode == 2, done.stderr
+    assert "rank 1 of 2" in done.stderr and "world of one" in done.stderr and "GDSCP_MPI=0" in done.stderr
+    assert not (tmp_path / "b").exists()
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env={**env, "GDSCP_MPI": "0"})
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "b").read_bytes() == b"abc"
+
+
 # -- 4 ranks under mpiexec -----------------------------------------------------------------
 
 

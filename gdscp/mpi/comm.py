@@ -125,5 +125,13 @@ def connect(launch: Launch) -> Optional[World]:
         ) from None
     comm = MPI.COMM_WORLD
     if comm.Get_size() <= 1:
-        return None
+        # The launcher started several ranks, but this MPI sees a world of one:
+        # mpi4py's MPI is not the launcher's (an Open MPI mpirun, an MPICH
+        # mpi4py). Each rank would do the whole job.
+        library = " ".join(MPI.Get_library_version().splitlines()[0].split())
+        raise Unavailable(
+            f"started as rank {launch.rank} of {launch.size} ({launch.launcher} is set), but MPI ({library}) sees "
+            "a world of one: mpi4py is built for another MPI than the launcher's; launch with that MPI's mpiexec, "
+            "or set GDSCP_MPI=0 to run each process on its own"
+        )
     return World(comm, launch)

@@ -398,3 +398,18 @@ def test_benchmark_ranks_needs_the_files_copy(tmp_path):
     done = subprocess.run([*GDSCP, "benchmark", "--ranks", "2"], capture_output=True, text=True, timeout=120,
                           env=_env())
     assert done.returncode == 2 and "--ranks needs --files" in done.stderr
+
+
+@needs_mpi
+def test_options_of_one_process_are_usage_errors_under_mpi(tmp_path):
+    """--devices and --replicate spread one process's files over its GPUs;
+    under MPI each rank has its own. Refused, exit 2, said once (by rank 0),
+    nothing written."""
+    (tmp_path / "a").write_bytes(b"abc")
+    for args in (["read", str(tmp_path / "a"), "--devices", "0,1"], ["read", str(tmp_path / "a"), "--replicate"],
+                 ["copy", str(tmp_path / "a"), str(tmp_path / "b"), "--devices", "0,1"],
+                 ["write", str(tmp_path / "c"), "--size", "1K", "--devices", "0,1"]):
+        done = _run(args, ranks=2)
+        assert done.returncode == 2, (args, done.stderr)
+        assert done.stderr.count("work in one process") == 1, (args, done.stderr)
+    assert sorted(os.listdir(tmp_path)) == ["a"]

@@ -37,6 +37,7 @@ from ..mpi.split import split_by_bytes
 from ..mpi.comm import Status, Unavailable, World, job_code, worst
 from . import options
 from .atomic import commit, discard, fsync_dir, make_temp, remove_pending
+from .exits import EXIT_USAGE
 from .output import Output, Terminated, UsageError, describe
 from .progress import TransferProgress
 
@@ -113,6 +114,18 @@ def _run(world: World, step, *args: Any) -> tuple[int, list[str], Any]:
         if code in (130, 143):
             message = ""
         return code, [f"rank {world.rank}: {message}"] if message else [], None
+
+
+def refuse_options(world: World, given: dict[str, bool]) -> None:
+    """A usage error for options that work in one process only (every rank has
+    the same command line, so every rank stops here, exit 2; rank 0 says why)."""
+    names = [name for name, on in given.items() if on]
+    if not names:
+        return
+    if not world.root:
+        raise typer.Exit(EXIT_USAGE)
+    raise UsageError(f"{' and '.join(names)} work in one process; under MPI each rank uses the GPU of its node "
+                     "that --device names (or its node-local one)")
 
 
 @contextlib.contextmanager

@@ -187,6 +187,7 @@ def read(
     with out.guard(), options.settings(threads, task_size, compat_mode):
         world = ranks.join(out, threads)
         if world is not None:  # one rank of an MPI job: the files are shared among the ranks
+            ranks.refuse_options(world, {"--devices": devices is not None, "--replicate": replicate})
             with ranks.protocol(world):
                 ranks.read(world, out, lambda: _plan(files, offset or 0, length, verify), host=host,
                             device=device, chunk_size=chunk_size, verify=verify, report=report)

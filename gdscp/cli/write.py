@@ -155,6 +155,7 @@ def write(
         check_room(path, size, special)
         world = ranks.join(out, threads)
         if world is not None:  # one rank of an MPI job: each rank writes its range of one temporary file
+            ranks.refuse_options(world, {"--devices": devices is not None})
             if special is not None:
                 raise UsageError(f"'{path}' is not a regular file: under MPI only regular files are written")
             with ranks.protocol(world):

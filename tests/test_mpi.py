@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -351,12 +352,15 @@ def test_interrupting_the_launcher_leaves_no_partial_destination(tmp_path, sig, 
     cmd = [MPIEXEC, "-n", str(RANKS), *GDSCP, "copy", "-r", str(src), str(dst)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=_env(GDSCP_MPI_TEST_PAUSE="30"))
+    # The large file, cut among the ranks, has a named temporary file (rank 0
+    # makes it) for as long as its copy is in flight; the small files' may be
+    # unnamed, and a link's is renamed within milliseconds.
     deadline = time.monotonic() + 120
     seen: list[str] = []
     while not seen and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.02)
-        seen = _temporaries(dst) if dst.exists() else []
-    if proc.poll() is not None or not _temporaries(dst):
+        seen = _temporaries(dst / "big") if (dst / "big").exists() else []
+    if proc.poll() is not None or not _temporaries(dst / "big"):
         proc.terminate()
         out, err = proc.communicate(timeout=120)
         pytest.fail(f"the launcher (exit {proc.returncode}) had no copy in flight; seen {seen}:\n{err}")
@@ -374,6 +378,37 @@ def test_interrupting_the_launcher_leaves_no_partial_destination(tmp_path, sig, 
     assert not (dst / "big" / "large.bin").exists()
     _check_what_exists(src, dst)
     assert not _temporaries(dst)
+    umask = os.umask(0)
+    os.umask(umask)
+    for folder, _, _ in os.walk(dst):  # every directory made has its mode, none the 0700 it was made with
+        want = stat.S_IMODE(os.stat(src / os.path.relpath(folder, dst)).st_mode) & ~umask
+        assert stat.S_IMODE(os.stat(folder).st_mode) == want, folder
+
+
+@needs_mpi
+def test_a_shared_file_replaces_a_destination_as_one_process_does(tmp_path):
+    """A file cut among ranks, over an existing file of another owner: the copy
+    keeps that owner and group (as root); through a link that points at
+    nothing: refused, as by one process and GNU cp, the link left as it is."""
+    big = tmp_path / "big.bin"
+    data = os.urandom(24 * MiB)
+    big.write_bytes(data)
+    dangling = tmp_path / "dangling"
+    os.symlink(tmp_path / "nowhere", dangling)
+    done = _run(["copy", str(big), str(dangling), "--host"], ranks=3)
+    assert done.returncode == 1 and "dangling symbolic link" in done.stderr, done.stderr
+    assert os.path.islink(dangling) and not (tmp_path / "nowhere").exists()
+    if os.geteuid() != 0:
+        return
+    owned = tmp_path / "owned.bin"
+    owned.write_bytes(b"old")
+    os.chown(owned, 1234, 1234)
+    os.chmod(owned, 0o640)
+    done = _run(["copy", str(big), str(owned), "--host"], ranks=3)
+    assert done.returncode == 0, done.stderr
+    st = os.stat(owned)
+    assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (1234, 1234, 0o640)
+    assert owned.read_bytes() == data
 
 
 @needs_mpi

@@ -26,6 +26,7 @@ __all__ = [
     "commit",
     "discard",
     "fsync_dir",
+    "keep_owner",
     "make_temp",
     "make_temp_link",
     "remove_pending",
@@ -134,3 +135,22 @@ def remove_pending() -> None:
             except OSError:
                 pass
             _drop(tmp)
+
+
+def keep_owner(tmp: str, path: str) -> None:
+    """As cp, which writes into an existing file: the file that replaces
+    ``path`` keeps its owner and group where this process may give them
+    (root may; others only a group of their own)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return
+    if (st.st_uid, st.st_gid) == (os.geteuid(), os.getegid()):
+        return
+    try:
+        os.chown(tmp, st.st_uid, st.st_gid)
+    except PermissionError:
+        try:
+            os.chown(tmp, -1, st.st_gid)
+        except OSError:
+            pass

@@ -36,7 +36,7 @@ from ..bulk import copy_files, stream_files
 from ..mpi.split import split_by_bytes
 from ..mpi.comm import Status, Unavailable, World, job_code, worst
 from . import options
-from .atomic import commit, discard, fsync_dir, make_temp, remove_pending
+from .atomic import commit, discard, fsync_dir, keep_owner, make_temp, remove_pending
 from .exits import EXIT_USAGE
 from .output import Output, Terminated, UsageError, describe
 from .progress import TransferProgress
@@ -219,7 +219,9 @@ def _shared_destination(copier: Any, job: Any) -> tuple[Optional[str], int, Opti
         st = os.stat(dst)
     except FileNotFoundError:
         st = None
-    if os.path.islink(dst) and st is not None:
+    if os.path.islink(dst):
+        if st is None:  # as one process and GNU cp: not through a link that points at nothing
+            return None, 0, f"not writing through dangling symbolic link '{dst}'"
         dst = os.path.realpath(dst)
     src = job.st
     mode = stat.S_IMODE(src.st_mode) if copier.preserve else stat.S_IMODE(src.st_mode) & 0o777 & ~copier.umask
@@ -418,6 +420,7 @@ def _copy_commit(world: World, copier: Any, plan: dict[str, Any], everyone: list
 def _put_in_place(copier: Any, info: dict[str, Any], job: Any) -> None:
     """A shared file whose every range is durable: its mode and times, then its name."""
     tmp, dst = info["tmp"], info["dst"]
+    keep_owner(tmp, dst)
     os.chmod(tmp, info["mode"])
     if copier.preserve:
         os.utime(tmp, ns=(job.st.st_atime_ns, job.st.st_mtime_ns))
@@ -477,8 +480,9 @@ def copy(world: World, out: Output, copier: Any, srcs: list[str], dst: str, *, h
         interrupted = job_code(everyone) in (130, 143)
 
         def conclude() -> None:
-            _copy_commit(world, copier, plan, everyone, interrupted)
-            if not interrupted:
+            try:
+                _copy_commit(world, copier, plan, everyone, interrupted)
+            finally:  # no directory made is left at 0700, interrupted or not
                 copier.finish(plan["_after"])
             if interrupted:
                 raise typer.Exit(job_code(everyone))

@@ -19,7 +19,7 @@ from .. import CuFile, _core, memory
 from ..bulk import clean_temporaries
 from ..page_cache import drop_file_page_cache as drop_cache
 from . import options, ranks
-from .atomic import commit, discard, fsync_dir, make_temp
+from .atomic import commit, discard, fsync_dir, keep_owner, make_temp
 from .jobs import run_job
 from .output import EXIT_FAILURE, Failure, Output, UsageError, shown
 from .progress import TransferProgress
@@ -221,7 +221,7 @@ def write(
             if special is None:
                 if verify:  # before the name: a file that fails it never replaces the old one
                     verify_pattern(target, size, kind, seed, shown_as=path)
-                _keep_owner(target, path)
+                keep_owner(target, path)
                 os.chmod(target, _new_file_mode(path))
                 commit(target, path)
                 if fsync:
@@ -450,7 +450,7 @@ def _write_across(world: Any, out: Output, path: str, size: int, *, kind: str, s
             except Failure:
                 discard(tmp)
                 raise
-        _keep_owner(tmp, path)
+        keep_owner(tmp, path)
         os.chmod(tmp, _new_file_mode(path))
         commit(tmp, path)
         if fsync:
@@ -466,25 +466,6 @@ def _write_across(world: Any, out: Output, path: str, size: int, *, kind: str, s
                                  + ("; verified" if verify else ""))
 
     ranks.conclude(world, out, conclude, everyone)
-
-
-def _keep_owner(tmp: str, path: str) -> None:
-    """As cp, which writes into an existing file: the file that replaces
-    ``path`` keeps its owner and group where this process may give them
-    (root may; others only a group of their own)."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return
-    if (st.st_uid, st.st_gid) == (os.geteuid(), os.getegid()):
-        return
-    try:
-        os.chown(tmp, st.st_uid, st.st_gid)
-    except PermissionError:
-        try:
-            os.chown(tmp, -1, st.st_gid)
-        except OSError:
-            pass
 
 
 def _new_file_mode(path: str) -> int:

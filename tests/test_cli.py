@@ -1396,3 +1396,20 @@ def test_an_offset_into_an_empty_file_is_past_its_end(capsys, tmp_path):
     code, _, err = cli(capsys, "read", tmp_path / "empty.bin", "--offset", "1", "--host")
     (line,) = error_lines(err)
     assert code == 1 and "past the end" in line and "empty.bin" in line
+
+
+def test_copy_of_dir_dot_merges_its_contents_as_cp(capsys, tmp_path):
+    """`copy -r SRC/. DST`: SRC's contents into DST, whether DST exists (merged
+    into) or not (made), as cp does; not DST/SRC."""
+    src = tmp_path / "s"
+    (src / "sub").mkdir(parents=True)
+    (src / "a").write_bytes(b"a")
+    (src / "sub" / "b").write_bytes(b"b")
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "keep").write_bytes(b"k")
+    for dst in (tmp_path / "t", tmp_path / "new"):
+        code, _, err = cli(capsys, "copy", "-r", f"{src}/.", dst, "-q")
+        assert code == 0, err
+        assert (dst / "a").read_bytes() == b"a" and (dst / "sub" / "b").read_bytes() == b"b"
+        assert not (dst / "s").exists()
+    assert (tmp_path / "t" / "keep").read_bytes() == b"k"

@@ -113,6 +113,8 @@ class _Copier:
                 continue
             name = os.path.basename(os.path.normpath(src))
             target = os.path.join(dst, name) if dst_is_dir else dst
+            if os.path.basename(src.rstrip(os.sep)) == ".":
+                target = dst  # as cp: DIR/. into an existing DST merges DIR's contents into it
             if stat.S_ISDIR(st.st_mode):
                 if not self.recursive:
                     self.problem(f"-r not given; omitting directory '{src}'", src)

@@ -740,3 +740,43 @@ def test_the_json_says_why_this_memory_without_claiming_it_was_asked_for(capsys,
     code, out, err = cli(capsys, *args, "--host")
     assert code == 0, err
     assert json.loads(out)["config"]["memory_reason"] == "host memory was asked for"
+
+
+def test_only_drop_cache_drops_the_machines_page_cache(tmp_path, monkeypatch):
+    """The disk's cold read ceilings drop the data file's own pages; the whole
+    machine's page cache (as root) only when --drop-cache asks for it."""
+    from gdscp.bench import files as bench_files
+
+    calls = []
+    monkeypatch.setattr(bench_files, "drop_system_page_cache", lambda **kw: calls.append(kw) or False)
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    doc = runner.run_benchmark(small(tmp_path, modes=["read"]))
+    assert "disk_direct_read" in doc["ceilings"] or "disk_buffered_read" in doc["ceilings"]
+    assert calls == []
+    runner.run_benchmark(small(tmp_path, modes=["read"], drop_cache=True))
+    assert calls
+
+
+def test_fresh_buffers_are_new_memory_every_run(tmp_path, monkeypatch):
+    """Each run of the fresh-buffer group reads into memory of its own that
+    nothing has touched (not the allocator's recycled memory)."""
+    seen = []
+    real = runner._fresh_memory
+
+    def fresh(size):
+        m = real(size)
+        view = np.frombuffer(m, np.uint8)
+        seen.append(bool(view.any()))
+        del view
+        return m
+
+    monkeypatch.setattr(runner, "_fresh_memory", fresh)
+    runner.run_benchmark(small(tmp_path, modes=["read"]))
+    assert seen and not any(seen)
+
+
+@pytest.mark.parametrize("threads", ["0", "-1"])
+def test_files_workload_refuses_a_thread_count_below_one(capsys, tmp_path, threads):
+    code, _, err = cli(capsys, "--host", "--files", "5", "--threads", threads, "--dir", tmp_path)
+    assert code == 2 and "threads" in err and "Traceback" not in err
+    assert leftovers(tmp_path) == []

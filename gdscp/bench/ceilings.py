@@ -517,9 +517,10 @@ def _direct_refused(exc: OSError) -> bool:
     return exc.errno in (errno.EINVAL, errno.EOPNOTSUPP, errno.ENOTSUP)
 
 
-def direct_read_rate(path: str, size: int, threads: int, runs: int) -> dict:
+def direct_read_rate(path: str, size: int, threads: int, runs: int, system_drop: bool = False) -> dict:
     """The disk's cold read rate with O_DIRECT: ``threads`` threads, 16 MiB
-    requests, the file's cached pages dropped before each run."""
+    requests, the file's cached pages dropped before each run (and, with
+    ``system_drop``, as root, the machine's: what --drop-cache asks for)."""
     request = request_size(size, threads)
     what = f"O_DIRECT pread, {_mib(request)} requests, {threads_text(threads)}, cold"
     try:
@@ -540,7 +541,7 @@ def direct_read_rate(path: str, size: int, threads: int, runs: int) -> dict:
     seconds = []
     with _Buffers(threads, request) as buffers:
         for _ in range(runs):
-            drop_cache(path)
+            drop_cache(path, use_drop_caches=system_drop)  # the machine's cache only with --drop-cache
             fd = _open_direct(path, os.O_RDONLY)
             try:
                 start = time.perf_counter()
@@ -557,16 +558,16 @@ def direct_read_rate(path: str, size: int, threads: int, runs: int) -> dict:
     return _figure(what, size, seconds, threads)
 
 
-def buffered_read_rate(path: str, size: int, runs: int) -> dict:
+def buffered_read_rate(path: str, size: int, runs: int, system_drop: bool = False) -> dict:
     """The disk's cold read rate through the page cache (kernel readahead), one
-    thread reading 16 MiB at a time."""
+    thread reading 16 MiB at a time (``system_drop``: as direct_read_rate)."""
     request = request_size(size, 1)
     what = f"buffered read(), {_mib(request)} requests, 1 thread, cold (kernel readahead)"
     seconds = []
     with _Buffers(1, request) as buffers:
         view = buffers.views[0]
         for _ in range(runs):
-            drop_cache(path)
+            drop_cache(path, use_drop_caches=system_drop)  # the machine's cache only with --drop-cache
             fd = os.open(path, os.O_RDONLY)
             try:
                 start = time.perf_counter()

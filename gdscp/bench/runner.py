@@ -5,6 +5,7 @@ noisy disk or a neighbour hurts every contender alike)."""
 from __future__ import annotations
 
 import contextlib
+import mmap
 import os
 import time
 from dataclasses import dataclass
@@ -42,12 +43,26 @@ def cupy_missing() -> str:
     return "CuPy cannot use the GPU here"
 
 
+def _fresh_memory(size: int) -> mmap.mmap:
+    """New memory of ``size`` bytes that nothing has touched: a mapping of its
+    own, with huge pages asked for from 4 MiB (as numpy asks for its arrays).
+    A numpy.empty of up to 32 MiB may instead reuse memory the allocator kept
+    from an earlier buffer, already faulted in and holding bytes."""
+    fresh = mmap.mmap(-1, max(size, 1))
+    if size >= 4 << 20 and hasattr(mmap, "MADV_HUGEPAGE"):
+        try:
+            fresh.madvise(mmap.MADV_HUGEPAGE)
+        except OSError:
+            pass
+    return fresh
+
+
 @dataclass(frozen=True)
 class Group:
     """One kind of measurement: a mode, a cache state, for random reads an I/O
     size, and the destination buffer: "touched" (allocated and written once,
-    before the runs) or "fresh" (a new ``numpy.empty`` for every run, never
-    touched before the read)."""
+    before the runs) or "fresh" (new memory for every run, never touched
+    before the read: _fresh_memory)."""
 
     mode: str
     cache: Optional[str]  # "hot", "cold", or None for writes
@@ -267,7 +282,8 @@ class Benchmark:
                 jobs.append(
                     (
                         "disk_direct_read",
-                        (lambda runs, t=threads: ceil.direct_read_rate(data(), plan.size, t, runs)),
+                        (lambda runs, t=threads: ceil.direct_read_rate(data(), plan.size, t, runs,
+                                                                       system_drop=plan.drop_cache)),
                         f"disk O_DIRECT read, {threads_text(threads)}",
                         cold,
                     )
@@ -275,7 +291,7 @@ class Benchmark:
             jobs.append(
                 (
                     "disk_buffered_read",
-                    lambda runs: ceil.buffered_read_rate(data(), plan.size, runs),
+                    lambda runs: ceil.buffered_read_rate(data(), plan.size, runs, system_drop=plan.drop_cache),
                     "disk buffered read, cold",
                     cold,
                 )
@@ -377,7 +393,8 @@ class Benchmark:
             "what": tool.describe(group.mode)
             + (", page cache dropped before each run" if group.cache == "cold" else "")
             + (", file in the page cache" if group.cache == "hot" else "")
-            + (", into a new numpy.empty array each run, never touched before" if group.buffer == "fresh" else ""),
+            + (", into new memory each run (a mapping of its own, as numpy.empty makes for a large array), never "
+               "touched before" if group.buffer == "fresh" else ""),
             "seconds": [],
         }
 
@@ -388,13 +405,16 @@ class Benchmark:
         with tool.configured():
             if group.mode == "read":
                 # A fresh buffer as a user makes one: allocated outside the clock, never touched.
-                buf = np.empty(plan.size, dtype=np.uint8) if group.buffer == "fresh" else self.buf
+                fresh = _fresh_memory(plan.size) if group.buffer == "fresh" else None
+                buf = np.frombuffer(fresh, dtype=np.uint8) if fresh is not None else self.buf
                 seconds = time_seq_read(
                     tool, data, buf, plan.size, task_size=plan.task_size, cold=group.cache == "cold"
                 )
                 if run == 0:
                     check_read(tool, data, buf, plan.size)
                 del buf
+                if fresh is not None:
+                    fresh.close()
                 record["seconds"].append(seconds)
             elif group.mode == "write":
                 seconds = time_seq_write(tool, self.files.write_path, self.buf, plan.size, task_size=plan.task_size)

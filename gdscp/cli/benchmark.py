@@ -228,7 +228,7 @@ def _legend(doc: dict) -> str:
     lines = [
         "GB/s: 10^9 bytes per second, median of the runs (min-max beside it). "
         "hot: the file is in the page cache; cold: its cached pages are dropped before every run; "
-        "fresh: into a new numpy.empty array each run, never touched before.",
+        "fresh: into new memory each run (as a large numpy.empty), never touched before.",
         "of ceiling: the figure over the machine's own limit for that test (the last table), "
         "measured in this run without gdscp.",
     ]

@@ -780,3 +780,18 @@ def test_files_workload_refuses_a_thread_count_below_one(capsys, tmp_path, threa
     code, _, err = cli(capsys, "--host", "--files", "5", "--threads", threads, "--dir", tmp_path)
     assert code == 2 and "threads" in err and "Traceback" not in err
     assert leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize("args, named", [
+    (["--files", "5", "--plot", "p.png"], "--plot"),
+    (["--files", "5", "--size", "1M", "--ops", "5"], "--ops, --size"),
+    (["--files", "5", "--drop-cache"], "--drop-cache"),
+    (["--devices", "0", "--io-size", "4K"], "--io-size"),
+    (["--devices", "0", "--mode", "write"], "--mode"),
+])
+def test_options_a_workload_would_not_use_are_refused(capsys, tmp_path, args, named):
+    """The many-files and multi-GPU workloads refuse the one-file benchmark's
+    options (exit 2, naming them) instead of running without them."""
+    code, out, err = cli(capsys, "--host", *args, "--dir", tmp_path)
+    assert code == 2 and named in err and "cannot be used with" in err, err
+    assert not (tmp_path / "p.png").exists() and leftovers(tmp_path) == []

@@ -143,6 +143,8 @@ class _Run:
 
     # -- copy ----------------------------------------------------------------------
     def copy(self, tree: Tree, scratch: str, device: int) -> dict:
+        import gdscp
+
         config = self.config
         # gdscp copy as it is run: through a GPU only where one was asked for.
         memory = "gpu" if config.memory == "gpu" else "host"
@@ -158,6 +160,9 @@ class _Run:
         expected = _digest(tree.paths)
         times: dict[str, list[float]] = {tool: [] for tool in tools}
         command_seconds: dict[str, list[float]] = {"gdscp": [], "gdscp-mpi": []}
+        # The commands run with this process's settings (--task-size, --compat-mode), which the JSON reports.
+        env = dict(os.environ, GDSCP_TASK_SIZE=str(gdscp.defaults.get("task_size")),
+                   GDSCP_COMPAT_MODE=gdscp.defaults.CompatMode(gdscp.defaults.get("compat_mode")).name)
         for run in range(config.runs):
             for tool in tools:
                 self.tick(f"copy: {tool}, run {run + 1}/{config.runs}")
@@ -174,7 +179,7 @@ class _Run:
                 start = time.perf_counter()
                 if tool in command_seconds:
                     argv = gdscp_argv if tool == "gdscp" else mpi_argv
-                    done = subprocess.run(argv + [dst], capture_output=True, text=True)
+                    done = subprocess.run(argv + [dst], capture_output=True, text=True, env=env)
                 else:
                     done = subprocess.run(cp_argv + [dst], capture_output=True, text=True)
                     if done.returncode == 0:

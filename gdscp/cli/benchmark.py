@@ -479,12 +479,16 @@ def benchmark(
         with out.guard():
             raise UsageError("benchmark measures one process; under an MPI launcher time 'gdscp copy', 'read' or "
                              "'write' with --json instead (docs/cluster.md)")
+    one_file_only = {"--io-size": io_size != "4K,64K,1M", "--ops": ops != DEFAULT_RANDOM_OPS,
+                     "--drop-cache": drop_cache, "--plot": plot_file is not None}
     if devices is not None:
         with out.guard(), options.settings(None, task_size, compat_mode):
+            _ignored("--devices", {**one_file_only, "--mode": mode != ",".join(MODES), "--files": files is not None})
             _multi_benchmark(out, devices, host, device, size, threads, runs, directory)
         return
     if files is not None or file_size is not None:
         with out.guard(), options.settings(None, task_size, compat_mode):
+            _ignored("--files", {**one_file_only, "--size": size is not None})
             _files_benchmark(out, files, file_size, mode, threads, runs, directory, host, device, json, ranks)
         return
     if ranks is not None:
@@ -575,6 +579,15 @@ def _measure(out: Output, run: Callable[..., dict], config: Any) -> dict:
     except BenchConfigError as exc:
         option = _OPTION_NAMES.get(exc.option, "--" + exc.option.replace("_", "-"))
         raise UsageError(f"{option}: {exc}") from None
+
+
+def _ignored(workload: str, given: dict[str, bool]) -> None:
+    """A usage error for options that ``workload`` would not use: a command
+    that runs should measure what it was asked to."""
+    names = [name for name, on in given.items() if on]
+    if names:
+        raise UsageError(f"{', '.join(names)} cannot be used with {workload}: that workload does not use "
+                         f"{'it' if len(names) == 1 else 'them'}")
 
 
 def _files_benchmark(out: Output, files: Optional[int], file_size: Optional[str], mode: str, threads: Optional[str],

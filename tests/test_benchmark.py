@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import glob
 import json
+import mmap
 import os
 import signal
 import subprocess
@@ -795,3 +796,26 @@ def test_options_a_workload_would_not_use_are_refused(capsys, tmp_path, args, na
     code, out, err = cli(capsys, "--host", *args, "--dir", tmp_path)
     assert code == 2 and named in err and "cannot be used with" in err, err
     assert not (tmp_path / "p.png").exists() and leftovers(tmp_path) == []
+
+
+def test_a_tool_that_delivers_nothing_is_caught_after_others_filled_the_buffer(tmp_path, monkeypatch):
+    """The benchmark's buffer holds the file's bytes once any tool has read
+    it. A gdscp that claims every byte but moves none must still be caught:
+    the checked windows are cleared before each tool's checked read."""
+    real = tools.GdscpTool.read
+    calls = []
+
+    def lazy(self, handle, buf, size, offset, task_size):
+        calls.append(size)
+        base = getattr(buf, "base", None)
+        if len(calls) == 1 or isinstance(getattr(base, "obj", base), mmap.mmap):
+            # The first read is honest, and so are reads into fresh memory
+            # (zeros, which no clearing is needed to tell from the file).
+            return real(self, handle, buf, size, offset, task_size)
+        return size
+
+    monkeypatch.setattr(tools.GdscpTool, "read", lazy)
+    with pytest.raises(Exception, match="wrong bytes"):
+        runner.run_benchmark(small(tmp_path, modes=["read"], threads=[1, 2]))
+    assert leftovers(tmp_path) == []
+

@@ -27,6 +27,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
+from .. import memory
 from . import ceilings as ceil
 from .config import BenchConfig, BenchConfigError, _choose_memory, default_threads
 from .machine import describe_machine, now_iso
@@ -292,6 +293,10 @@ class _Run:
             for name, count, fn, _ in contenders:
                 label = "warm-up" if run == 0 else f"run {run}/{config.runs}"
                 self.tick(f"read: {name}{'' if count is None else f' ({count} threads)'}, {label}")
+                if run == 0 and int(offsets[-1]):
+                    # Zeros (the files are random) before the read that check() checks: the
+                    # buffer holds the previous tool's bytes, which a tool delivering nothing would keep.
+                    memory.fill(buf[: int(offsets[-1])], "zeros")
                 with configured.get((name, count), contextlib.nullcontext)():
                     if target.kind == "gpu":
                         target.sync()

@@ -14,10 +14,12 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from .. import memory
 from .files import drop_cache, expected_bytes
 from .tools import Tool
 
-__all__ = ["BenchError", "time_seq_read", "time_seq_write", "time_random_reads", "random_offsets", "check_read"]
+__all__ = ["BenchError", "time_seq_read", "time_seq_write", "time_random_reads", "random_offsets", "check_read",
+           "clear_windows"]
 
 
 class BenchError(RuntimeError):
@@ -119,13 +121,26 @@ def time_random_reads(
     return latencies
 
 
+def _windows(size: int, window: int) -> list[int]:
+    window = min(window, size)
+    return sorted({0, max(0, size // 2 - window // 2), size - window})
+
+
+def clear_windows(buf: Any, size: int, window: int = 64 << 10) -> None:
+    """Zeros in the windows check_read compares (the data files are random),
+    before the read it checks: the buffer holds the file's bytes from an
+    earlier tool, and a tool that delivered nothing would pass."""
+    for start in _windows(size, window):
+        memory.fill(buf[start : start + min(window, size)], "zeros")
+
+
 def check_read(tool: Tool, path: str, buf: Any, size: int, window: int = 64 << 10) -> None:
     """Compare three windows of ``buf`` (start, middle, end) with the file after a
     full read, so a tool that returned early or scrambled data cannot post a figure."""
     if not tool.fills_buffer:
         return
     window = min(window, size)
-    for start in sorted({0, max(0, size // 2 - window // 2), size - window}):
+    for start in _windows(size, window):
         got = tool.target.to_numpy(buf, start, start + window).tobytes()
         if got != expected_bytes(path, start, window):
             raise BenchError(f"{tool.label} delivered wrong bytes at offsets {start}..{start + window} of {path}")

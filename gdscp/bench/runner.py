@@ -19,7 +19,15 @@ from . import report
 from .config import BenchConfig, Plan, resolve
 from .files import BenchFiles, drop_cache, expected_bytes, warm_cache
 from .machine import describe_machine, now_iso
-from .measure import BenchError, check_read, random_offsets, time_random_reads, time_seq_read, time_seq_write
+from .measure import (
+    BenchError,
+    check_read,
+    clear_windows,
+    random_offsets,
+    time_random_reads,
+    time_seq_read,
+    time_seq_write,
+)
 from .stats import GB, percentile, spread, threads_text
 from .targets import make_target
 from .tools import GdscpTool, KvikioTool, NumpyCupyTool, PreadvTool, PythonTool, Tool, kvikio_status
@@ -407,6 +415,8 @@ class Benchmark:
                 # A fresh buffer as a user makes one: allocated outside the clock, never touched.
                 fresh = _fresh_memory(plan.size) if group.buffer == "fresh" else None
                 buf = np.frombuffer(fresh, dtype=np.uint8) if fresh is not None else self.buf
+                if run == 0 and fresh is None and plan.size:
+                    clear_windows(buf, plan.size)  # (a fresh buffer is zeros, and must stay untouched)
                 seconds = time_seq_read(
                     tool, data, buf, plan.size, task_size=plan.task_size, cold=group.cache == "cold"
                 )

@@ -448,3 +448,31 @@ def test_options_of_one_process_are_usage_errors_under_mpi(tmp_path):
         assert done.returncode == 2, (args, done.stderr)
         assert done.stderr.count("work in one process") == 1, (args, done.stderr)
     assert sorted(os.listdir(tmp_path)) == ["a"]
+
+
+_DEAD_TEMPORARY = r"""
+import os, sys
+from gdscp import bulk
+fd, path = bulk.create_temporary(sys.argv[1])
+print(path, flush=True)
+os.kill(os.getpid(), 9)
+"""
+
+
+@needs_mpi
+def test_a_copy_over_ranks_removes_dead_runs_temporaries(tmp_path):
+    """As a process on its own: a copy into a directory first removes the
+    temporary files that a killed run left there (their writer is gone)."""
+    dst = tmp_path / "dst"
+    dst.mkdir()
+    dead = subprocess.run([sys.executable, "-c", _DEAD_TEMPORARY, str(dst / "big.bin")], capture_output=True,
+                          text=True, timeout=60)
+    left = dead.stdout.strip()
+    assert dead.returncode == -signal.SIGKILL and os.path.exists(left)
+    src = tmp_path / "big.bin"
+    data = os.urandom(24 * MiB)
+    src.write_bytes(data)
+    done = _run(["copy", str(src), str(dst), "--host"], ranks=2)
+    assert done.returncode == 0, done.stderr
+    assert (dst / "big.bin").read_bytes() == data
+    assert not os.path.exists(left) and not _temporaries(dst)

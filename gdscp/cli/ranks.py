@@ -32,7 +32,7 @@ from typing import Any, Iterator, Optional
 import typer
 
 from .. import mpi
-from ..bulk import copy_files, stream_files
+from ..bulk import clean_temporaries, copy_files, stream_files
 from ..mpi.split import split_by_bytes
 from ..mpi.comm import Status, Unavailable, World, job_code, worst
 from . import options
@@ -242,6 +242,12 @@ def _copy_plan(world: World, copier: Any, srcs: list[str], dst: str) -> dict[str
     """Rank 0: walk, make directories and links, share the files out, create the shared temporary files."""
     jobs = copier.plan(srcs, dst)
     files, after = copier.prepare(jobs)
+    # Dead runs' temporary files in the directories written into go first, as
+    # a process on its own removes them: here, before any rank of this job has
+    # made one (the ranks' own jobs do not clean, whose locks other nodes may
+    # not see).
+    for folder in sorted({os.path.dirname(os.path.abspath(j.dst)) for j, _ in files}):
+        clean_temporaries(folder)
     shares = split_by_bytes([j.st.st_size for j, _ in files], world.size)
     # The files cut among several ranks: one temporary file each, made here.
     owners: dict[int, list[int]] = {}

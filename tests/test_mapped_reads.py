@@ -48,11 +48,24 @@ def four_workers():
 
 @pytest.fixture
 def hot_file(tmp_path):
-    """A 20 MiB + 4097 file, written with plain Python I/O so it sits in the page cache."""
+    """A 20 MiB + 4097 file, written with plain Python I/O so it sits in the
+    page cache, and held there (its pages locked in memory, where the process
+    may lock them) for the test: on a machine short of memory the kernel could
+    otherwise evict some, and a read of them rightly goes through pread."""
     data = _payload(20 * MiB + 4097, 1)
     path = tmp_path / "hot.bin"
     path.write_bytes(data.tobytes())
-    return str(path), data
+    libc = ctypes.CDLL(None, use_errno=True)
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ) as pages:
+        view = np.frombuffer(pages, np.uint8)
+        span = (ctypes.c_void_p(view.ctypes.data), ctypes.c_size_t(view.nbytes))
+        locked = libc.mlock(*span) == 0
+        try:
+            yield str(path), data
+        finally:
+            if locked:
+                libc.munlock(*span)
+            del view
 
 
 def _os_read(path: str, size: int, offset: int) -> bytes:

@@ -476,3 +476,18 @@ def test_a_copy_over_ranks_removes_dead_runs_temporaries(tmp_path):
     assert done.returncode == 0, done.stderr
     assert (dst / "big.bin").read_bytes() == data
     assert not os.path.exists(left) and not _temporaries(dst)
+
+
+@needs_mpi
+def test_a_read_over_ranks_goes_on_past_a_file_it_cannot_read(tmp_path):
+    """As one process: with several files, one that cannot be read is a failed
+    file in its place, said once, and the others are read; exit status 1."""
+    for name in ("a", "b"):
+        (tmp_path / name).write_bytes(os.urandom(300_000))
+    names = [str(tmp_path / "a"), str(tmp_path / "missing"), str(tmp_path / "b")]
+    done = _run(["read", "--host", *names, "--json"], ranks=2)
+    assert done.returncode == 1, done.stderr
+    doc = json.loads(done.stdout)
+    assert [(f["path"], f["status"], f["bytes"]) for f in doc["files"]] == [
+        (names[0], "done", 300_000), (names[1], "failed", 0), (names[2], "done", 300_000)]
+    assert done.stderr.count("missing") == 1, done.stderr

@@ -528,11 +528,14 @@ def _read_share(world: World, out: Output, plan: list[Any], where: Optional[int]
 
 
 def read(world: World, out: Output, make_plan: Any, *, host: bool, device: Optional[int],
-         chunk_size: Optional[int], verify: bool, report: Any) -> None:
-    """``gdscp read`` on every rank of ``world``: each file's range shared by bytes."""
+         chunk_size: Optional[int], verify: bool, report: Any, unusable: Optional[list] = None,
+         range_offset: int = 0) -> None:
+    """``gdscp read`` on every rank of ``world``: each file's range shared by
+    bytes. ``unusable``: where rank 0's ``make_plan`` puts the files it cannot
+    read, reported as failed files in their places."""
     from ..bulk import FileResult  # noqa: PLC0415
 
-    from .read import ready_gpus  # noqa: PLC0415
+    from .read import put_back, ready_gpus  # noqa: PLC0415
 
     ready: list[Any] = []
 
@@ -563,6 +566,8 @@ def read(world: World, out: Output, make_plan: Any, *, host: bool, device: Optio
                 ranges.setdefault(piece[0], []).append((s.rank, *piece[1:]))
 
         def conclude() -> None:
+            for _, _, why in unusable or []:
+                out.error(why)
             results = []
             for i, f in enumerate(plan):
                 got = ranges.get(i, [])
@@ -579,6 +584,7 @@ def read(world: World, out: Output, make_plan: Any, *, host: bool, device: Optio
                     None, first[6] if first else None, None, first[7] if first else None, None))
             if job_code(everyone) in (130, 143):
                 raise typer.Exit(job_code(everyone))
+            put_back(plan, results, unusable, range_offset)
             report(out, plan, results, where, verify, seconds, {"ranks": world.size, "setup_seconds": setup_seconds})
 
         code, messages, _ = _run(world, conclude)

@@ -188,12 +188,14 @@ def read(
         world = ranks.join(out, threads)
         if world is not None:  # one rank of an MPI job: the files are shared among the ranks
             ranks.refuse_options(world, {"--devices": devices is not None, "--replicate": replicate})
-            with ranks.protocol(world):
-                ranks.read(world, out, lambda: _plan(files, offset or 0, length, verify), host=host,
-                            device=device, chunk_size=chunk_size, verify=verify, report=report)
-            return
         # Several files: one that cannot be read is a failed file, not the end of the command.
         unusable: Optional[list[tuple[int, str, str]]] = [] if len(files) > 1 else None
+        if world is not None:
+            with ranks.protocol(world):
+                ranks.read(world, out, lambda: _plan(files, offset or 0, length, verify, unusable), host=host,
+                            device=device, chunk_size=chunk_size, verify=verify, report=report,
+                            unusable=unusable, range_offset=offset or 0)
+            return
         plan = _plan(files, offset or 0, length, verify, unusable)
         for _, _, why in unusable or []:
             out.error(why)
@@ -237,12 +239,18 @@ def read(
             seconds = time.perf_counter() - start
             per_device = job.device_bytes() if job is not None else {}
             del job, ready  # the replicas' GPU memory
-        for i, path, why in unusable or []:  # back in the order given
-            plan.insert(i, _File(path, offset or 0, 0))
-            results.insert(i, FileResult(i, path, None, "failed", 0, 0.0, why, None, None, None, None, None))
+        put_back(plan, results, unusable, offset or 0)
 
         report(out, plan, results, where, verify, seconds, {"setup_seconds": setup_seconds}, spread=spread,
                replicate=replicate, device_bytes=per_device if spread else None)
+
+
+def put_back(plan: list[_File], results: list[FileResult], unusable: Optional[list[tuple[int, str, str]]],
+             offset: int) -> None:
+    """The files that could not be read, as failed files in their places."""
+    for i, path, why in unusable or []:
+        plan.insert(i, _File(path, offset, 0))
+        results.insert(i, FileResult(i, path, None, "failed", 0, 0.0, why, None, None, None, None, None))
 
 
 def ready_gpus(gpus: list[int], nbytes: Optional[int] = None) -> list[Any]:

@@ -491,3 +491,16 @@ def test_a_read_over_ranks_goes_on_past_a_file_it_cannot_read(tmp_path):
     assert [(f["path"], f["status"], f["bytes"]) for f in doc["files"]] == [
         (names[0], "done", 300_000), (names[1], "failed", 0), (names[2], "done", 300_000)]
     assert done.stderr.count("missing") == 1, done.stderr
+
+
+@needs_mpi
+def test_a_failure_before_the_ranks_connect_gives_one_json_document(tmp_path):
+    """Every rank checks its command line before the ranks connect; with
+    --json, stdout still gets one document (rank 0's), and each other rank's
+    line on stderr says which rank it is."""
+    (tmp_path / "d").mkdir()
+    done = _run(["write", str(tmp_path / "d"), "--size", "1K", "--json"], ranks=3)
+    assert done.returncode == 1, done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["ok"] is False and "directory" in doc["error"]
+    assert "rank 1:" in done.stderr and "rank 2:" in done.stderr

@@ -224,6 +224,15 @@ def json_text(data: dict[str, Any]) -> str:
     return "{\n" + ",\n".join(lines) + "\n}" if lines else "{}"
 
 
+def _other_rank() -> Optional[int]:
+    """This process's rank where a launcher started it as a rank other than
+    0 of several; None otherwise."""
+    from ..mpi.launch import launched  # noqa: PLC0415 - only on a failure
+
+    launch = launched()
+    return launch.rank if launch is not None and launch.rank != 0 else None
+
+
 class Output:
     """Where a command's words go. ``json``: stdout gets one JSON document;
     ``quiet``: nothing on success (no progress, notes, warnings or table; the
@@ -323,8 +332,11 @@ class Output:
         message, code = describe(exc)
         if self.debug and not isinstance(exc, (KeyboardInterrupt, Terminated)):
             self.stderr.print_exception()
-        self.error(message)
-        if self.json and not self._result_written:
+        rank = _other_rank()
+        self.error(message if rank is None else f"rank {rank}: {message}")
+        # Under an MPI launcher, a failure before the ranks connect (every
+        # rank checks its own command line) gives one document, rank 0's.
+        if self.json and not self._result_written and rank is None:
             self.result({"command": self.command, "ok": False, "error": message, "exit_code": code})
         return code
 

@@ -89,7 +89,10 @@ def _check(config: FilesConfig) -> None:
     directory = os.path.abspath(config.dir)
     if not os.path.isdir(directory) or not os.access(directory, os.W_OK | os.X_OK):
         raise BenchConfigError("dir", f"{config.dir}: not a writable directory")
-    need = (2 * config.runs + 2) * config.files * config.high  # the tree, every run's copy, and room to spare
+    # The tree, every run's copy by each tool (gdscp, cp, and with --ranks
+    # gdscp over the ranks), and room to spare.
+    copies = 3 if config.ranks else 2
+    need = (copies * config.runs + 2) * config.files * config.high
     free = shutil.disk_usage(directory).free
     if need > free:
         raise BenchConfigError("files", f"the tree and its copy need up to {need} bytes; {directory} has {free} free")

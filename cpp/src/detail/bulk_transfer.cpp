@@ -348,6 +348,11 @@ size_t read_some(int fd, char* p, size_t n, int64_t pos, const std::string& path
   return done;
 }
 
+// The offset of the first byte where `a` and `b` differ, within `n` (`n` if none).
+size_t first_difference(const char* a, const char* b, size_t n) {
+  return static_cast<size_t>(std::mismatch(a, a + n, b).first - a);
+}
+
 // Compares `n` bytes that landed at `got` (memory `mem`) with a plain read of
 // the source at `off`.
 void verify_landed(Transfer& t, const MemoryTarget& mem, const char* got, int64_t off, size_t n) {
@@ -369,8 +374,7 @@ void verify_landed(Transfer& t, const MemoryTarget& mem, const char* got, int64_
       g = static_cast<const char*>(landed.get());
     }
     if (std::memcmp(e, g, k) != 0) {
-      size_t i = 0;
-      while (e[i] == g[i]) ++i;
+      const size_t i = first_difference(e, g, k);
       fail_state("verify failed: the bytes read from '" + t.item->src + "' differ at offset " +
                      std::to_string(at + static_cast<int64_t>(i)),
                  t.item->src);
@@ -396,8 +400,7 @@ void verify_part(Transfer& t, const std::atomic<bool>& cancelled) {
     if (m > 0 && fault::check(fault::Op::land)) y[0] ^= 0xFF;
     const size_t k = std::min(n, m);
     if (n != want || m != want || std::memcmp(x, y, k) != 0) {
-      size_t i = 0;
-      while (i < k && x[i] == y[i]) ++i;
+      const size_t i = first_difference(x, y, k);
       fail_state("verify failed: the copy of '" + t.item->src + "' differs at offset " +
                      std::to_string(pos + static_cast<int64_t>(i)),
                  t.dst);
@@ -426,8 +429,7 @@ void verify_written(Transfer& t, const std::atomic<bool>& cancelled) {
       x = static_cast<const char*>(b.get());
     }
     if (m != want || std::memcmp(x, y, want) != 0) {
-      size_t i = 0;
-      while (i < m && x[i] == y[i]) ++i;
+      const size_t i = first_difference(x, y, m);
       fail_state("verify failed: '" + t.dst + "' read back differs from its buffer at offset " +
                      std::to_string(pos + static_cast<int64_t>(i)) + (t.tmp ? "; it was not put in place" : ""),
                  t.dst);
@@ -464,8 +466,7 @@ void verify_copy(Transfer& t, const std::atomic<bool>& cancelled) {
     if (m > 0 && fault::check(fault::Op::land)) y[0] ^= 0xFF;
     const size_t k = std::min(n, m);
     if (std::memcmp(x, y, k) != 0 || n != m) {
-      size_t i = 0;
-      while (i < k && x[i] == y[i]) ++i;
+      const size_t i = first_difference(x, y, k);
       fail_state("verify failed: the copy of '" + t.item->src + "' differs at offset " +
                      std::to_string(pos + static_cast<int64_t>(i)) + "; '" + t.dst + "' was not changed",
                  t.dst);

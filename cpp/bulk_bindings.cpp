@@ -209,6 +209,7 @@ void define_bulk(nb::module_& m) {
            "cls"_a, "items"_a, "statuses"_a)
       .def("group_bytes", &BulkJob::group_bytes);
 
+  m.def("stop_running_jobs", &stop_running_jobs, release());
   m.def("plain_buffer_items", &plain_buffer_items, "kind"_a, "paths"_a, "buffers"_a);
   m.def("clean_temporaries", [](const FsPath& dir) { return clean_temporaries(dir.value); }, "dir"_a, release());
   m.def("create_temporary", [](const FsPath& dst) {

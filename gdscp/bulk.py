@@ -25,7 +25,6 @@ import functools
 import os
 import stat
 import time
-import weakref
 from typing import Any, Iterable, NamedTuple, Optional, Sequence, Union
 
 from . import _args, _buffers, _core, _gpus, _libs, defaults
@@ -86,17 +85,18 @@ class BulkProgress(NamedTuple):
     finished: bool
 
 
-# Jobs not known to have finished, for stop_running_jobs.
-_running: "weakref.WeakSet[BulkJob]" = weakref.WeakSet()
-
-
 def stop_running_jobs() -> None:
     """Cancel every job of this process that is still running and wait for
     each to stop (its temporary files removed): for a program that leaves on
-    an exception from somewhere no job's own wait would see."""
-    for job in list(_running):
-        if not job.done():
-            job._stop()
+    an exception from somewhere no job's own wait would see. The engine knows
+    each job from before its workers start, so this finds one whose
+    ``BulkJob`` an interrupt kept from ever being made or held."""
+    while True:
+        try:
+            _core.stop_running_jobs()
+            return
+        except BaseException:  # noqa: BLE001 - another interrupt: the files stop within a second, wait for them
+            continue
 
 
 class BulkJob:
@@ -113,7 +113,6 @@ class BulkJob:
         # The engine's job keeps `keep` (the buffers and staging) until its
         # workers are done, even when this object is dropped while it runs.
         self._job = _core.BulkJob(items, options, defaults._settings, replicas or [], keep)
-        _running.add(self)
 
     def wait(self, timeout: Optional[float] = None) -> bool:
         """Wait until every file has ended (or ``timeout`` seconds); True once

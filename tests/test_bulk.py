@@ -1124,6 +1124,34 @@ def test_cancel_ends_a_wait_on_a_fifo(tmp_path, kind, writer):
     assert sorted(os.listdir(tmp_path)) == ["fifo"]
 
 
+def test_stopping_every_job_finds_one_its_caller_never_held(tmp_path, monkeypatch):
+    """An interrupt between the engine starting a job and ``BulkJob`` holding
+    it leaves a job that no wait will cancel: ``stop_running_jobs`` (what the
+    command line runs on its way out) still finds it, cancels it and waits,
+    and its destination and temporary file are gone."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    held = os.open(fifo, os.O_RDWR)  # a writer that never writes: the copy stays in flight
+    started = []
+    engine_job = bulk._core.BulkJob
+
+    def start_then_interrupt(*args, **kwargs):
+        started.append(engine_job(*args, **kwargs))  # kept alive, as a traceback keeps it
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bulk._core, "BulkJob", start_then_interrupt)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            gdscp.copy_files([(fifo, tmp_path / "out")])
+        (job,) = started
+        assert not job.done()
+        bulk.stop_running_jobs()
+        assert job.done()
+    finally:
+        os.close(held)
+    assert sorted(os.listdir(tmp_path)) == ["fifo"]
+
+
 def test_a_fifo_is_read_once_its_writer_comes(tmp_path):
     """Opened without blocking, a FIFO still waits for its writer as a
     blocking open would: the bytes written later all arrive, in order."""

@@ -495,12 +495,40 @@ def test_a_read_over_ranks_goes_on_past_a_file_it_cannot_read(tmp_path):
 
 @needs_mpi
 def test_a_failure_before_the_ranks_connect_gives_one_json_document(tmp_path):
-    """Every rank checks its command line before the ranks connect; with
-    --json, stdout still gets one document (rank 0's), and each other rank's
-    line on stderr says which rank it is."""
+    """Every rank checks its command line before the ranks connect; the ranks
+    that fail there connect all the same, so rank 0 says the failure once for
+    all of them (with --json, the one document) before any rank leaves (a
+    launcher that ends the job when one rank fails cannot cut it short)."""
     (tmp_path / "d").mkdir()
     done = _run(["write", str(tmp_path / "d"), "--size", "1K", "--json"], ranks=3)
     assert done.returncode == 1, done.stderr
     doc = json.loads(done.stdout)
     assert doc["ok"] is False and "directory" in doc["error"]
-    assert "rank 1:" in done.stderr and "rank 2:" in done.stderr
+    lines = [line for line in done.stderr.splitlines() if "error:" in line]
+    assert lines == [f"gdscp write: error: cannot write '{tmp_path / 'd'}': it is a directory"], done.stderr
+
+
+@needs_mpi
+def test_a_command_line_refused_on_every_rank_gives_one_json_document(tmp_path):
+    """An option value Typer refuses fails before the command runs, on every
+    rank alike: one line, one document, exit status 2."""
+    done = _run(["write", str(tmp_path / "x"), "--size", "lots", "--json"], ranks=3)
+    assert done.returncode == 2, done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["ok"] is False and doc["exit_code"] == 2 and "'lots' is not a size" in doc["error"]
+    assert done.stderr.count("is not a size") == 1, done.stderr
+    assert not (tmp_path / "x").exists()
+
+
+def test_what_the_ranks_said_is_said_once_per_text():
+    """Rank 0 prints each text once, naming the ranks it came from, and
+    unprefixed where every rank said it."""
+    from gdscp.cli.ranks import said
+    from gdscp.mpi.comm import Status
+
+    statuses = [Status(r, 1, m, None) for r, m in enumerate([
+        ["rank 0: disk full"], ["rank 1: disk full"], [], ["rank 3: disk full", "rank 3: cannot read 'a'"],
+        ["rank 4: disk full"]])]
+    assert said(statuses) == ["ranks 0-1, 3-4: disk full", "rank 3: cannot read 'a'"]
+    assert said([Status(r, 2, [f"rank {r}: bad option"], None) for r in range(3)]) == ["bad option"]
+    assert said([Status(0, 1, ["rank 0: gone"], None)]) == ["rank 0: gone"]

@@ -12,6 +12,8 @@
 #include <condition_variable>
 #include <cstring>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <set>
 #include <string_view>
 #include <unordered_map>
@@ -763,8 +765,39 @@ bool resolve_replicas(const BulkItem& item, const MemoryTarget& mem, std::vector
   return peer;
 }
 
+// Every job of the process that may still run, for stop_running_jobs: a job
+// is here from before its workers start, whoever holds it (or nobody yet).
+std::mutex g_jobs_mutex;
+std::vector<std::weak_ptr<BulkState>> g_jobs;
+
+void register_job(const std::shared_ptr<BulkState>& st) {
+  std::lock_guard<std::mutex> lock(g_jobs_mutex);
+  const auto ended = [](const std::weak_ptr<BulkState>& w) {
+    const auto job = w.lock();
+    if (!job) return true;
+    std::lock_guard<std::mutex> done(job->done_mutex);
+    return job->finished;
+  };
+  g_jobs.erase(std::remove_if(g_jobs.begin(), g_jobs.end(), ended), g_jobs.end());
+  g_jobs.push_back(st);
+}
+
 }  // namespace
 }  // namespace detail
+
+void stop_running_jobs() {
+  std::vector<std::shared_ptr<detail::BulkState>> jobs;
+  {
+    std::lock_guard<std::mutex> lock(detail::g_jobs_mutex);
+    for (const auto& w : detail::g_jobs)
+      if (auto job = w.lock()) jobs.push_back(std::move(job));
+  }
+  for (auto& job : jobs) job->stop();
+  for (auto& job : jobs) {
+    std::unique_lock<std::mutex> lock(job->done_mutex);
+    job->done_cv.wait(lock, [&] { return job->finished; });
+  }
+}
 
 BulkJob::BulkJob(std::vector<BulkItem> items, const BulkOptions& options, const Settings& s) {
   auto st = std::make_shared<detail::BulkState>(std::move(items), options, s);
@@ -845,6 +878,7 @@ BulkJob::BulkJob(std::vector<BulkItem> items, const BulkOptions& options, const 
   } else {
     std::vector<std::function<void()>> tasks;
     for (unsigned w = 0; w < workers; ++w) tasks.push_back([st, w] { st->run_worker(w); });
+    detail::register_job(st);
     pool.submit_many(std::move(tasks));
   }
   state_ = std::move(st);

@@ -18,7 +18,7 @@ import typer
 
 import gdscp
 
-from .exits import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, INTERRUPTED, early_result
+from .exits import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, INTERRUPTED, early_result, json_asked
 
 __all__ = ["app", "run"]
 
@@ -82,6 +82,20 @@ def _is_click_error(exc: BaseException) -> bool:
     return hasattr(exc, "exit_code") and hasattr(exc, "format_message")
 
 
+def _fail_before_joining(args: list[str], code: int, message: str) -> Optional[int]:
+    """Under an MPI launcher, a command line refused before the command runs
+    is said once, by rank 0, for the whole job (``ranks.fail_before_joining``);
+    None for a process on its own."""
+    from ..mpi.launch import launched  # noqa: PLC0415 - only on a failure
+
+    if launched() is None or not args or args[0] not in COMMANDS:
+        return None
+    from .output import Output  # noqa: PLC0415
+    from .ranks import fail_before_joining  # noqa: PLC0415
+
+    return fail_before_joining(Output(args[0], json=json_asked(args)), code, message)
+
+
 def run(argv: Optional[Sequence[str]] = None) -> int:
     """Run the gdscp command line on ``argv`` (default: ``sys.argv[1:]``); the exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
@@ -105,7 +119,11 @@ def run(argv: Optional[Sequence[str]] = None) -> int:
         where = ctx.command_path if ctx is not None else "gdscp"
         hint = f" (see '{where} --help')" if exc.exit_code == EXIT_USAGE else ""
         message = " ".join(exc.format_message().split())
+        code = int(exc.exit_code)
+        final = _fail_before_joining(args, code, message)
+        if final is not None:
+            return final
         sys.stderr.write(f"{where}: error: {message}{hint}\n")
-        early_result(args, message, int(exc.exit_code))
-        return int(exc.exit_code)
+        early_result(args, message, code)
+        return code
     return code if isinstance(code, int) else 0

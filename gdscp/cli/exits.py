@@ -8,7 +8,7 @@ import sys
 from typing import Sequence
 
 __all__ = ["EXIT_FAILURE", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_TERMINATED", "EXIT_USAGE", "INTERRUPTED",
-           "early_result"]
+           "early_result", "json_asked"]
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -19,15 +19,18 @@ EXIT_TERMINATED = 143  # 128 + SIGTERM
 INTERRUPTED = "gdscp: interrupted\n"
 
 
+def json_asked(args: Sequence[str]) -> bool:
+    """Whether the command line ``args`` has --json (before any ``--``)."""
+    args = list(args)
+    return "--json" in (args[: args.index("--")] if "--" in args else args)
+
+
 def early_result(args: Sequence[str], message: str, code: int) -> None:
     """With --json among ``args`` (the command line, before any ``--``), the
     JSON error document a command's own failure gives, for a failure found
     before its body runs (its arguments, the environment, an interrupt): a
     script that reads stdout always gets a document."""
-    args = list(args)
-    if "--" in args:
-        args = args[: args.index("--")]
-    if "--json" not in args:
+    if not json_asked(args):
         return
     import json  # noqa: PLC0415 - only on this failure
 

@@ -224,6 +224,12 @@ def json_text(data: dict[str, Any]) -> str:
     return "{\n" + ",\n".join(lines) + "\n}" if lines else "{}"
 
 
+def _launched() -> bool:
+    from ..mpi.launch import launched  # noqa: PLC0415 - only on a failure
+
+    return launched() is not None
+
+
 def _other_rank() -> Optional[int]:
     """This process's rank where a launcher started it as a rank other than
     0 of several; None otherwise."""
@@ -332,10 +338,15 @@ class Output:
         message, code = describe(exc)
         if self.debug and not isinstance(exc, (KeyboardInterrupt, Terminated)):
             self.stderr.print_exception()
+        if _launched():  # one rank of several, perhaps not yet joined to the others
+            from .ranks import fail_before_joining  # noqa: PLC0415
+
+            final = fail_before_joining(self, code, message)
+            if final is not None:
+                return final
         rank = _other_rank()
         self.error(message if rank is None else f"rank {rank}: {message}")
-        # Under an MPI launcher, a failure before the ranks connect (every
-        # rank checks its own command line) gives one document, rank 0's.
+        # Under a launcher whose ranks cannot connect, still one document: rank 0's.
         if self.json and not self._result_written and rank is None:
             self.result({"command": self.command, "ok": False, "error": message, "exit_code": code})
         return code

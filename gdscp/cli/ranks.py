@@ -41,7 +41,7 @@ from .exits import EXIT_USAGE
 from .output import Output, Terminated, UsageError, describe
 from .progress import TransferProgress
 
-__all__ = ["join", "copy", "read", "choose_memory", "run", "phase", "conclude", "protocol", "launched"]
+__all__ = ["join", "copy", "fail_before_joining", "read", "choose_memory", "run", "phase", "conclude", "protocol", "launched"]
 
 
 def join(out: Output, threads: Optional[int] = None) -> Optional[World]:
@@ -165,9 +165,8 @@ def conclude(world: World, out: Output, step: Any, everyone: list[Status]) -> No
     the job's code."""
     code, messages = 0, []
     if world.root:
-        for s in everyone:
-            for message in s.messages:
-                out.error(message)
+        for message in said(everyone):
+            out.error(message)
         before = job_code(everyone)
         code, messages, _ = _run(world, step, before == 0)
         code = worst(code, before)
@@ -180,14 +179,84 @@ def _settle(world: World, out: Output, statuses: list[Status]) -> None:
     code = job_code(statuses)
     if code == 0:
         return
+    _end(world, out, statuses, code)
+    raise typer.Exit(code)
+
+
+def _end(world: World, out: Output, statuses: list[Status], code: int) -> None:
+    """A failed job's last words: rank 0 says them, and no rank leaves before
+    it has (a launcher may end the whole job as soon as one rank exits with
+    a failure, Open MPI's does, and rank 0 with its document unwritten)."""
     if world.root:
         _say(out, statuses, code)
-    raise typer.Exit(code)
+    world.barrier()
+
+
+# The commands that run as one job over the ranks of a launch.
+_JOINING = ("copy", "read", "write")
+
+
+def fail_before_joining(out: Output, code: int, message: str) -> Optional[int]:
+    """A failure of a rank before it joined its job (every rank checks its own
+    command line first, and an argument Typer refuses fails before the
+    command runs): the rank joins all the same and the ranks agree, so that
+    rank 0 speaks for the job, one line per rank that failed and, with
+    --json, the one document, and no rank ends the job before rank 0 has
+    spoken. The job's exit code; None where this process is not a rank of
+    such a job, has joined already, was interrupted, or cannot join (it then
+    speaks for itself)."""
+    if code in (130, 143) or out.command not in _JOINING or mpi.launched() is None or mpi.connected():
+        return None
+    try:
+        world = mpi.world()
+    except Exception:  # noqa: BLE001 - MPI unusable here: each rank says its own failure
+        return None
+    if world is None:
+        return None
+    if not world.root:
+        out.quiet = True
+        out.json = False
+    statuses = world.agree(code, [f"rank {world.rank}: {message}"])
+    final = job_code(statuses)
+    _end(world, out, statuses, final)
+    return final
+
+
+def said(statuses: list[Status]) -> list[str]:
+    """The ranks' messages, each text once, in order: "rank 3: ..." or
+    "ranks 0-2, 5: ..." where it came from some ranks, and as one process
+    would say it where every rank of several said it (a command line all of
+    them refused)."""
+    ranks_of: dict[str, list[int]] = {}
+    for s in statuses:
+        for message in s.messages:
+            text = message.removeprefix(f"rank {s.rank}: ")
+            ranks_of.setdefault(text, [])
+            if s.rank not in ranks_of[text]:
+                ranks_of[text].append(s.rank)
+    lines = []
+    for text, ranks in ranks_of.items():
+        if len(ranks) == len(statuses) > 1:
+            lines.append(text)
+        else:
+            lines.append(f"rank{'s' if len(ranks) > 1 else ''} {_spans(sorted(ranks))}: {text}")
+    return lines
+
+
+def _spans(ranks: list[int]) -> str:
+    """[0, 1, 2, 5] as "0-2, 5"."""
+    spans: list[list[int]] = []
+    for r in ranks:
+        if spans and r == spans[-1][1] + 1:
+            spans[-1][1] = r
+        else:
+            spans.append([r, r])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
 
 
 def _say(out: Output, statuses: list[Status], code: int) -> None:
     """Rank 0: every rank's messages, then how the job ended (with --json, as its document)."""
-    messages = [m for s in statuses for m in s.messages]
+    messages = said(statuses)
     for message in messages:
         out.error(message)
     if code in (130, 143):
@@ -202,10 +271,11 @@ def _finish(world: World, out: Output, code: int, messages: list[str]) -> None:
     """The last agreement: every rank leaves with the job's code."""
     statuses = world.agree(code, messages)
     final = job_code(statuses)
+    if final:
+        _end(world, out, statuses, final)
+        raise typer.Exit(final)
     if world.root:
         _say(out, statuses, final)
-    if final:
-        raise typer.Exit(final)
 
 
 # -- copy ------------------------------------------------------------------------------
@@ -482,9 +552,8 @@ def copy(world: World, out: Output, copier: Any, srcs: list[str], dst: str, *, h
     # 3. Rank 0 puts the shared files in place (or removes them), and reports.
     code, messages = 0, []
     if world.root:
-        for s in everyone:
-            for message in s.messages:
-                out.error(message)
+        for message in said(everyone):
+            out.error(message)
         interrupted = job_code(everyone) in (130, 143)
 
         def conclude() -> None:
@@ -557,9 +626,8 @@ def read(world: World, out: Output, make_plan: Any, *, host: bool, device: Optio
     seconds = time.perf_counter() - start
     code, messages = 0, []
     if world.root:
-        for s in everyone:
-            for message in s.messages:
-                out.error(message)
+        for message in said(everyone):
+            out.error(message)
         ranges: dict[int, list[tuple]] = {}
         for s in everyone:
             for piece in s.data or []:

@@ -12,7 +12,14 @@ from __future__ import annotations
 
 from .launch import Launch, launched, node_device
 
-__all__ = ["Launch", "launched", "node_device", "world"]
+__all__ = ["Launch", "connected", "launched", "node_device", "world"]
+
+_connected = False  # world() was called: this rank has met (or tried to meet) the others
+
+
+def connected() -> bool:
+    """Whether this process has called ``world()`` (whatever came of it)."""
+    return _connected
 
 
 def world():
@@ -21,9 +28,11 @@ def world():
     Raises ``gdscp.mpi.comm.Unavailable`` when a launcher started several
     ranks but mpi4py cannot be imported: each rank would otherwise do the
     whole job."""
+    global _connected
     launch = launched()
     if launch is None:
         return None
+    _connected = True
     from .comm import connect  # noqa: PLC0415 - mpi4py, only for a job of several ranks
 
     return connect(launch)

@@ -141,6 +141,12 @@ class BulkJob {
   std::shared_ptr<detail::BulkState> state_;
 };
 
+// Cancels every job of this process that has not finished and waits until
+// each has (its files in flight stopped, their temporary files removed):
+// for a program that leaves on an exception no job's own wait saw, even one
+// that struck between a job's start and its caller holding it.
+void stop_running_jobs();
+
 // Temporary files of dead writers in `dir` (named as temp_file.hpp says, and
 // unlocked): removed; returns how many.
 size_t clean_temporaries(const std::string& dir);

@@ -774,6 +774,44 @@ def _interrupt_copies(big_source, tmp_path, sig: int, iterations: int) -> None:
     print(f"{signal.Signals(sig).name} outcomes (delay, exit status, destination):", outcomes)
 
 
+SIGNAL_AS_A_JOB_STARTS = textwrap.dedent("""
+    import os, signal, sys
+    import gdscp.bulk
+    engine_job = gdscp.bulk._core.BulkJob
+    sig = int(sys.argv[1])
+
+    def start_then_signal(*args, **kwargs):
+        job = engine_job(*args, **kwargs)
+        os.kill(os.getpid(), sig)  # its handler runs before the job is held
+        return job
+
+    gdscp.bulk._core.BulkJob = start_then_signal
+    sys.argv = ["gdscp", "copy", sys.argv[2], sys.argv[3]]
+    from gdscp.cli.main import main
+    main()
+""")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["SIGINT", "SIGTERM", "SIGHUP"])
+def test_a_signal_as_a_copy_starts_stops_it(tmp_path, sig):
+    """A signal whose handler runs between the engine starting the copy and
+    the command holding its job: the copy still stops, with no destination
+    and no temporary file (the source, a FIFO whose writer is silent, keeps
+    the copy in flight until then)."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    out = tmp_path / "out"
+    out.mkdir()
+    held = os.open(fifo, os.O_RDWR)
+    try:
+        done = subprocess.run([sys.executable, "-c", SIGNAL_AS_A_JOB_STARTS, str(int(sig)), str(fifo), str(out / "dst")],
+                              capture_output=True, text=True, timeout=CHILD_TIMEOUT)
+    finally:
+        os.close(held)
+    assert done.returncode == 128 + int(sig), done.stderr  # 130, 143, 129
+    assert os.listdir(out) == [], done.stderr
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["SIGINT", "SIGTERM", "SIGHUP"])
 def test_copy_interrupted(big_source, tmp_path, sig):
     _interrupt_copies(big_source, tmp_path, sig, iterations=4)

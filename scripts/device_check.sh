@@ -91,7 +91,7 @@ gdscp info /tmp 2>&1 | tee "$OUT/info.txt"
 
 if [[ $steps == *" tests "* ]]; then
   echo "== tests"
-  GDSCP_REQUIRE_GPU=1 timeout "$(limit 480)" python3 -m pytest -q -p no:cacheprovider --durations=40 "$repo/tests" \
+  GDSCP_REQUIRE_GPU=1 timeout "$(limit 480)" python3 -m pytest -q -rs -p no:cacheprovider --durations=40 "$repo/tests" \
     >"$OUT/tests.log" 2>&1 || rc=1
   grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/tests.log" | tail -30
 fi

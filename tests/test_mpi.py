@@ -532,3 +532,87 @@ def test_what_the_ranks_said_is_said_once_per_text():
     assert said(statuses) == ["ranks 0-1, 3-4: disk full", "rank 3: cannot read 'a'"]
     assert said([Status(r, 2, [f"rank {r}: bad option"], None) for r in range(3)]) == ["bad option"]
     assert said([Status(0, 1, ["rank 0: gone"], None)]) == ["rank 0: gone"]
+
+
+# -- a rank's signals: noted at once, raised only inside a phase's own work ------------------
+
+
+class _World:
+    """What ranks' signal handling uses of a World, without MPI."""
+
+    rank = 1
+
+    def __init__(self):
+        self.interrupted = 0
+        self.signals = 0
+
+    def note_signal(self, code):
+        self.interrupted = self.interrupted or code
+        self.signals += 1
+
+
+@pytest.fixture
+def gate(monkeypatch):
+    """ranks' signal handling installed as a rank's join installs it, for one test."""
+    from gdscp.cli import ranks
+
+    signals = ranks._Signals()
+    monkeypatch.setattr(ranks, "_signals", signals)
+    world = _World()
+    signals.world = world
+    signals.install()
+    yield ranks, world
+    signals.uninstall()
+
+
+@pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 143)])
+def test_a_signal_between_phases_waits_for_the_next_agreement(gate, sig, code):
+    """Outside a phase's work a signal raises nothing (a rank leaving there
+    would leave the others waiting for it in an agreement): it is noted, and
+    the next phase's work does not start."""
+    ranks, world = gate
+    os.kill(os.getpid(), sig)
+    for _ in range(1000):  # the handler runs between two bytecodes: surely within these
+        pass
+    assert world.interrupted == code and world.signals == 1
+    ran = []
+    assert ranks._run(world, ran.append, 1) == (code, [], None)
+    assert ran == []
+
+
+def test_a_signal_stops_a_phases_work_and_the_job_it_started(gate, tmp_path):
+    """Inside a phase's work a signal raises, as in a process on its own; a
+    bulk job the work started and had not waited on yet is stopped, its
+    temporary file gone."""
+    ranks, world = gate
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    held = os.open(fifo, os.O_RDWR)  # a silent writer: the copy stays in flight
+    started = []
+
+    def step():
+        started.append(bulk.copy_files([(fifo, tmp_path / "out")]))
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(10)
+
+    try:
+        assert ranks._run(world, step) == (130, [], None)
+        assert started[0].done()
+    finally:
+        os.close(held)
+    assert sorted(os.listdir(tmp_path)) == ["fifo"]
+
+
+def test_work_that_must_finish_runs_to_its_end_through_a_signal(gate):
+    """Putting files in place (or removing them) and the report are not cut
+    short: the signal is noted for the next agreement."""
+    ranks, world = gate
+    done = []
+
+    def step():
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.05)
+        done.append(True)
+
+    assert ranks._run(world, step, interruptible=False) == (0, [], None)
+    assert done == [True] and world.interrupted == 143

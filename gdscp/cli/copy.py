@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Iterator, Optional
 
 import typer
 
-from ..bulk import FileResult, clean_temporaries, copy_files
+from ..bulk import FileResult, clean_temporaries, copy_files, stop_running_jobs
 from . import options, ranks
 from .atomic import commit, discard, make_temp_link
 from .jobs import run_job
@@ -188,6 +188,13 @@ class _Copier:
             files, _ = self.prepare(jobs)
             if files:
                 self._copy_files(files, progress)
+        except BaseException:
+            # An interrupt before the command waited on its job (which would
+            # have cancelled it): the job stops, its temporary files removed,
+            # before the directories get their modes (a read-only one would
+            # keep its files from being removed).
+            stop_running_jobs()
+            raise
         finally:
             # Every directory made (or, with --preserve, merged into) so far.
             self.finish([job for job in jobs if job.kind == "dirmeta" and os.path.isdir(job.dst)

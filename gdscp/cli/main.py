@@ -136,11 +136,36 @@ def _run() -> int:
 
 
 def _must_finalize() -> bool:
-    """Whether this process needs the interpreter's own exit: under MPI
-    (mpi4py finalizes MPI as the interpreter ends), a profiler or tracer
+    """Whether this process needs the interpreter's own exit: under MPI (a
+    rank that ends at once after MPI_Finalize can reach MPICH's launcher as
+    one that died, which then kills the others), a profiler or tracer
     (which writes its results then), or ``python -i``."""
     return "mpi4py.MPI" in sys.modules or sys.getprofile() is not None or sys.gettrace() is not None \
         or bool(sys.flags.inspect)
+
+
+def _finalize_mpi() -> None:
+    """Under MPI, MPI finalized here, with the command's signal handlers
+    still in place. Left to mpi4py, it runs at the very end of the
+    interpreter's exit, after Python has given every signal back its default
+    action: a Ctrl-C while MPI_Finalize waits for the other ranks would kill
+    the rank outright."""
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is None:
+        return
+    try:
+        if mpi.Is_initialized() and not mpi.Is_finalized():
+            mpi.Finalize()
+    except Exception:  # noqa: BLE001 - mpi4py tries again as the interpreter ends, and reports
+        return
+    # What is left is the interpreter's own exit, which at its end gives the
+    # signals their default actions back: ignored from here, they can no
+    # longer kill a rank whose command is over.
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        try:
+            signal.signal(sig, signal.SIG_IGN)
+        except ValueError:  # not the main thread
+            return
 
 
 def _leave(code: int) -> None:
@@ -149,6 +174,7 @@ def _leave(code: int) -> None:
     stdout and stderr flushed, then ``os._exit``. Tearing down the modules of
     the command line (Typer, Click, Rich: tens of thousands of objects, each
     visited by the exit's garbage collections) costs more than a small copy."""
+    _finalize_mpi()
     if _must_finalize():
         sys.exit(code)
     import atexit  # noqa: PLC0415
@@ -167,6 +193,31 @@ def _leave(code: int) -> None:
     os._exit(code)
 
 
+def _signals_end_quietly() -> None:
+    """Once the command is over, a signal ends the process at once, with 128
+    plus its number and nothing more said: left to the interpreter, it would
+    print a traceback from wherever it landed on the way out (and under MPI,
+    kill the rank, whose launcher then reports the signal's number as its
+    exit status: 2, a usage error, for Ctrl-C). Signals ignored stay ignored."""
+
+    def leave(signum: int, frame: object) -> None:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except BaseException:  # noqa: BLE001, S110 - a flush this one interrupted: what it had is lost
+                pass
+        os._exit(128 + signum)
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        try:
+            if signal.getsignal(sig) is not signal.SIG_IGN:
+                signal.signal(sig, leave)
+        except ValueError:  # not the main thread: the signals are not ours
+            return
+
+
 def main() -> None:
     """The ``gdscp`` console script."""
-    _leave(_run())
+    code = _run()
+    _signals_end_quietly()
+    _leave(code)

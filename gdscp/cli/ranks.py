@@ -24,15 +24,17 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import signal
 import stat
 import sys
+import threading
 import time
 from typing import Any, Iterator, Optional
 
 import typer
 
 from .. import mpi
-from ..bulk import clean_temporaries, copy_files, stream_files
+from ..bulk import clean_temporaries, copy_files, stop_running_jobs, stream_files
 from ..mpi.split import split_by_bytes
 from ..mpi.comm import Status, Unavailable, World, job_code, worst
 from . import options
@@ -44,17 +46,75 @@ from .progress import TransferProgress
 __all__ = ["join", "copy", "fail_before_joining", "read", "choose_memory", "run", "phase", "conclude", "protocol", "launched"]
 
 
+class _Signals:
+    """A rank's Ctrl-C, SIGTERM and SIGHUP from the moment it joins its job.
+    Each is noted at once (the rank's code becomes 130, or 143 for the other
+    two) and raised only inside a phase's own work (``_run``), where it stops
+    that work as in a process on its own (a bulk job cancels, its temporary
+    files go). Anywhere else (joining, waiting for the others, between
+    phases, putting files in place) it waits for the next agreement, which
+    carries it to every rank: a rank never leaves the protocol on a signal
+    while the others wait for it in an agreement."""
+
+    def __init__(self) -> None:
+        self.code = 0
+        self.armed = False
+        self.world: Optional[World] = None
+        self.previous: dict[int, Any] = {}
+
+    def install(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return  # Python runs handlers in the main thread only
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            if signal.getsignal(sig) is not signal.SIG_IGN:  # nohup's SIGHUP stays ignored
+                self.previous[sig] = signal.signal(sig, self._handler)
+
+    def uninstall(self) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+        self.previous.clear()
+
+    def _handler(self, signum: int, frame: object) -> None:
+        code = 130 if signum == signal.SIGINT else 143
+        self.code = self.code or code
+        if self.world is not None:
+            self.world.note_signal(code)
+        if self.armed:
+            raise KeyboardInterrupt if signum == signal.SIGINT else Terminated(signum)
+
+    def interrupt(self) -> BaseException:
+        """The exception of the first signal noted."""
+        return KeyboardInterrupt() if self.code == 130 else Terminated(signal.SIGTERM)
+
+
+_signals = _Signals()
+
+
 def join(out: Output, threads: Optional[int] = None) -> Optional[World]:
     """The world of this job, or None for a process on its own. Ranks other
     than 0 print nothing but what cannot wait for rank 0 (their Output goes
     quiet). Without ``--threads`` or GDSCP_NUM_THREADS, the ranks of a node
-    share its cores: each gets its share of the default worker count (at least 2)."""
+    share its cores: each gets its share of the default worker count (at least 2).
+    From here on a rank's signals go through the protocol (``_Signals``)."""
+    if mpi.launched() is not None:
+        _signals.install()
     try:
         world = mpi.world()
     except Unavailable as exc:
+        _signals.uninstall()
+        if _signals.code:
+            raise _signals.interrupt() from None
         raise UsageError(str(exc)) from None
+    except BaseException:
+        _signals.uninstall()
+        raise
     if world is None:
+        _signals.uninstall()
+        if _signals.code:
+            raise _signals.interrupt()
         return None
+    _signals.world = world
+    world.interrupted = _signals.code
     if not world.root:
         out.quiet = True
         out.json = False
@@ -101,15 +161,25 @@ def choose_memory(out: Output, host: bool, device: Optional[int]) -> Optional[in
     return options.choose_memory(out, False, mpi.node_device(_gpus.device_count()))
 
 
-def _run(world: World, step, *args: Any) -> tuple[int, list[str], Any]:
-    """``step(*args)`` on this rank: (exit code, messages, its result)."""
+def _run(world: World, step, *args: Any, interruptible: bool = True) -> tuple[int, list[str], Any]:
+    """``step(*args)`` on this rank: (exit code, messages, its result). A
+    signal stops an ``interruptible`` step (one already noted: it does not
+    start); the others (putting files in place, or removing them, and the
+    report) run to their end, the signal noted for the next agreement."""
+    if interruptible and world.interrupted:
+        return world.interrupted, [], None
     try:
-        return 0, [], step(*args)
+        _signals.armed = interruptible
+        try:
+            return 0, [], step(*args)
+        finally:
+            _signals.armed = False
     except typer.Exit as exc:
         return int(exc.exit_code), [], None
     except BaseException as exc:  # noqa: BLE001 - every failure goes to the agreement
         if isinstance(exc, (SystemExit, GeneratorExit)):
             raise
+        stop_running_jobs()  # one the step started and did not get to wait on
         message, code = describe(exc)
         if code in (130, 143):
             message = ""
@@ -168,7 +238,7 @@ def conclude(world: World, out: Output, step: Any, everyone: list[Status]) -> No
         for message in said(everyone):
             out.error(message)
         before = job_code(everyone)
-        code, messages, _ = _run(world, step, before == 0)
+        code, messages, _ = _run(world, step, before == 0, interruptible=False)
         code = worst(code, before)
     _finish(world, out, code, messages)
 
@@ -260,8 +330,8 @@ def _say(out: Output, statuses: list[Status], code: int) -> None:
     for message in messages:
         out.error(message)
     if code in (130, 143):
-        signal = KeyboardInterrupt() if code == 130 else Terminated()  # 143: a rank's SIGHUP counts as SIGTERM
-        out.fail(signal)
+        stop = KeyboardInterrupt() if code == 130 else Terminated()  # 143: a rank's SIGHUP counts as SIGTERM
+        out.fail(stop)
     elif code and out.json and not out.result_written:
         out.result({"command": out.command, "ok": False, "error": messages[0] if messages else "failed",
                     "exit_code": code})
@@ -566,7 +636,7 @@ def copy(world: World, out: Output, copier: Any, srcs: list[str], dst: str, *, h
             extra = {"ranks": world.size}
             report(out, copier.records, where, copier.verify, time.perf_counter() - start, extra)
 
-        code, messages, _ = _run(world, conclude)
+        code, messages, _ = _run(world, conclude, interruptible=False)
         code = worst(code, job_code(everyone))
     _finish(world, out, code, messages)
 
@@ -655,7 +725,7 @@ def read(world: World, out: Output, make_plan: Any, *, host: bool, device: Optio
             put_back(plan, results, unusable, range_offset)
             report(out, plan, results, where, verify, seconds, {"ranks": world.size, "setup_seconds": setup_seconds})
 
-        code, messages, _ = _run(world, conclude)
+        code, messages, _ = _run(world, conclude, interruptible=False)
         code = worst(code, job_code(everyone))
     _finish(world, out, code, messages)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Callable, NamedTuple, Optional
+from typing import Any, NamedTuple, Optional
 
 from .launch import Launch
 
@@ -44,18 +44,29 @@ class World:
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
         self.launch = launch
-        self.interrupted = 0  # 130 or 143 once a signal arrived during a wait
+        self.interrupted = 0  # 130 or 143 once a signal arrived
+        self.signals = 0  # how many arrived
 
     @property
     def root(self) -> bool:
         return self.rank == 0
 
-    def _wait(self, request: Any, on_signal: Optional[Callable[[int], None]] = None) -> None:
-        """Wait for ``request``, seeing Ctrl-C and SIGTERM while waiting."""
+    def note_signal(self, code: int) -> None:
+        """A signal arrived (130 for Ctrl-C, 143 for SIGTERM): the rank's
+        code from now on, and a wait in progress becomes one with a limit."""
+        self.interrupted = self.interrupted or code
+        self.signals += 1
+
+    def _wait(self, request: Any) -> None:
+        """Wait for ``request``, seeing Ctrl-C and SIGTERM while waiting
+        (raised here, or noted by a handler through ``note_signal``)."""
         deadline = None
+        seen = self.signals
         while True:
             try:
                 while not request.Test():
+                    if deadline is None and self.signals != seen:
+                        deadline = time.monotonic() + float(os.environ.get("GDSCP_MPI_ABORT_AFTER", _ABORT_AFTER))
                     if deadline is not None and time.monotonic() > deadline:
                         self.abort(self.interrupted or 1)
                     time.sleep(_POLL)
@@ -64,10 +75,7 @@ class World:
                 code = _signal_code(exc)
                 if code is None:
                     raise
-                self.interrupted = self.interrupted or code
-                if on_signal is not None:
-                    on_signal(code)
-                deadline = time.monotonic() + float(os.environ.get("GDSCP_MPI_ABORT_AFTER", _ABORT_AFTER))
+                self.note_signal(code)
 
     def agree(self, code: int, messages: Optional[list] = None, data: Any = None) -> list[Status]:
         """Everyone's status after a phase (in rank order), on every rank."""

@@ -29,8 +29,16 @@ class Buffer(NamedTuple):
     keep: Any  # what must stay alive while the engine uses the memory
 
 
+def _check_address(ptr: int, nbytes: int, what: str) -> None:
+    # Address 0 means "no buffer" to the engine (a bulk read then streams the
+    # file through staging and keeps nothing): bytes there would go nowhere.
+    if ptr == 0 and nbytes > 0:
+        raise ValueError(f"the {what} of {nbytes} bytes has no memory (its data pointer is 0)")
+
+
 def _from_cai(obj: Any, cai: dict, writable: bool) -> Buffer:
     ptr, nbytes, readonly, contiguous, stream = _core.cuda_array_layout(cai)
+    _check_address(ptr, nbytes, "device array")
     if not contiguous:
         raise ValueError("buffer must be contiguous (got a strided device array)")
     if writable and readonly:
@@ -47,6 +55,7 @@ def _from_dlpack(obj: Any, writable: bool) -> Buffer | None:
         return None
     capsule = obj.__dlpack__()
     ptr, nbytes, dev_type, _dev_id, contiguous = _core.dlpack_info(capsule)
+    _check_address(ptr, nbytes, "DLPack tensor")
     if not contiguous:
         raise ValueError("buffer must be contiguous (got a strided DLPack tensor)")
     if dev_type in (_DL_CUDA, _DL_CUDA_MANAGED):

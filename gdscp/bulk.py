@@ -22,6 +22,7 @@ replicate=True)``) reads a file once into every GPU named (docs/multi-gpu.md).
 from __future__ import annotations
 
 import functools
+import numbers
 import os
 import stat
 import time
@@ -78,7 +79,7 @@ class FileResult(NamedTuple):
 
 class BulkProgress(NamedTuple):
     bytes_done: int
-    bytes_total: int  # the sizes given, and those of the files opened so far
+    bytes_total: int  # each file's size as given until it opens, then as found (0 if it never moves)
     files_done: int  # done or skipped
     files_failed: int
     files_total: int
@@ -119,6 +120,8 @@ class BulkJob:
         finished. An exception while waiting (Ctrl-C) cancels the job, waits
         for the files in flight to stop, and propagates."""
         job = self._job
+        if timeout is not None and not isinstance(timeout, numbers.Real):
+            raise TypeError(f"timeout must be a number of seconds or None, not {type(timeout).__name__}")
         if timeout is not None and not timeout == timeout:
             raise ValueError("timeout must be a number of seconds or None, not NaN")
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -264,6 +267,39 @@ def _job_staging(device: Optional[int], devices: Any, staging_size: Optional[int
     return (spread, *_staging(None if spread else device, staging_size, staging))
 
 
+def _paths(paths: Iterable[PathLike], what: str = "paths") -> list[str]:
+    """Each path as a str. One path where several are expected is a
+    TypeError (a str would be taken as paths of one character each), an
+    empty one a ValueError naming its item."""
+    if isinstance(paths, (str, bytes, os.PathLike)):
+        raise TypeError(f"{what} must be several paths (a list), not one {type(paths).__name__}")
+    out = [_args.path(p) for p in paths]
+    for i, p in enumerate(out):
+        if not p:
+            raise ValueError(f"{what}[{i}] is an empty path")
+    return out
+
+
+def _pairs(pairs: Iterable[Any]) -> list[tuple[str, str]]:
+    """Each ``(src, dst)`` as a pair of str (see ``_paths``)."""
+    if isinstance(pairs, (str, bytes, os.PathLike)):
+        raise TypeError(f"pairs must be (src, dst) pairs (a list), not one {type(pairs).__name__}")
+    out = []
+    for i, pair in enumerate(pairs):
+        if isinstance(pair, (str, bytes, os.PathLike)) or len(pair) != 2:
+            raise TypeError(f"pairs[{i}] must be a (src, dst) pair, not {pair!r}")
+        src, dst = _paths(pair, f"pairs[{i}]")
+        out.append((src, dst))
+    return out
+
+
+def _range(part: Any, src: str) -> tuple[int, Optional[int]]:
+    """A range given as ``(offset, length)``, checked (``_checked_range``)."""
+    if isinstance(part, (str, bytes)) or len(part) != 2:
+        raise TypeError(f"a range of '{src}' must be (offset, length), not {part!r}")
+    return _checked_range(part[0], part[1], src)
+
+
 def _checked_range(offset: Any, length: Any, src: str) -> tuple[int, Optional[int]]:
     """``(offset, length)`` of ``src`` as ints (length None: to the end):
     ValueError if either is negative, OverflowError past 2**63-1."""
@@ -278,19 +314,25 @@ def _checked_range(offset: Any, length: Any, src: str) -> tuple[int, Optional[in
 
 def _distinct_destinations(paths: Iterable[tuple[int, str]]) -> None:
     """ValueError if two items would write the same file: both would report
-    "done" while only one's bytes remained. Names are compared made absolute,
-    without empty and "." components; ".." and symbolic links are left alone
-    (resolving them would cost a lookup of every directory of every name, and
-    "link/.." need not be where the name's text says)."""
+    "done" while only one's bytes remained. A name is its directory, as the
+    filesystem knows it (device and inode: one lookup per directory named,
+    so "a/../b" and a symbolic link to a directory are found), and its last
+    component. A symbolic link among the names, to another of them, is not
+    looked at (a lookup of every name)."""
     here = os.getcwd()
-    seen: dict[str, int] = {}
+    dirs: dict[str, Any] = {}
+    seen: dict[Any, int] = {}
     for i, path in paths:
         full = path if path.startswith("/") else f"{here}/{path}"
-        if "//" in full or "/./" in full or full.endswith(("/", "/.")):
-            key = "/".join(c for c in full.split("/") if c and c != ".")
-        else:  # already in that form but for the leading "/"
-            key = full[1:]
-        first = seen.setdefault(key, i)
+        parts = [c for c in full.split("/") if c and c != "."]
+        folder, name = "/" + "/".join(parts[:-1]), parts[-1] if parts else ""
+        if folder not in dirs:
+            try:
+                st = os.stat(folder)
+                dirs[folder] = (st.st_dev, st.st_ino)
+            except OSError:  # not there (the item fails on its own), or not reachable
+                dirs[folder] = folder
+        first = seen.setdefault((dirs[folder], name), i)
         if first != i:
             raise ValueError(f"destination '{path}' is given twice (items {first} and {i})")
 
@@ -391,7 +433,7 @@ def read_files(
     is then the list of file i's arrays, one per GPU in ``devices`` order (with
     ``buffers``, ``buffers[i]`` is such a list). ``verify``: compare what landed
     with a plain read of each file."""
-    paths = [_args.path(p) for p in paths]
+    paths = _paths(paths)
     spread = _devices(device, devices)
     if replicate and spread is None:
         raise ValueError("replicate needs devices: the GPUs to read each file into")
@@ -470,13 +512,13 @@ def stream_files(
     a device buffer to use instead of new memory on ``device``. ``devices``:
     GPUs (or "all") to spread the files and their chunks over, each with
     ``staging_size`` bytes of staging of its own."""
-    paths = [_args.path(p) for p in paths]
+    paths = _paths(paths)
     if ranges is not None and len(ranges) != len(paths):
         raise ValueError(f"{len(paths)} paths but {len(ranges)} ranges")
     spread, address, keep, size = _job_staging(device, devices, staging_size, staging)
     items = []
     for i, path in enumerate(paths):
-        offset, length = (0, None) if ranges is None else _checked_range(*ranges[i], path)
+        offset, length = (0, None) if ranges is None else _range(ranges[i], path)
         exact = length is not None
         items.append((_READ, path, "", 0, False, -1 if length is None else length, offset, exact, -1,
                       True, False, 0, 0, False))
@@ -505,7 +547,7 @@ def write_files(
     with its buffer before it takes the name (a mismatch fails the file).
     ``devices``: the GPUs (or "all") whose buffers these are; each GPU's
     files are written by its own workers, through staging near it."""
-    paths = [_args.path(p) for p in paths]
+    paths = _paths(paths)
     _distinct_destinations(enumerate(paths))
     items, keep = _buffer_items(_WRITE, paths, buffers)
     options = _options(fsync=fsync, atomic=atomic, no_clobber=no_clobber, fail_fast=fail_fast, verify=verify)
@@ -552,7 +594,7 @@ def copy_files(
     several processes copying a large file share one temporary file this way
     (gdscp.mpi). ``clean``: remove dead runs' temporary files from each
     destination directory first."""
-    pairs = [(_args.path(s), _args.path(d)) for s, d in pairs]
+    pairs = _pairs(pairs)
     if sizes is not None and len(sizes) != len(pairs):
         raise ValueError(f"{len(pairs)} pairs but {len(sizes)} sizes")
     if ranges is not None and len(ranges) != len(pairs):
@@ -567,7 +609,7 @@ def copy_files(
             known = -1 if sizes is None else _args.offset(sizes[i], f"sizes[{i}]")
             items.append((_COPY, src, dst, 0, False, known, 0, False, -1, not preserve, False, 0, 0, False))
         else:
-            offset, length = _checked_range(*part, src)
+            offset, length = _range(part, src)
             if length is None:
                 raise ValueError(f"range ({offset}, None) of '{src}': a copied range needs its length")
             items.append((_COPY, src, dst, 0, False, length, offset, True, -1, True, False, 0, 0, True))

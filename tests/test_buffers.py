@@ -315,3 +315,19 @@ def test_cuda_array_interface_read_once_for_both_paths():
     for bad in ({}, {"data": (1,), "shape": (1,), "typestr": "|u1"}, {"data": (1, False), "shape": (1,), "typestr": "u"}, 5):
         with pytest.raises(TypeError, match="__cuda_array_interface__"):
             layout(bad)
+
+
+class _NullDeviceArray:
+    """An array interface whose data pointer is 0 though it has bytes."""
+
+    __cuda_array_interface__ = {"data": (0, False), "shape": (100,), "typestr": "|u1", "version": 3}
+
+
+def test_a_device_array_without_memory_is_refused(tmp_file):
+    """Address 0 with bytes to hold is no memory at all: refused, never a read
+    that reports bytes which went nowhere (to a bulk job, 0 means no buffer)."""
+    path, _ = tmp_file(1000)
+    with pytest.raises(ValueError, match="data pointer is 0"):
+        gdscp.read_files([path], [_NullDeviceArray()])
+    with gdscp.CuFile(path, "r") as f, pytest.raises(ValueError, match="data pointer is 0"):
+        f.read(_NullDeviceArray())

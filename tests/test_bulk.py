@@ -116,7 +116,7 @@ def test_stream_files_reads_ranges_and_verifies(tmp_path, small_chunks):
     assert [r.bytes for r in results] == [300 * KiB, 5000] and {r.status for r in results} == {"done"}
     # A range past the end of the file is a failure, not a short read.
     (r,) = bulk.stream_files([files[1][0]], ranges=[(0, 6000)]).results()
-    assert r.status == "failed" and "ended" in r.error
+    assert r.status == "failed" and "has no bytes [0, 6000) to read (it has 5000)" in r.error
     # verify compares with a plain read: corrupted bytes are caught.
     _core.testing.arm_fault("land", 0, 1, 1)
     try:
@@ -1365,3 +1365,110 @@ def test_progress_counts_sizes_not_given_once_files_open(tmp_path):
     job = gdscp.copy_files(pairs, sizes=[os.path.getsize(s) for s, _ in pairs])
     assert job.progress().bytes_total == total
     assert job.wait(60) and job.progress().bytes_total == total
+
+
+# -- what callers pass, and what a job reports ---------------------------------------------
+
+
+def test_a_write_over_its_own_file_through_a_mapping_of_it_keeps_the_bytes(tmp_path):
+    """Written in place (``atomic=False``), a file is not emptied before its
+    buffer is read: a memmap of the file itself, written back, keeps its
+    bytes. A shorter buffer leaves the file at the buffer's length."""
+    path = tmp_path / "f.bin"
+    data = random_bytes(MiB + 123, 21)
+    path.write_bytes(data)
+    mapped = np.memmap(path, dtype=np.uint8, mode="r")
+    (result,) = gdscp.write_files([mapped], [path], atomic=False).results()
+    del mapped
+    assert result.status == "done", result
+    assert path.read_bytes() == data
+    (result,) = gdscp.write_files([data[:5000]], [path], atomic=False).results()
+    assert result.status == "done" and path.read_bytes() == data[:5000]
+
+
+def test_one_path_where_several_are_expected_is_a_type_error(tmp_path):
+    """A str given for the list of paths would be taken as paths of one
+    character each; a pair that is not (src, dst) as its first two items."""
+    with pytest.raises(TypeError, match="several paths"):
+        gdscp.write_files([b"1", b"2", b"3"], str(tmp_path / "out"))
+    with pytest.raises(TypeError, match="several paths"):
+        gdscp.read_files(tmp_path / "f")
+    with pytest.raises(TypeError, match="pairs must be"):
+        gdscp.copy_files(str(tmp_path / "a"))
+    with pytest.raises(TypeError, match=r"pairs\[0\] must be a \(src, dst\) pair"):
+        gdscp.copy_files((str(tmp_path / "a"), str(tmp_path / "b")))
+    with pytest.raises(TypeError, match=r"pairs\[0\] must be a \(src, dst\) pair"):
+        gdscp.copy_files(["ab"])
+    with pytest.raises(ValueError, match=r"paths\[1\] is an empty path"):
+        gdscp.write_files([b"1", b"2"], [tmp_path / "x", ""])
+    with pytest.raises(TypeError, match=r"must be \(offset, length\)"):
+        gdscp.bulk.stream_files([tmp_path / "x"], ranges=[(0, 5, 6)])
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_destination_spelled_two_ways_is_refused_before_anything_is_written(tmp_path):
+    """The same file named through ".." or through a link to its directory is
+    the same destination twice."""
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "link").symlink_to("sub")
+    for other in (tmp_path / "sub" / ".." / "x", tmp_path / "sub" / "y"):
+        first = tmp_path / "x" if other.name == "x" else tmp_path / "link" / "y"
+        with pytest.raises(ValueError, match="given twice"):
+            gdscp.write_files([b"A", b"B"], [first, other])
+    assert sorted(os.listdir(tmp_path)) == ["link", "sub"] and os.listdir(tmp_path / "sub") == []
+
+
+def test_a_write_to_a_fifo_without_a_reader_ends_as_cancelled(tmp_path):
+    """Cancelled while it waits for a reader, a FIFO's write is a file
+    cancelled, not one that failed."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    job = gdscp.write_files([b"data"], [fifo])
+    assert_cancel_ends(job)
+    assert job.failures() == []
+
+
+def test_progress_totals_meet_the_bytes_done_at_the_end(tmp_path):
+    """``bytes_total`` counts each file at the size found once it opens (a
+    size given wrong, a file shorter than its buffer), and a file skipped at
+    0: a finished job's bytes done meet its total."""
+    src = tmp_path / "src"
+    src.write_bytes(random_bytes(300_000, 3))
+    job = gdscp.copy_files([(src, tmp_path / "dst")], sizes=[100])
+    job.wait()
+    assert job.progress().bytes_done == job.progress().bytes_total == 300_000
+    job = gdscp.read_files([src], [bytearray(MiB)])
+    job.wait()
+    assert job.progress().bytes_done == job.progress().bytes_total == 300_000
+    job = gdscp.copy_files([(src, tmp_path / "dst")], sizes=[300_000], no_clobber=True)
+    job.wait()
+    assert job.results()[0].status == "skipped"
+    assert job.progress().bytes_done == job.progress().bytes_total == 0
+
+
+def test_a_range_past_the_end_of_its_file_says_so(tmp_path):
+    """A range to read that the file does not have fails saying which bytes
+    and how many the file has."""
+    src = tmp_path / "f"
+    src.write_bytes(b"x" * 1000)
+    (result,) = gdscp.bulk.stream_files([src], ranges=[(900, 200)]).results()
+    assert result.status == "failed" and "has no bytes [900, 1100) to read (it has 1000)" in result.error
+
+
+def test_a_source_named_like_a_temporary_file_is_read_not_removed(tmp_path):
+    """A job cleans the directories it writes into of dead runs' temporary
+    files, but not of its own sources: one so named (a dead run's leftover
+    being rescued, say) is copied."""
+    src = tmp_path / ".data.abcdefgh.gdscp-tmp"
+    data = random_bytes(5000, 4)
+    src.write_bytes(data)
+    (result,) = gdscp.copy_files([(src, tmp_path / "rescued")]).results()
+    assert result.status == "done", result
+    assert src.read_bytes() == data and (tmp_path / "rescued").read_bytes() == data
+
+
+def test_a_wait_for_something_other_than_seconds_is_a_type_error():
+    job = gdscp.write_files([], [])
+    with pytest.raises(TypeError, match="number of seconds"):
+        job.wait("1")
+    assert job.wait(0)

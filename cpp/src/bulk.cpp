@@ -179,6 +179,10 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
 
   std::mutex dirs_mutex;
   std::unordered_set<std::string> cleaned_dirs;
+  // Sources of this job named like temporary files, by directory: the
+  // cleaning of a directory written into leaves them (a dead run's leftover
+  // being copied, or a file of the user's so named, is read, not removed).
+  std::unordered_map<std::string, std::vector<std::string>> sources_named_temporary;
 
   mutable std::mutex done_mutex;
   mutable std::condition_variable done_cv;
@@ -212,6 +216,25 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
     }
     files_failed.fetch_add(1);
     if (opt.fail_fast) stop();
+  }
+
+  // The progress total counts each file at the size it was given until it
+  // is opened, then at the size found (a shorter file, a size given wrong);
+  // a file that never moves (skipped, or failed or cancelled before it
+  // opened) at 0, so that a finished job's bytes done meet its total.
+  void recount(const BulkItem& item, int64_t found) {
+    const int64_t given = std::max<int64_t>(item.size, 0);
+    const int64_t now = std::max<int64_t>(found, 0);
+    if (now != given) bytes_total.fetch_add(static_cast<uint64_t>(now - given), std::memory_order_relaxed);
+  }
+
+  // Whether `e` is an open given up because the job was cancelled (a FIFO
+  // waiting for its reader): the file ends as cancelled, not failed.
+  bool cancelled_while_opening(const std::exception_ptr& e) const {
+    if (!cancelled.load()) return false;
+    int kind = 0, code = 0;
+    (void)describe(e, kind, code);
+    return code == ECANCELED;
   }
 
   // Cancels the job: no more files start, and the workers waiting for work
@@ -262,7 +285,8 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
       std::lock_guard<std::mutex> lock(dirs_mutex);
       if (!cleaned_dirs.insert(dir).second) return;
     }
-    clean_temporaries(dir);
+    const auto kept = sources_named_temporary.find(dir);
+    clean_temporaries(dir, kept == sources_named_temporary.end() ? std::vector<std::string>{} : kept->second);
   }
 
   // A file that failed, or whose job was cancelled, before it was put in
@@ -579,18 +603,21 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
       t = open_transfer(cx, i, item, item_mem[i], group_staging[w.group], replica_mem[i], replica_peer[i] != 0, note);
     } catch (...) {
       opened(nullptr);
-      fail(i, std::current_exception());
+      recount(item, 0);
+      if (cancelled_while_opening(std::current_exception())) set_status(i, BulkStatus::cancelled);
+      else fail(i, std::current_exception());
       return;
     }
     if (!t) {
       opened(nullptr);
+      recount(item, 0);
       Transfer skipped;
       skipped.index = i;
       succeed(skipped, BulkStatus::skipped, note);
       return;
     }
     record_backends(*t);
-    if (item.size < 0 && t->size > 0) bytes_total.fetch_add(static_cast<uint64_t>(t->size), std::memory_order_relaxed);
+    recount(item, t->size);
     if (t->sequential) {
       opened(nullptr);
       try {
@@ -658,8 +685,11 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
     commit(true);
     {
       std::lock_guard<std::mutex> lock(results_mutex);
-      for (BulkResult& r : results)
+      for (size_t i = 0; i < results.size(); ++i) {
+        BulkResult& r = results[i];
+        if (r.status == BulkStatus::pending) recount(items[i], 0);  // never opened
         if (r.status == BulkStatus::pending || r.status == BulkStatus::running) r.status = BulkStatus::cancelled;
+      }
     }
     {
       std::lock_guard<std::mutex> lock(done_mutex);
@@ -820,6 +850,8 @@ BulkJob::BulkJob(std::vector<BulkItem> items, const BulkOptions& options, const 
     if (!item.replicas.empty())
       st->replica_peer[i] = detail::resolve_replicas(item, st->item_mem[i], st->replica_mem[i]) ? 1 : 0;
     if (item.kind != BulkKind::read) ++writers;
+    if (item.kind == BulkKind::copy && detail::is_temporary_name(detail::base_of(item.src)))
+      st->sources_named_temporary[detail::dir_of(item.src)].emplace_back(detail::base_of(item.src));
     if (item.kind == BulkKind::copy || (item.kind == BulkKind::read && item.buf == 0)) staging_needed = true;
     if (item.size > 0) st->bytes_total.fetch_add(static_cast<uint64_t>(item.size), std::memory_order_relaxed);
   }

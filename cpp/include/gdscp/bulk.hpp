@@ -102,7 +102,7 @@ struct BulkResult {
 
 struct BulkProgress {
   uint64_t bytes_done = 0;
-  uint64_t bytes_total = 0;  // of the sizes known when the job started
+  uint64_t bytes_total = 0;  // each file's size as given until it opens, then as found (0 if it never moves)
   size_t files_done = 0;     // done or skipped
   size_t files_failed = 0;
   size_t files_total = 0;

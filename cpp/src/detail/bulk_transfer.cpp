@@ -123,6 +123,10 @@ void open_source(const TransferContext& cx, Transfer& t, const std::string& path
   if (item.kind == BulkKind::read) {
     t.offset = item.offset;
     if (t.src_sized) {
+      if (item.exact && item.size > 0 && item.offset + item.size > length)
+        fail_state("'" + path + "' has no bytes [" + std::to_string(item.offset) + ", " +
+                       std::to_string(item.offset + item.size) + ") to read (it has " + std::to_string(length) + ")",
+                   path);
       const int64_t rest = std::max<int64_t>(0, length - item.offset);
       t.size = item.size < 0 ? rest : (item.exact ? item.size : std::min(item.size, rest));
     } else {
@@ -258,9 +262,13 @@ bool open_destination(const TransferContext& cx, Transfer& t, std::string& note)
     t.dst_opened = opened.fetch_add(1, std::memory_order_relaxed);
     t.dev = t.tmp.device();
   } else {
-    t.dst_fd = open_plain(t.dst, O_RDWR | O_CREAT | O_TRUNC, static_cast<mode_t>(t.mode));
+    // Not emptied first: the buffer may be a mapping of this very file (a
+    // memmap written back to its file), whose bytes a truncation would take
+    // before they are read. Cut to its new size once written.
+    t.dst_fd = open_plain(t.dst, O_RDWR | O_CREAT, static_cast<mode_t>(t.mode));
     if (t.dst_fd < 0) throw_os_error(errno, "cannot create", t.dst);
     t.own_dst_fd = true;
+    t.cut_to_size = true;
     t.chmod = false;
     struct stat made{};
     if (::fstat(t.dst_fd, &made) == 0) t.dev = made.st_dev;
@@ -856,6 +864,7 @@ void finish_data(const TransferContext& cx, Transfer& t, bool group) {
     if (cx.opt.verify && item.kind == BulkKind::copy) verify_part(t, cx.cancelled);
     return;
   }
+  if (t.cut_to_size && ::ftruncate(t.dst_fd, t.size) != 0) throw_os_error(errno, "cannot size", t.dst);
   if (t.chown) {
     // Not permitted (another owner, for a user other than root): the group
     // alone, else the copy stays this process's, as a new file would be.

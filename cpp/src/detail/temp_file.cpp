@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <climits>
@@ -258,7 +259,7 @@ int TempFile::release() noexcept {
   return fd;
 }
 
-size_t clean_temporaries(const std::string& dir) {
+size_t clean_temporaries(const std::string& dir, const std::vector<std::string>& keep) {
   const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd < 0) return 0;
   DIR* d = ::fdopendir(dfd);
@@ -270,6 +271,7 @@ size_t clean_temporaries(const std::string& dir) {
   const time_t now = ::time(nullptr);
   while (const dirent* e = ::readdir(d)) {
     if (!is_temporary_name(e->d_name)) continue;
+    if (std::find(keep.begin(), keep.end(), e->d_name) != keep.end()) continue;
     struct stat st{};
     if (::fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
     if (S_ISLNK(st.st_mode)) {

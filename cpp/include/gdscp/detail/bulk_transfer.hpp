@@ -72,6 +72,7 @@ struct Transfer {
   Backends dst_backends;
   Backend* dst_backend = nullptr;
   bool in_place = false;      // a device or FIFO: written front to back, never replaced
+  bool cut_to_size = false;   // written over in place (not atomic): cut to its new size once written
   bool part = false;          // a range of an existing file, written in place (BulkItem::part)
   bool block_device = false;
   int mode = -1;

@@ -14,6 +14,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace gdscp::detail {
 
@@ -87,7 +88,8 @@ class TempFile {
   int link_at(const std::string& path) const noexcept;
 };
 
-// Removes the dead writers' temporary files in `dir`; returns how many.
-size_t clean_temporaries(const std::string& dir);
+// Removes the dead writers' temporary files in `dir`, but for the names in
+// `keep` (files a job reads); returns how many.
+size_t clean_temporaries(const std::string& dir, const std::vector<std::string>& keep = {});
 
 }  // namespace gdscp::detail

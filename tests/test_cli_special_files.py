@@ -381,6 +381,49 @@ def test_a_signal_right_after_a_temporary_file_is_made_leaves_nothing_behind(tmp
     assert temp_files(tmp_path) == []
 
 
+def test_a_signal_as_held_signals_are_let_through_restores_every_handler(monkeypatch):
+    """A signal that lands as ``signals_held`` puts the handlers back, on one
+    already restored, raises there; every other handler is still put back."""
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    real_signal = signal.signal
+    restoring = []
+
+    def restore_then_interrupt(sig, handler):
+        old = real_signal(sig, handler)
+        if handler is before.get(sig) and not restoring:
+            restoring.append(sig)
+            raise KeyboardInterrupt  # as if the signal's own handler ran right here
+        return old
+
+    monkeypatch.setattr(atomic.signal, "signal", restore_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        with atomic.signals_held():
+            pass
+    monkeypatch.undo()
+    assert restoring, "the test did not reach the window it is about"
+    assert {sig: signal.getsignal(sig) for sig in before} == before
+
+
+def test_temporary_files_go_through_a_signal_as_they_are_removed(tmp_path, monkeypatch):
+    """A signal as the removal of pending temporary files begins: every file
+    is still removed, then the signal's exception leaves."""
+    atomic.make_temp(str(tmp_path / "a"))
+    atomic.make_temp(str(tmp_path / "b"))
+    real_held = atomic.signals_held
+    calls = []
+
+    def interrupted_once():
+        calls.append(1)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        return real_held()
+
+    monkeypatch.setattr(atomic, "signals_held", interrupted_once)
+    with pytest.raises(KeyboardInterrupt):
+        atomic.remove_pending()
+    assert temp_files(tmp_path) == [] and len(calls) == 2
+
+
 def test_the_command_guard_removes_pending_temporary_files(capsys, tmp_path, monkeypatch):
     real_create = atomic.create_temporary
 

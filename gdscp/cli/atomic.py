@@ -53,12 +53,25 @@ def signals_held() -> Iterator[None]:
     def defer(signum: int, frame: object) -> None:
         caught.append(signum)
 
-    previous = {sig: signal.signal(sig, defer) for sig in _SIGNALS}
+    previous = {}
+    for sig in _SIGNALS:  # (a signal meanwhile runs the handler already in place: nothing held yet)
+        previous[sig] = signal.signal(sig, defer)
     try:
         yield
     finally:
+        # Each handler back in place, even where a signal lands between two
+        # of them and the one already restored raises: that one then counts
+        # as caught.
+        interrupt: BaseException | None = None
         for sig, handler in previous.items():
-            signal.signal(sig, handler)
+            while True:
+                try:
+                    signal.signal(sig, handler)
+                    break
+                except BaseException as exc:  # noqa: BLE001 - a restored handler raised: restore the rest
+                    interrupt = interrupt or exc
+        if interrupt is not None:
+            raise interrupt
         for sig in dict.fromkeys(caught):
             handler = previous[sig]
             if callable(handler):
@@ -127,14 +140,23 @@ def discard(tmp: str) -> None:
 
 
 def remove_pending() -> None:
-    """Remove every temporary file still recorded (an interrupted or failed command)."""
-    with signals_held():
-        for tmp in list(_pending):
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            _drop(tmp)
+    """Remove every temporary file still recorded (an interrupted or failed
+    command), through a signal that lands as the handlers are held (raised
+    once every one is gone)."""
+    interrupt: BaseException | None = None
+    while _pending:
+        try:
+            with signals_held():
+                for tmp in list(_pending):
+                    try:
+                        os.unlink(tmp)
+                    except OSError:
+                        pass
+                    _drop(tmp)
+        except BaseException as exc:  # noqa: BLE001 - a signal: the files go first
+            interrupt = interrupt or exc
+    if interrupt is not None:
+        raise interrupt
 
 
 def keep_owner(tmp: str, path: str) -> None:

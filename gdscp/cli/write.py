@@ -497,13 +497,31 @@ def write_range(sink: Any, slots: list, fill: Any, chunk: int, start: int, end: 
         while pending:
             _finish(progress, pending.popleft(), path)
     finally:
-        for future, _pos, _n in pending:
-            future.cancel()
-        for future, _pos, _n in pending:
-            try:
-                future.get()
-            except BaseException:  # noqa: BLE001 - the first error is the one reported
-                pass
+        _stop_all(pending)
+
+
+def _stop_all(pending: collections.deque) -> None:
+    """Cancel the writes in flight and wait for each to end, through any
+    interrupt meanwhile (raised once they have): the file must not close,
+    nor the slots go, under a transfer."""
+    interrupt: BaseException | None = None
+    cancelled = 0
+    while cancelled < len(pending) or pending:
+        try:
+            while cancelled < len(pending):
+                pending[cancelled][0].cancel()
+                cancelled += 1
+            while pending:
+                try:
+                    pending[0][0].get()
+                except Exception:  # noqa: BLE001, S110 - the first error is the one reported
+                    pass
+                pending.popleft()
+                cancelled -= 1
+        except BaseException as exc:  # noqa: BLE001 - a signal: stop the writes first
+            interrupt = interrupt or exc
+    if interrupt is not None:
+        raise interrupt
 
 
 def _finish(progress: TransferProgress, item, path: str) -> None:

@@ -495,3 +495,34 @@ def test_dropping_a_running_future_lets_other_threads_run(tmp_path):
     proc = subprocess.run([sys.executable, "-c", DROPPED_FUTURE, str(tmp_path)], capture_output=True, text=True,
                           timeout=60)
     assert (proc.returncode, proc.stdout.strip()) == (0, "ok"), proc.stderr[-2000:]
+
+
+DROPPED_JOB = r"""
+import os, sys, threading, gdscp
+folder = sys.argv[1]
+fifo = os.path.join(folder, "fifo")
+os.mkfifo(fifo)
+buf = bytearray(10)
+job = gdscp.read_files([fifo], [buf])  # waits for the FIFO's writer: a Python thread
+assert not job.done()
+
+def writer():
+    with open(fifo, "wb") as w:
+        w.write(b"abc")
+
+t = threading.Thread(target=writer)
+t.start()
+del job  # waits for the read, which needs the writer thread to run
+t.join()
+assert bytes(buf[:3]) == b"abc"
+print("ok")
+"""
+
+
+def test_dropping_a_running_bulk_job_lets_other_threads_run(tmp_path):
+    """A bulk job dropped before it ends waits for its workers (they still use
+    its buffers) without holding the GIL: here the job can only end once
+    another Python thread has run, and the drop returns."""
+    proc = subprocess.run([sys.executable, "-c", DROPPED_JOB, str(tmp_path)], capture_output=True, text=True,
+                          timeout=60)
+    assert (proc.returncode, proc.stdout.strip()) == (0, "ok"), proc.stderr[-2000:]

@@ -71,9 +71,10 @@ def path(file: Any) -> str:
 
 def file_descriptor(file: Any) -> tuple[int, bool]:
     """(descriptor, opened here) for a path-like, an int descriptor or a file
-    object; the caller closes a descriptor it opened."""
+    object; the caller closes a descriptor it opened. A path is opened
+    without blocking (a FIFO would wait for a writer)."""
     if isinstance(file, (str, bytes, os.PathLike)):
-        return os.open(path(file), os.O_RDONLY | os.O_CLOEXEC), True
+        return os.open(path(file), os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK), True
     if isinstance(file, int) and not isinstance(file, bool):
         return file, False
     if isinstance(file, io.IOBase) or callable(getattr(file, "fileno", None)):

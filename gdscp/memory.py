@@ -33,6 +33,7 @@ from typing import Any, Optional
 import numpy as np
 
 # The GPU probe lives apart, without numpy; re-exported here.
+from . import _args
 from ._gpus import DeviceError, GpuStatus, check_device, device_count, device_memory, gpu_available
 
 __all__ = [
@@ -104,10 +105,32 @@ def available_bytes(device: Optional[int]) -> int:
         return 1 << 30
 
 
+def _flat(buf: Any, uint8: Any) -> Any:
+    """``buf`` (a NumPy or CuPy array) as a 1-D view of its bytes in memory
+    order: the order the engine reads and writes them in, for an array in
+    Fortran order too. ValueError for an array whose bytes are not one block."""
+    flags = buf.flags
+    if flags.c_contiguous:
+        return buf.reshape(-1).view(uint8)
+    if flags.f_contiguous:
+        return buf.reshape(-1, order="F").view(uint8)
+    raise ValueError("the array is not contiguous: its bytes are not one block of memory")
+
+
+def _host_bytes(buf: Any) -> np.ndarray:
+    """Host memory as a 1-D ``uint8`` view in memory order (arrays, bytearray, memoryview, ...)."""
+    if isinstance(buf, np.ndarray):
+        return _flat(buf, np.uint8)
+    view = memoryview(buf)
+    if not view.c_contiguous:
+        raise ValueError(f"the {type(buf).__name__} is not C-contiguous: give its bytes as one block of memory")
+    return np.frombuffer(view.cast("B"), dtype=np.uint8)
+
+
 def allocate(nbytes: int, device: Optional[int] = None) -> Any:
     """An uninitialised ``uint8`` array of ``nbytes``: on GPU ``device``, or page-aligned
     host memory when ``device`` is None (so O_DIRECT can use it as is)."""
-    nbytes = int(nbytes)
+    nbytes = _args.integer(nbytes, "nbytes")
     if nbytes < 0:
         raise ValueError(f"cannot allocate a negative size ({nbytes})")
     if device is None:
@@ -202,7 +225,7 @@ def fill(buf: Any, kind: str = "zeros", seed: int = 0, offset: int = 0) -> None:
 
 
 def _fill(xp, buf: Any, kind: str, seed: int, offset: int, step: int) -> None:
-    flat = buf.reshape(-1).view(xp.uint8)
+    flat = _host_bytes(buf) if xp is np else _flat(buf, xp.uint8)
     nbytes = int(flat.size)
     if kind == "zeros":
         flat.fill(0)
@@ -230,11 +253,11 @@ def copy_from_host(dst: Any, src: Any) -> None:
     data = np.frombuffer(memoryview(src).cast("B"), dtype=np.uint8)
     gpu = _gpu(dst)
     if gpu is None:
-        dst.reshape(-1).view(np.uint8)[: data.size] = data
+        _host_bytes(dst)[: data.size] = data
     elif _is_cupy(gpu):
         cupy = _cupy()
         with gpu.device:
-            gpu.reshape(-1).view(cupy.uint8)[: data.size].set(data)
+            _flat(gpu, cupy.uint8)[: data.size].set(data)
             cupy.cuda.get_current_stream().synchronize()
     else:
         gpu.copy_from_host(data, 0)
@@ -244,11 +267,9 @@ def to_host(buf: Any) -> np.ndarray:
     """``buf``'s bytes as a host ``uint8`` array (a copy for GPU arrays, a view otherwise)."""
     gpu = _gpu(buf)
     if gpu is None:
-        if isinstance(buf, np.ndarray):
-            return buf.reshape(-1).view(np.uint8)
-        return np.frombuffer(buf, dtype=np.uint8)
+        return _host_bytes(buf)
     if _is_cupy(gpu):
-        return _cupy().asnumpy(gpu).reshape(-1).view(np.uint8)
+        return _cupy().asnumpy(_flat(gpu, _cupy().uint8))
     out = np.empty(len(gpu), dtype=np.uint8)
     gpu.copy_to_host(out, 0)
     return out
@@ -263,7 +284,7 @@ def download(src: Any, out: np.ndarray) -> None:
         out[:] = to_host(src)[: out.size]
     elif _is_cupy(gpu):
         with gpu.device:
-            gpu.reshape(-1).view(_cupy().uint8)[: out.size].get(out=out)
+            _flat(gpu, _cupy().uint8)[: out.size].get(out=out)
     else:
         gpu.copy_to_host(out, 0)
 
@@ -275,7 +296,7 @@ def first_difference(a: Any, b: Any) -> Optional[int]:
     x, y = _Blocks(a), _Blocks(b)
     if x.cupy is not None and y.cupy is not None and x.cupy.device == y.cupy.device:
         cupy = _cupy()
-        u, v = x.cupy.reshape(-1).view(cupy.uint8), y.cupy.reshape(-1).view(cupy.uint8)
+        u, v = _flat(x.cupy, cupy.uint8), _flat(y.cupy, cupy.uint8)
         n = min(u.size, v.size)
         if n:
             with x.cupy.device:
@@ -326,7 +347,7 @@ def equal(a: Any, b: Any) -> bool:
 
 def stream_copy(dst: Any, src: Any) -> None:
     """Copy host buffer ``src`` into host buffer ``dst`` (contiguous, the same
-    number of bytes) with streaming stores, as gdscp's mapped reads do: the
+    number of bytes, not overlapping) with streaming stores, as gdscp's mapped reads do: the
     destination is not read into the CPU cache first. Releases the GIL."""
     from . import _core  # noqa: PLC0415
 

@@ -13,6 +13,23 @@ from .cufile import IOFuture, _request_size, _settings
 __all__ = ["Mmap"]
 
 
+# Flags that would map something other than the file, or at an address of the
+# caller's choosing (over memory in use, or at 0).
+_FOREIGN_MAP_FLAGS = (getattr(_mmap, "MAP_ANONYMOUS", 0x20) | getattr(_mmap, "MAP_FIXED", 0x10)
+                      | getattr(_mmap, "MAP_FIXED_NOREPLACE", 0x100000))
+_SHARING = (_mmap.MAP_SHARED, _mmap.MAP_PRIVATE, getattr(_mmap, "MAP_SHARED_VALIDATE", 0x03))
+
+
+def _checked_map_flags(flags: int) -> int:
+    """``map_flags`` that map the file itself: one of MAP_SHARED, MAP_PRIVATE
+    and MAP_SHARED_VALIDATE, and none of MAP_ANONYMOUS, MAP_FIXED and
+    MAP_FIXED_NOREPLACE (ValueError)."""
+    if flags & 0x03 not in _SHARING or flags & _FOREIGN_MAP_FLAGS:
+        raise ValueError(f"map_flags {flags:#x} must map the file itself: MAP_SHARED or MAP_PRIVATE (with "
+                         "modifiers such as MAP_POPULATE), not MAP_ANONYMOUS, MAP_FIXED or MAP_FIXED_NOREPLACE")
+    return flags
+
+
 class Mmap:
     """A file opened for reading, a region of it mapped into memory once.
 
@@ -47,7 +64,11 @@ class Mmap:
         offset = _args.offset(initial_map_offset, "initial_map_offset")
         _args.integer(mode, "mode")
         flags_for_mmap = _mmap.MAP_SHARED if map_flags is None else _args.integer(map_flags, "map_flags")
+        flags_for_mmap = _checked_map_flags(flags_for_mmap)
         self._handle = _core.MappedFile(path, flags, size, offset, flags_for_mmap)
+        # As KvikIO: a read of size None goes to the end of the file as it was
+        # when mapped (a file grown since is read up to there).
+        self._size_at_open = self._handle.file_size()
 
     def initial_map_size(self) -> int:
         """The size of the mapped region (0 once closed)."""
@@ -85,7 +106,7 @@ class Mmap:
         b = _buffers.resolve(buf, writable=True)
         offset = _args.offset(offset, "offset")
         if size is None:
-            size = max(self.file_size() - offset, 0)  # to the end of the file; past it, the engine says so
+            size = max(self._size_at_open - offset, 0)  # to the end the file had; past it, the engine says so
         else:
             size = _args.size(size)
         # Outside the region is an IndexError before a too small buffer is a

@@ -86,6 +86,8 @@ def drop_file_page_cache(file: Any, offset: int = 0, length: int = 0, sync_first
                 # Nothing to write back: the filesystem has no sync for it.
                 if exc.errno not in (errno.EINVAL, errno.EROFS):
                     raise
+        if length > _args.MAX_OFFSET - offset:  # past any file's end: to the end
+            length = 0
         os.posix_fadvise(fd, offset, length, os.POSIX_FADV_DONTNEED)
 
 

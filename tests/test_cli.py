@@ -160,6 +160,26 @@ def test_pattern_depends_only_on_position(kind, offset):
     assert part.tobytes() == whole[offset : offset + 3001].tobytes()
 
 
+def test_patterns_and_copies_follow_memory_order():
+    """The helpers see an array's bytes in memory order, as the engine reads
+    and writes them (a Fortran-order array too); an array whose bytes are
+    not one block is refused rather than filled through a temporary copy."""
+    data = bytes(range(64))
+    f = np.zeros((8, 8), np.uint8, order="F")
+    memory.fill(f, "random", seed=3)
+    assert f.ravel(order="K").tobytes() == memory.pattern(64, "random", 3).tobytes()
+    memory.copy_from_host(f, data)
+    assert f.ravel(order="K").tobytes() == data and memory.equal(f, data)
+    assert memory.to_host(f).tobytes() == data
+    strided = np.zeros((4, 8), np.uint8)[:, :4]
+    with pytest.raises(ValueError, match="not contiguous"):
+        memory.fill(strided, "random")
+    with pytest.raises(ValueError, match="not contiguous"):
+        memory.copy_from_host(strided, data[:16])
+    with pytest.raises(TypeError):
+        memory.allocate(1.7)
+
+
 def test_unknown_pattern():
     with pytest.raises(ValueError, match="ones"):
         memory.fill(memory.allocate(8), "ones")

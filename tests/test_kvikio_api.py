@@ -287,6 +287,51 @@ def test_mmap_read_of_a_file_that_shrank_is_an_error(mapped_file):
             m.read(buf, PAGE, 2 * PAGE)
 
 
+def test_mmap_read_ending_past_a_shrunk_files_end_is_an_error(mapped_file):
+    """A read inside the region that ends past where the file now ends: the
+    last page's bytes past the end read as zeros rather than faulting, and
+    must not pass for data."""
+    path, data = mapped_file
+    with gdscp.Mmap(path) as m:
+        os.truncate(path, 100)
+        buf = np.zeros(PAGE, np.uint8)
+        with pytest.raises(RuntimeError, match="shrank to 100 bytes"):
+            m.read(buf, PAGE, 0)
+        with pytest.raises(RuntimeError, match="shrank to 100 bytes"):
+            m.pread(buf, PAGE, 0).get()
+        assert m.read(buf, 100, 0) == 100 and buf[:100].tobytes() == data[:100]
+
+
+def test_mmap_size_none_reads_to_the_end_the_file_had_when_mapped(mapped_file):
+    """As KvikIO: a file grown since it was mapped is read, with size None, to
+    the end it had (the bytes the region holds)."""
+    path, data = mapped_file
+    with gdscp.Mmap(path) as m:
+        with open(path, "ab") as f:
+            f.write(b"more")
+        buf = np.zeros(len(data) + 4, np.uint8)
+        assert m.read(buf) == len(data) and buf[: len(data)].tobytes() == data
+
+
+def test_mmap_refuses_what_has_no_pages_and_flags_that_map_something_else(mapped_file, tmp_path):
+    """A FIFO is refused at once (it would wait for a writer where Ctrl-C does
+    not reach), a directory as one; map_flags must map the file itself."""
+    import mmap
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(OSError, match="cannot map a FIFO"):
+        gdscp.Mmap(fifo)
+    with pytest.raises(IsADirectoryError):
+        gdscp.Mmap(tmp_path)
+    path, _ = mapped_file
+    for flags in (mmap.MAP_SHARED | mmap.MAP_ANONYMOUS, mmap.MAP_PRIVATE | 0x10, 0):
+        with pytest.raises(ValueError, match="must map the file itself"):
+            gdscp.Mmap(path, map_flags=flags)
+    with gdscp.Mmap(path, map_flags=mmap.MAP_PRIVATE | getattr(mmap, "MAP_POPULATE", 0)) as m:
+        assert m.read(np.zeros(10, np.uint8), 10) == 10
+
+
 def test_mmap_pread_keeps_the_mapping_alive_after_close(mapped_file):
     path, data = mapped_file
     buf = np.zeros(len(data), np.uint8)
@@ -405,6 +450,20 @@ def test_drop_file_page_cache_leaves_pipes_alone():
     finally:
         os.close(read)
         os.close(write)
+
+
+def test_page_cache_helpers_do_not_wait_on_a_fifo_and_take_any_length(cached_file, tmp_path):
+    """A FIFO's path is opened without waiting for a writer (it has no page
+    cache: left alone, nothing cached); a length past any file's end means
+    to the end."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    gdscp.drop_file_page_cache(fifo)
+    assert gdscp.get_page_cache_info(fifo) == (0, 0)
+    assert gdscp.get_page_cache_info(cached_file, PAGE + 1, 2**64 - 1) == (8, 8)
+    assert gdscp.get_page_cache_info(cached_file, 2 * PAGE, 2**64 - PAGE) == (7, 7)
+    gdscp.drop_file_page_cache(cached_file, 0, 2**63)
+    assert cached(cached_file) == (0, 9)
 
 
 def test_drop_system_page_cache(cached_file, monkeypatch):

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include "gdscp/detail/device_pointer.hpp"
@@ -61,25 +62,43 @@ void copy_piece(const Mapping& m, char* dst, const char* src, size_t n, int64_t 
                 " failed: the file no longer holds those bytes (it shrank after it was mapped)");
 }
 
+[[noreturn]] void shrank(const Mapping& m, int64_t file_size) {
+  throw_state("reading '" + m.path + "' through its mapping failed: the file no longer holds those bytes (it "
+              "shrank to " + std::to_string(file_size) + " bytes after it was mapped)");
+}
+
+// After a copy out of the mapping: the file still holds [0, end). A shrink
+// while the bytes were copied leaves zeros, not a fault, in the last page.
+void still_holds(const Mapping& m, int64_t end) {
+  const int64_t file_size = size_of(m.fd, m.path);
+  if (end > file_size) shrank(m, file_size);
+}
+
 // Copies the chunks this worker claims from `work`: into host memory
 // directly; into device memory through the engine's pinned staging pipeline
 // (staging.hpp), each piece copied out of the mapping while the pieces before
 // it go to the GPU.
 size_t copy_chunks(const Mapping& m, const MemoryTarget& mem, char* base, ChunkQueue& work, const Settings& s,
                    detail::Request* req) {
+  int64_t end = 0;
   if (mem.device) {
-    return detail::staged_upload(mem, base, work, s, req, [&m](char* dst, size_t n, int64_t at) {
+    const size_t total = detail::staged_upload(mem, base, work, s, req, [&m, &end](char* dst, size_t n, int64_t at) {
       copy_piece(m, dst, m.at(at), n, at);
+      end = std::max(end, at + static_cast<int64_t>(n));
       return n;
     });
+    still_holds(m, end);
+    return total;
   }
   size_t total = 0;
   Chunk c;
   while (work.next(c)) {
     copy_piece(m, base + c.buf_offset, m.at(c.file_offset), c.size, c.file_offset);
+    end = std::max(end, c.file_offset + static_cast<int64_t>(c.size));
     total += c.size;
     if (req) req->add_progress(c.size);
   }
+  still_holds(m, end);
   return total;
 }
 
@@ -98,11 +117,18 @@ MappedFile::MappedFile(std::string path, std::string_view flags, std::optional<s
   if (map_size && *map_size == 0) throw_invalid("the mapped region of '" + path_ + "' must not be empty (size 0)");
   auto m = std::make_shared<Mapping>();
   m->path = path_;
+  // Without blocking: a FIFO would wait for a writer here, where no Ctrl-C
+  // reaches the call. What has no pages to map is refused.
   do {
-    m->fd = ::open(path_.c_str(), mode.flags);
+    m->fd = ::open(path_.c_str(), mode.flags | O_NONBLOCK);
   } while (m->fd < 0 && errno == EINTR);
   if (m->fd < 0) throw_os_error(errno, "cannot open", path_);
-  const int64_t file_size = size_of(m->fd, path_);
+  struct stat st{};
+  if (::fstat(m->fd, &st) != 0) throw_os_error(errno, "cannot stat", path_);
+  if (S_ISDIR(st.st_mode)) throw_os_error(EISDIR, "cannot map", path_);
+  if (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode))
+    throw_os_error(ENODEV, S_ISFIFO(st.st_mode) ? "cannot map a FIFO" : "cannot map a socket", path_);
+  const int64_t file_size = st.st_size;
   if (map_offset > file_size || (map_offset == file_size && file_size > 0))
     throw_range("initial_map_offset " + std::to_string(map_offset) + " is not inside '" + path_ + "' (" +
                 std::to_string(file_size) + " bytes)");
@@ -170,6 +196,9 @@ std::shared_ptr<const Mapping> MappedFile::checked(size_t size, int64_t offset) 
     throw_range("the read of " + std::to_string(size) + " bytes at offset " + std::to_string(offset) +
                 " is outside the mapped region of '" + path_ + "' (" + std::to_string(m->size) +
                 " bytes at offset " + std::to_string(m->offset) + ")");
+  // Inside the region, but the file shrank since: its last page past the new
+  // end reads as zeros rather than faulting, so zeros would pass for data.
+  if (size > static_cast<size_t>(file_size - offset)) shrank(*m, file_size);
   return m;
 }
 

@@ -25,7 +25,7 @@ PageCacheInfo page_cache_info(int fd, int64_t offset, size_t length, const std::
   const auto file_size = static_cast<uint64_t>(st.st_size);
   const auto start = static_cast<uint64_t>(offset);
   if (start >= file_size) return {};
-  const uint64_t end = length == 0 ? file_size : std::min<uint64_t>(file_size, start + length);
+  const uint64_t end = length == 0 || length > file_size - start ? file_size : start + length;  // no wrap-around
   const auto page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
   const uint64_t first = start / page * page;
   PageCacheInfo info;

@@ -361,11 +361,14 @@ class Output:
                 try:
                     yield self
                 finally:
+                    # While SIGTERM still raises (a second one must not kill
+                    # the process with a job running): jobs stopped, then the
+                    # temporary files removed.
+                    _stop_jobs()
                     remove_pending()
         except (typer.Exit, typer.Abort):
             raise
         except BaseException as exc:  # noqa: BLE001 - this is the one place that reports
             if isinstance(exc, (SystemExit, GeneratorExit)):
                 raise
-            _stop_jobs()
             raise typer.Exit(self.fail(exc)) from None

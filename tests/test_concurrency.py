@@ -456,23 +456,24 @@ def test_appends_from_many_processes_never_overlap(tmp_path):
     check_records(path, expected)
 
 
-DROPPED_FUTURE = r"""
+DROPPED = r"""
 import os, sys, threading, numpy as np, gdscp
-folder = sys.argv[1]
+folder, what = sys.argv[1], sys.argv[2]
 fifos = [os.path.join(folder, f"fifo{i}") for i in range(2)]
 for fifo in fifos:
     os.mkfifo(fifo)
-path = os.path.join(folder, "data")
-data = np.random.default_rng(2).integers(0, 256, 8 << 20, dtype=np.uint8)
-data.tofile(path)
 gdscp.defaults.set("num_threads", 2)
-# The pool's two workers each wait for a FIFO's writer, so the read below (two
-# tasks, queued behind them) waits for the workers, and so for the writer thread.
-job = gdscp.read_files(fifos, [bytearray(10), bytearray(10)])
-f = gdscp.CuFile(path)
-out = np.zeros_like(data)
-fut = f.pread(out, task_size=1 << 20)
-assert not fut.done()
+# Each of the pool's two workers waits for a FIFO's writer, a Python thread.
+held = [gdscp.read_files(fifos, [bytearray(10), bytearray(10)])]
+if what == "future":  # a read of two tasks, queued behind the workers, is dropped; the job stays
+    job = held.pop()
+    path = os.path.join(folder, "data")
+    data = np.random.default_rng(2).integers(0, 256, 8 << 20, dtype=np.uint8)
+    data.tofile(path)
+    f = gdscp.CuFile(path)
+    out = np.zeros_like(data)
+    held.append(f.pread(out, task_size=1 << 20))
+assert not held[0].done()
 
 def writer():
     for fifo in fifos:
@@ -481,48 +482,20 @@ def writer():
 
 t = threading.Thread(target=writer)
 t.start()
-del fut  # waits for the read, which needs the writer thread to run
+held.clear()  # the last reference: waits for the transfer, which needs the writer thread to run
 t.join()
-assert job.wait(10) and (out == data).all()
+if what == "future":
+    assert job.wait(10) and (out == data).all()
 print("ok")
 """
 
 
-def test_dropping_a_running_future_lets_other_threads_run(tmp_path):
-    """An IOFuture dropped before its transfer ends waits for it (its buffer is
-    still being written) without holding the GIL: here the transfer can only
-    end once another Python thread has run, and the drop returns."""
-    proc = subprocess.run([sys.executable, "-c", DROPPED_FUTURE, str(tmp_path)], capture_output=True, text=True,
-                          timeout=60)
-    assert (proc.returncode, proc.stdout.strip()) == (0, "ok"), proc.stderr[-2000:]
-
-
-DROPPED_JOB = r"""
-import os, sys, threading, gdscp
-folder = sys.argv[1]
-fifo = os.path.join(folder, "fifo")
-os.mkfifo(fifo)
-buf = bytearray(10)
-job = gdscp.read_files([fifo], [buf])  # waits for the FIFO's writer: a Python thread
-assert not job.done()
-
-def writer():
-    with open(fifo, "wb") as w:
-        w.write(b"abc")
-
-t = threading.Thread(target=writer)
-t.start()
-del job  # waits for the read, which needs the writer thread to run
-t.join()
-assert bytes(buf[:3]) == b"abc"
-print("ok")
-"""
-
-
-def test_dropping_a_running_bulk_job_lets_other_threads_run(tmp_path):
-    """A bulk job dropped before it ends waits for its workers (they still use
-    its buffers) without holding the GIL: here the job can only end once
-    another Python thread has run, and the drop returns."""
-    proc = subprocess.run([sys.executable, "-c", DROPPED_JOB, str(tmp_path)], capture_output=True, text=True,
+@pytest.mark.parametrize("what", ["future", "job"])
+def test_dropping_a_running_transfer_lets_other_threads_run(tmp_path, what):
+    """An IOFuture or a bulk job dropped before its transfer ends waits for it
+    (its buffer is still being written) without holding the GIL: here the
+    transfer can only end once another Python thread has run, and the drop
+    returns."""
+    proc = subprocess.run([sys.executable, "-c", DROPPED, str(tmp_path), what], capture_output=True, text=True,
                           timeout=60)
     assert (proc.returncode, proc.stdout.strip()) == (0, "ok"), proc.stderr[-2000:]

@@ -97,6 +97,8 @@ def _whole(name: str, value: _typing.Any) -> int:
             raise ValueError(f"{name} must be a whole number, not {value!r}") from None
         except OverflowError:
             raise OverflowError(f"{name} {value!r} is out of range") from None
+    if type(value).__module__ == "numpy" and type(value).__name__ in ("bool", "bool_"):  # numpy's bool, as bool
+        return int(bool(value))
     raise TypeError(f"{name} must be an integer, not {type(value).__name__}")
 
 
@@ -230,6 +232,7 @@ def _engine_value(name: str, value: int) -> int:
 
 
 def _apply(name: str, value: _typing.Any) -> None:
+    global _settings
     if name == "num_threads":
         try:
             _core.set_num_threads(value)
@@ -238,13 +241,18 @@ def _apply(name: str, value: _typing.Any) -> None:
             # workers it could start and the call raises.
             _values[name] = _core.num_threads()
         return
-    _values[name] = value
+    # A new object, never the one in use changed: a call reads _settings once
+    # and passes that object down, which no other thread's set() then changes
+    # under it (between the engine's checks and its transfer, say).
+    settings = _core.Settings(_settings)
     if name == "direct_io":
-        _settings.direct_io = getattr(_core.DirectIO, value)
+        settings.direct_io = getattr(_core.DirectIO, value)
     elif name == "compat_mode":
-        _settings.compat_mode = _core.CompatMode(int(value))
+        settings.compat_mode = _core.CompatMode(int(value))
     else:
-        setattr(_settings, name, _engine_value(name, value))
+        setattr(settings, name, _engine_value(name, value))
+    _values[name] = value
+    _settings = settings
 
 
 def _known(name: _typing.Any) -> str:
@@ -340,7 +348,8 @@ def set(*config: _typing.Any) -> _Restore:  # noqa: A001 - KvikIO's name
     """Change settings: ``set(name, value)`` or ``set({name: value, ...})``.
 
     Every value is checked before any is applied, so a failing call changes
-    nothing. The change takes effect at once; used as a context manager, the
+    nothing (but for a thread count the system refuses: the pool keeps the
+    workers it could start, which the error says, and nothing else changes). The change takes effect at once; used as a context manager, the
     previous values come back when the block ends. Another form of call is an
     ``ArgumentError`` (a ``ValueError``, as in KvikIO, and a ``TypeError``).
     """
@@ -352,8 +361,22 @@ def set(*config: _typing.Any) -> _Restore:  # noqa: A001 - KvikIO's name
         raise _ArgumentError("call set(name, value) or set({name: value, ...})")
     checked = _checked(items)
     old = {name: _values[name] for name in checked}
-    for name, value in checked.items():
-        _apply(name, value)
+    # The thread count first: the one change the system can refuse (no
+    # threads, no memory), and the pool then keeps the workers it could
+    # start, as its error says. Whatever fails, the changes before it are undone.
+    order = sorted(checked, key=lambda name: name != "num_threads")
+    done: list[str] = []
+    try:
+        for name in order:
+            done.append(name)
+            _apply(name, checked[name])
+    except BaseException:
+        for name in reversed(done[:-1]):
+            try:
+                _apply(name, old[name])
+            except Exception:  # noqa: BLE001, S110 - the first failure is the one to report
+                pass
+        raise
     return _Restore(old)
 
 

@@ -110,7 +110,11 @@ def cufile_json() -> dict[str, Any]:
     try:
         with open(path, encoding="utf-8") as f:
             doc = json.loads(_strip_json_comments(f.read()))
-        props = doc.get("properties", {}) if isinstance(doc, dict) else {}
+        if not isinstance(doc, dict):
+            raise ValueError("it is not a JSON object")
+        props = doc.get("properties", {})
+        if not isinstance(props, dict):
+            raise ValueError('its "properties" is not an object')
         result["allow_compat_mode"] = props.get("allow_compat_mode")
         for key in ("use_poll_mode", "max_direct_io_size_kb", "max_device_cache_size_kb"):
             if key in props:

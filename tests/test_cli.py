@@ -180,6 +180,41 @@ def test_patterns_and_copies_follow_memory_order():
         memory.allocate(1.7)
 
 
+def test_info_shows_names_as_they_are_and_accounts_for_every_path(capsys, tmp_path, monkeypatch):
+    """A path whose name looks like Rich markup is shown as it is; with --json
+    a path that cannot be checked is in the document with its error; a
+    cufile.json whose "properties" is not an object is an error in its
+    entry, not the end of the report."""
+    odd = tmp_path / "a[" / "]b"  # "...a[/]b": a closing tag to Rich
+    odd.parent.mkdir()
+    odd.write_bytes(b"x")
+    code, out, err = cli(capsys, "info", str(odd))
+    assert code == 0, err
+    assert f"path {odd}" in out
+    code, doc, err = cli_json(capsys, "info", str(odd), str(tmp_path / "missing"))
+    assert code == 1 and doc["ok"] is False
+    assert [p["path"] for p in doc["paths"]] == [str(odd), str(tmp_path / "missing")]
+    assert doc["paths"][1]["error"] == "No such file or directory"
+    bad = tmp_path / "cufile.json"
+    bad.write_text('{"properties": [1, 2]}')
+    monkeypatch.setenv("CUFILE_ENV_PATH_JSON", str(bad))
+    code, doc, err = cli_json(capsys, "info")
+    assert code == 0, err
+    assert "not an object" in doc["cufile_json"]["error"]
+
+
+def test_info_says_why_when_its_reader_has_gone(tmp_path):
+    """A table for a reader that has gone (a closed pipe) is a failure said on
+    stderr, exit status 1, as the JSON document's is."""
+    for extra in ([], ["--json"]):
+        proc = subprocess.Popen([sys.executable, "-m", "gdscp", "info", *extra], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+        proc.stdout.close()
+        err = proc.stderr.read().decode()
+        assert proc.wait(timeout=60) == 1, err
+        assert "cannot write the result to standard output: Broken pipe" in err, err
+
+
 def test_unknown_pattern():
     with pytest.raises(ValueError, match="ones"):
         memory.fill(memory.allocate(8), "ones")

@@ -596,3 +596,36 @@ def test_resize_pool_while_other_thread_reads(tmp_file, tmp_path):
     with open(out_path, "rb") as f:
         assert f.read() == data
 
+
+
+def test_a_change_makes_new_settings_and_leaves_those_in_use_alone():
+    """What a call read before a change stays as it was: set() puts a new
+    object in place instead of changing the one transfers may be using
+    (between the engine's check of a request and its transfer, say)."""
+    before = defaults._settings
+    threshold = before.gds_threshold
+    with defaults.set("gds_threshold", threshold + 4096):
+        assert defaults._settings is not before and defaults._settings.gds_threshold == threshold + 4096
+        assert before.gds_threshold == threshold
+    assert defaults._settings.gds_threshold == threshold
+
+
+def test_a_set_that_fails_part_way_changes_nothing(monkeypatch):
+    """The thread count is the one change the system can refuse: a set() whose
+    thread count fails leaves every other setting of the call as it was."""
+    old = defaults.current()
+
+    def refused(n):
+        raise RuntimeError("no threads here")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(defaults._core, "set_num_threads", refused)
+        with pytest.raises(RuntimeError, match="no threads"):
+            defaults.set({"task_size": 8192, "gds_threshold": 7, "num_threads": 3})
+    assert defaults.current() == old
+
+
+def test_numpy_bools_are_bools():
+    """numpy's bool is taken as Python's bool, wherever a setting takes a bool or an integer."""
+    with defaults.set({"mapped_reads": np.False_, "compat_mode": np.True_}):
+        assert defaults.get("mapped_reads") is False and defaults.get("compat_mode") == CompatMode.ON

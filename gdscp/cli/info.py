@@ -63,8 +63,13 @@ def _system_table(system: dict[str, Any]) -> Table:
         detail += f", unreadable: {cj['error']}"
     table.add_row("cufile.json", f"{cj['path']} ({cj['source']}; {detail})")
     settings = system["settings"]
-    using = "POSIX path" if system["compat_mode_preferred"] else "cuFile"
-    table.add_row("compat mode", f"{settings['compat_mode']} (device I/O uses the {using})")
+    if system["compat_mode_preferred"]:
+        using = "device I/O uses the POSIX path"
+    elif system["cufile"]["available"]:
+        using = "device I/O uses cuFile"
+    else:
+        using = "device I/O would use cuFile, which is not loaded here: it fails"
+    table.add_row("compat mode", f"{settings['compat_mode']} ({using})")
     table.add_row(
         "settings",
         f"threads {settings['num_threads']}, task size {format_bytes(settings['task_size'])}, "
@@ -115,7 +120,7 @@ def info(
     out = Output("info", json=json, quiet=quiet, debug=debug)
     with out.guard(), options.settings(compat_mode=compat_mode):
         system = sysinfo.system_info()
-        checked = []
+        checked = []  # every path in order; one that could not be checked has its "error"
         failed = False
         for p in paths or []:
             path = options.check_path(p)
@@ -123,11 +128,12 @@ def info(
                 checked.append(sysinfo.path_info(path))
             except OSError as exc:
                 out.error(f"cannot check '{path}': {exc.strerror}")
+                checked.append({"path": path, "error": exc.strerror or str(exc)})
                 failed = True
         data = {"command": "info", "ok": not failed, **system, "paths": checked}
 
         def render() -> Group:
-            return Group(_system_table(system), *(_path_table(p) for p in checked))
+            return Group(_system_table(system), *(_path_table(p) for p in checked if "error" not in p))
 
         out.result(data, render)
         if failed:

@@ -13,6 +13,8 @@ ignored as under nohup), 130 interrupted (SIGINT), 143 terminated (SIGTERM).
 from __future__ import annotations
 
 import contextlib
+import errno
+import functools
 import json
 import os
 import signal
@@ -224,6 +226,21 @@ def json_text(data: dict[str, Any]) -> str:
     return "{\n" + ",\n".join(lines) + "\n}" if lines else "{}"
 
 
+@functools.lru_cache(maxsize=None)
+def _console_class() -> type:
+    """Rich's Console, but a reader gone (a broken pipe) is an ``OSError`` for
+    the command to handle (stdout: a failure said on stderr; stderr: lines
+    lost), where Rich's own would end the process at once with status 1 and
+    nothing said."""
+    from rich.console import Console  # noqa: PLC0415
+
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
+
+    return _Console
+
+
 def _launched() -> bool:
     from ..mpi.launch import launched  # noqa: PLC0415 - only on a failure
 
@@ -257,19 +274,18 @@ class Output:
     # its JSON document (--json -q) never imports Rich's console.
     @cached_property
     def stdout(self) -> Console:
-        from rich.console import Console  # noqa: PLC0415
+        Console = _console_class()  # noqa: N806
 
-        console = Console(highlight=False, soft_wrap=False)
+        # No markup: text in tables (a path with "[/]" in its name) is shown as it is.
+        console = Console(highlight=False, soft_wrap=False, markup=False)
         if not console.is_terminal and "COLUMNS" not in os.environ:
             # Piped or captured: wide enough that tables keep one line per row.
-            console = Console(highlight=False, soft_wrap=False, width=160)
+            console = Console(highlight=False, soft_wrap=False, markup=False, width=160)
         return console
 
     @cached_property
     def stderr(self) -> Console:
-        from rich.console import Console  # noqa: PLC0415
-
-        return Console(stderr=True, highlight=False)
+        return _console_class()(stderr=True, highlight=False, markup=False)
 
     # -- stderr -------------------------------------------------------------------
     @property

@@ -144,13 +144,13 @@ class TransferProgress:
             )
 
             self._progress = Progress(
-                TextColumn("{task.description}"),
+                TextColumn("{task.description}", markup=False),
                 BarColumn(),
                 TaskProgressColumn(),
                 DownloadColumn(binary_units=True),
                 TransferSpeedColumn(),
                 TimeRemainingColumn(),
-                TextColumn("{task.fields[files]}"),
+                TextColumn("{task.fields[files]}", markup=False),
                 console=self._console if isinstance(self._console, Console) else self._console.stderr,
                 transient=False,
             )

@@ -215,6 +215,89 @@ def test_info_says_why_when_its_reader_has_gone(tmp_path):
         assert "cannot write the result to standard output: Broken pipe" in err, err
 
 
+def test_copy_into_a_tree_does_not_follow_a_link_inside_it(capsys, tmp_path):
+    """A symbolic link to a directory inside DST, where the tree has a
+    directory: as cp, not followed (the copy would land wherever it points),
+    and that directory's contents are not copied; DST named as a link is."""
+    (tmp_path / "s" / "sub").mkdir(parents=True)
+    (tmp_path / "s" / "sub" / "victim").write_bytes(b"new")
+    outside = tmp_path / "outside"
+    outside.mkdir(mode=0o700)
+    (outside / "victim").write_bytes(b"precious")
+    (tmp_path / "d" / "s").mkdir(parents=True)
+    (tmp_path / "d" / "s" / "sub").symlink_to(outside)
+    code, _, err = cli(capsys, "copy", "-rp", str(tmp_path / "s"), str(tmp_path / "d"))
+    assert code == 1 and "cannot overwrite non-directory" in err, err
+    assert (outside / "victim").read_bytes() == b"precious" and stat.S_IMODE(outside.stat().st_mode) == 0o700
+    (tmp_path / "named").symlink_to(outside)
+    code, _, err = cli(capsys, "copy", "-r", str(tmp_path / "s") + "/.", str(tmp_path / "named"))
+    assert code == 0, err
+    assert (outside / "sub" / "victim").read_bytes() == b"new"
+
+
+def test_copy_fail_fast_stops_at_a_directory_it_cannot_make(capsys, tmp_path):
+    (tmp_path / "s" / "a").mkdir(parents=True)
+    (tmp_path / "s" / "z").mkdir()
+    (tmp_path / "s" / "a" / "f").write_bytes(b"1")
+    (tmp_path / "s" / "z" / "g").write_bytes(b"2")
+    (tmp_path / "d" / "s").mkdir(parents=True)
+    (tmp_path / "d" / "s" / "a").write_bytes(b"in the way")
+    code, doc, err = cli_json(capsys, "copy", "-r", "--fail-fast", str(tmp_path / "s"), str(tmp_path / "d"))
+    assert code == 1 and doc["copied"] == 0, err
+    assert not (tmp_path / "d" / "s" / "z" / "g").exists()
+    assert sorted(f["status"] for f in doc["files"]) == ["cancelled", "cancelled", "failed"]
+
+
+def test_copy_gives_an_unreadable_directory_its_mode(capsys, tmp_path, monkeypatch):
+    """A source directory that cannot be listed is made, reported, and still
+    given its mode (not left at the 0700 it is made with)."""
+    src = tmp_path / "s"
+    src.mkdir()
+    os.chmod(src, 0o750)
+    real = os.scandir
+
+    def refused(path="."):
+        if not isinstance(path, int) and os.fspath(path) == str(src):
+            raise PermissionError(13, "Permission denied", str(src))
+        return real(path)
+
+    monkeypatch.setattr(os, "scandir", refused)
+    code, _, err = cli(capsys, "copy", "-r", str(src), str(tmp_path / "d"))
+    assert code == 1 and "cannot read directory" in err, err
+    mask = os.umask(0)
+    os.umask(mask)
+    assert stat.S_IMODE((tmp_path / "d").stat().st_mode) == 0o750 & ~mask
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="gives a file another user's ownership: root only")
+def test_copy_preserve_keeps_the_owner_or_drops_set_id_bits(capsys, tmp_path, monkeypatch):
+    """-p keeps the source's owner and group, as cp -p; where they cannot be
+    given, the set-user-ID and set-group-ID bits go (kept, a user's program
+    would run as root)."""
+    src = tmp_path / "suid"
+    src.write_bytes(b"#!/bin/sh\n")
+    os.chown(src, 1000, 1000)
+    os.chmod(src, 0o6755)
+    code, _, err = cli(capsys, "copy", "-p", str(src), str(tmp_path / "kept"))
+    assert code == 0, err
+    kept = (tmp_path / "kept").stat()
+    assert (kept.st_uid, kept.st_gid, stat.S_IMODE(kept.st_mode)) == (1000, 1000, 0o6755)
+    from gdscp.cli import atomic
+
+    def refused(*args, **kwargs):
+        raise PermissionError(1, "Operation not permitted")
+
+
+    (tmp_path / "tree").mkdir()
+    os.chown(tmp_path / "tree", 1000, 1000)
+    os.chmod(tmp_path / "tree", 0o2755)
+    with monkeypatch.context() as patch:
+        patch.setattr(atomic.os, "chown", refused)  # as for a user other than root (directories, links)
+        code, _, err = cli(capsys, "copy", "-rp", str(tmp_path / "tree"), str(tmp_path / "tree2"))
+    assert code == 0, err
+    assert stat.S_IMODE((tmp_path / "tree2").stat().st_mode) == 0o755
+
+
 def test_unknown_pattern():
     with pytest.raises(ValueError, match="ones"):
         memory.fill(memory.allocate(8), "ones")

@@ -16,6 +16,7 @@ import contextlib
 import errno
 import os
 import signal
+import stat
 import threading
 from typing import Iterator
 
@@ -26,6 +27,7 @@ __all__ = [
     "commit",
     "discard",
     "fsync_dir",
+    "give_owner",
     "keep_owner",
     "make_temp",
     "make_temp_link",
@@ -157,6 +159,31 @@ def remove_pending() -> None:
             interrupt = interrupt or exc
     if interrupt is not None:
         raise interrupt
+
+
+def give_owner(path: str, uid: int, gid: int, mode: int, *, follow_symlinks: bool = True) -> int:
+    """Owner ``uid`` and group ``gid`` for ``path`` where this process may
+    give them (root may; others only a group of their own), as cp -p keeps
+    them; returns ``mode`` less the set-user-ID (set-group-ID) bit where the
+    owner (group) could not be given, as cp drops it: kept for another owner,
+    a user's program would run as root."""
+    st = os.stat(path, follow_symlinks=follow_symlinks)
+    owner, group = st.st_uid == uid, st.st_gid == gid
+    if not (owner and group):
+        try:
+            os.chown(path, uid, gid, follow_symlinks=follow_symlinks)
+            owner = group = True
+        except PermissionError:
+            try:
+                os.chown(path, -1, gid, follow_symlinks=follow_symlinks)
+                group = True
+            except OSError:
+                pass
+    if not owner:
+        mode &= ~stat.S_ISUID
+    if not group:
+        mode &= ~stat.S_ISGID
+    return mode
 
 
 def keep_owner(tmp: str, path: str) -> None:

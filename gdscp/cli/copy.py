@@ -24,7 +24,7 @@ import typer
 
 from ..bulk import FileResult, clean_temporaries, copy_files, stop_running_jobs
 from . import options, ranks
-from .atomic import commit, discard, make_temp_link
+from .atomic import commit, discard, give_owner, make_temp_link
 from .jobs import run_job
 from .output import EXIT_FAILURE, Failure, Output, describe
 from .progress import TransferProgress
@@ -90,6 +90,7 @@ class _Copier:
         self.records: list[_Record] = []
         self.created_dirs: set[str] = set()
         self.failed_dirs: list[str] = []
+        self.named_dst = ""  # DST as the command line names it: the one symbolic link followed
         self.device: Optional[int] = None
         self.devices: Optional[list[int]] = None
         self.device_bytes: dict[int, int] = {}
@@ -101,6 +102,7 @@ class _Copier:
         self.records.append(_Record(src, dst, status="failed", error=message))
 
     def plan(self, sources: list[str], dst: str) -> list[_Job]:
+        self.named_dst = dst
         dst_is_dir = os.path.isdir(dst)
         if len(sources) > 1 and not dst_is_dir:
             raise Failure(f"target '{dst}' is not a directory")
@@ -160,6 +162,7 @@ class _Copier:
             entries = sorted(os.scandir(src), key=lambda e: e.name)
         except OSError as exc:
             self.problem(f"cannot read directory '{src}': {exc.strerror}", src, dst)
+            yield _Job("dirmeta", src, dst, st)  # made all the same: it gets its mode
             return
         inside = dst if dst.endswith(os.sep) else dst + os.sep
         for entry in entries:
@@ -206,7 +209,7 @@ class _Copier:
         modes and times come after their contents."""
         files: list[tuple[_Job, _Record]] = []
         after: list[_Job] = []
-        for job in jobs:
+        for k, job in enumerate(jobs):
             if self.failed_dirs and any(_inside(job.dst, bad) for bad in self.failed_dirs):
                 continue  # its directory could not be made; that was reported once
             if job.kind == "dirmeta":
@@ -218,6 +221,17 @@ class _Copier:
                 files.append((job, record))
                 continue
             self._step(job, record)
+            if self.fail_fast and record.status == "failed":
+                # --fail-fast: a directory or link that failed stops the copy
+                # as a file that failed would; the directories made so far
+                # still get their modes.
+                cancelled = "not copied: an earlier file failed (--fail-fast)"
+                for _, pending in files:
+                    pending.status, pending.error = "cancelled", cancelled
+                self.records += [_Record(j.src, j.dst, status="cancelled", error=cancelled)
+                                 for j in jobs[k + 1 :] if j.kind in ("file", "link")]
+                after += [j for j in jobs[k + 1 :] if j.kind == "dirmeta"]
+                return [], after
         return files, after
 
     def finish(self, after: list[_Job]) -> None:
@@ -291,8 +305,13 @@ class _Copier:
                 record.status, record.error = "cancelled", "not copied: an earlier file failed (--fail-fast)"
 
     def _mkdir(self, job: _Job) -> None:
-        if os.path.isdir(job.dst):
+        if os.path.isdir(job.dst) and (job.dst == self.named_dst or not os.path.islink(job.dst)):
             return  # merging into an existing directory, as cp does
+        if os.path.lexists(job.dst):
+            # A file, or a symbolic link (to a directory too) inside the
+            # destination: as cp, not followed, or the tree would land
+            # wherever it points. Only DST as named is followed.
+            raise Failure(f"cannot overwrite non-directory '{job.dst}' with directory '{job.src}'")
         # Counted as made before it is (an interrupt may land in between): the
         # modes at the end go to those that exist.
         self.created_dirs.add(job.dst)
@@ -304,11 +323,15 @@ class _Copier:
             raise Failure(f"cannot create directory '{job.dst}': {exc.strerror}") from None
 
     def _dirmeta(self, job: _Job) -> None:
+        if job.dst in self.failed_dirs or (os.path.islink(job.dst) and job.dst != self.named_dst):
+            return  # not ours to change (see _mkdir)
         if self.preserve:
-            os.chmod(job.dst, stat.S_IMODE(job.st.st_mode))
+            mode = give_owner(job.dst, job.st.st_uid, job.st.st_gid, stat.S_IMODE(job.st.st_mode))
+            os.chmod(job.dst, mode)
             os.utime(job.dst, ns=(job.st.st_atime_ns, job.st.st_mtime_ns))
         elif job.dst in self.created_dirs:
-            os.chmod(job.dst, stat.S_IMODE(job.st.st_mode) & ~self.umask)
+            # As cp without -p: the permission bits, less the umask; no set-ID or sticky bit.
+            os.chmod(job.dst, stat.S_IMODE(job.st.st_mode) & 0o777 & ~self.umask)
 
     def _link(self, job: _Job, record: _Record) -> None:
         if os.path.lexists(job.dst):
@@ -321,6 +344,7 @@ class _Copier:
         tmp = make_temp_link(os.readlink(job.src), job.dst)
         try:
             if self.preserve:
+                give_owner(tmp, job.st.st_uid, job.st.st_gid, 0, follow_symlinks=False)
                 os.utime(tmp, ns=(job.st.st_atime_ns, job.st.st_mtime_ns), follow_symlinks=False)
             commit(tmp, job.dst)
         except BaseException:

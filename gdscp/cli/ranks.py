@@ -38,7 +38,7 @@ from ..bulk import clean_temporaries, copy_files, stop_running_jobs, stream_file
 from ..mpi.split import split_by_bytes
 from ..mpi.comm import Status, Unavailable, World, job_code, worst
 from . import options
-from .atomic import commit, discard, fsync_dir, keep_owner, make_temp, remove_pending
+from .atomic import commit, discard, fsync_dir, give_owner, keep_owner, make_temp, remove_pending
 from .exits import EXIT_USAGE
 from .output import Output, Terminated, UsageError, describe
 from .progress import TransferProgress
@@ -566,8 +566,12 @@ def _copy_commit(world: World, copier: Any, plan: dict[str, Any], everyone: list
 def _put_in_place(copier: Any, info: dict[str, Any], job: Any) -> None:
     """A shared file whose every range is durable: its mode and times, then its name."""
     tmp, dst = info["tmp"], info["dst"]
-    keep_owner(tmp, dst)
-    os.chmod(tmp, info["mode"])
+    mode = info["mode"]
+    if copier.preserve:
+        mode = give_owner(tmp, job.st.st_uid, job.st.st_gid, mode)
+    else:
+        keep_owner(tmp, dst)
+    os.chmod(tmp, mode)
     if copier.preserve:
         os.utime(tmp, ns=(job.st.st_atime_ns, job.st.st_mtime_ns))
     fd = os.open(tmp, os.O_RDONLY)

@@ -246,6 +246,13 @@ bool open_destination(const TransferContext& cx, Transfer& t, std::string& note)
     t.uid = st.st_uid;
     t.gid = st.st_gid;
   }
+  // Preserving, as cp -p: the source's owner and group where this process may
+  // give them (see finish_data for the set-ID bits where it may not).
+  if (from_source && cx.opt.preserve && cx.opt.atomic) {
+    t.chown = src.st_uid != ::geteuid() || src.st_gid != ::getegid();
+    t.uid = src.st_uid;
+    t.gid = src.st_gid;
+  }
   if (t.mode < 0) t.mode = static_cast<int>(0666 & ~cx.umask);
   if (cx.opt.atomic) {
     // Created with its final mode where the umask leaves it so (a new copy's
@@ -868,7 +875,15 @@ void finish_data(const TransferContext& cx, Transfer& t, bool group) {
   if (t.chown) {
     // Not permitted (another owner, for a user other than root): the group
     // alone, else the copy stays this process's, as a new file would be.
-    if (::fchown(t.dst_fd, t.uid, t.gid) != 0 && errno == EPERM) (void)::fchown(t.dst_fd, -1, t.gid);
+    bool owner = true, group = true;
+    if (::fchown(t.dst_fd, t.uid, t.gid) != 0) {
+      owner = false;
+      group = errno == EPERM && ::fchown(t.dst_fd, static_cast<uid_t>(-1), t.gid) == 0;
+    }
+    // As cp: a set-user-ID (set-group-ID) bit only for the owner (group) it
+    // was set for. Kept for another, a user's program would run as root.
+    if (!owner) t.mode &= ~static_cast<int>(S_ISUID);
+    if (!group) t.mode &= ~static_cast<int>(S_ISGID);
     t.chmod = true;  // a change of owner clears the set-user-ID and set-group-ID bits
   }
   if (t.chmod && ::fchmod(t.dst_fd, static_cast<mode_t>(t.mode)) != 0)

@@ -235,6 +235,20 @@ def test_copy_into_a_tree_does_not_follow_a_link_inside_it(capsys, tmp_path):
     assert (outside / "sub" / "victim").read_bytes() == b"new"
 
 
+def test_copy_makes_the_names_of_new_directories_and_links_durable(capsys, tmp_path, monkeypatch):
+    """A tree of directories and links alone (no file: no job to sync) still
+    has the directory holding each new name fsynced."""
+    from gdscp.cli import copy as copy_command
+
+    (tmp_path / "s" / "a" / "b").mkdir(parents=True)
+    (tmp_path / "s" / "a" / "link").symlink_to("b")
+    synced = []
+    monkeypatch.setattr(copy_command, "fsync_dir", synced.append)
+    code, _, err = cli(capsys, "copy", "-r", str(tmp_path / "s"), str(tmp_path / "d"))
+    assert code == 0, err
+    assert sorted(synced) == sorted({str(tmp_path), str(tmp_path / "d"), str(tmp_path / "d" / "a")})
+
+
 def test_copy_fail_fast_stops_at_a_directory_it_cannot_make(capsys, tmp_path):
     (tmp_path / "s" / "a").mkdir(parents=True)
     (tmp_path / "s" / "z").mkdir()

@@ -24,7 +24,7 @@ import typer
 
 from ..bulk import FileResult, clean_temporaries, copy_files, stop_running_jobs
 from . import options, ranks
-from .atomic import commit, discard, give_owner, make_temp_link
+from .atomic import commit, discard, fsync_dir, give_owner, make_temp_link
 from .jobs import run_job
 from .output import EXIT_FAILURE, Failure, Output, describe
 from .progress import TransferProgress
@@ -91,6 +91,7 @@ class _Copier:
         self.created_dirs: set[str] = set()
         self.failed_dirs: list[str] = []
         self.named_dst = ""  # DST as the command line names it: the one symbolic link followed
+        self.link_dirs: set[str] = set()  # where links were put in place
         self.device: Optional[int] = None
         self.devices: Optional[list[int]] = None
         self.device_bytes: dict[int, int] = {}
@@ -202,6 +203,15 @@ class _Copier:
             # Every directory made (or, with --preserve, merged into) so far.
             self.finish([job for job in jobs if job.kind == "dirmeta" and os.path.isdir(job.dst)
                          and (self.preserve or job.dst in self.created_dirs)])
+        self.sync_names()
+
+    def sync_names(self) -> None:
+        """The names of the directories made and the links put in place made
+        durable, as the files' are by their job: each directory that holds
+        one, fsynced once."""
+        holders = {os.path.dirname(os.path.abspath(d)) for d in self.created_dirs} | self.link_dirs
+        for folder in sorted(holders):
+            fsync_dir(folder)
 
     def prepare(self, jobs: list[_Job]) -> tuple[list[tuple[_Job, _Record]], list[_Job]]:
         """Makes the directories and links, in order; returns the files to copy
@@ -347,6 +357,7 @@ class _Copier:
                 give_owner(tmp, job.st.st_uid, job.st.st_gid, 0, follow_symlinks=False)
                 os.utime(tmp, ns=(job.st.st_atime_ns, job.st.st_mtime_ns), follow_symlinks=False)
             commit(tmp, job.dst)
+            self.link_dirs.add(os.path.dirname(os.path.abspath(job.dst)))
         except BaseException:
             discard(tmp)
             raise

@@ -637,6 +637,7 @@ def copy(world: World, out: Output, copier: Any, srcs: list[str], dst: str, *, h
                 copier.finish(plan["_after"])
             if interrupted:
                 raise typer.Exit(job_code(everyone))
+            copier.sync_names()
             extra = {"ranks": world.size}
             report(out, copier.records, where, copier.verify, time.perf_counter() - start, extra)
 

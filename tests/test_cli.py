@@ -312,6 +312,59 @@ def test_copy_preserve_keeps_the_owner_or_drops_set_id_bits(capsys, tmp_path, mo
     assert stat.S_IMODE((tmp_path / "tree2").stat().st_mode) == 0o755
 
 
+def test_a_filesystem_glibc_does_not_know_may_hold_files_past_2_gib(tmp_path, monkeypatch):
+    """32 file-size bits is also glibc's answer for a filesystem it does not
+    know (tmpfs, parallel filesystems): no reason to refuse a large write."""
+    from gdscp.cli import special
+
+    monkeypatch.setattr(special.os, "pathconf", lambda path, name: 32)
+    special.check_room(str(tmp_path / "big"), 2**31 + 4096, None)  # no Failure
+    monkeypatch.setattr(special.os, "pathconf", lambda path, name: 40)
+    with pytest.raises(output.Failure, match="larger than the largest file"):
+        special.check_room(str(tmp_path / "big"), 2**40, None)
+
+
+def test_a_json_failure_whose_stdout_is_gone_says_both_once(tmp_path):
+    """--json, a failure, and no stdout to write its document to: both are
+    said on stderr, no traceback, exit status 1."""
+    proc = subprocess.run([sys.executable, "-m", "gdscp", "read", "--host", str(tmp_path / "missing"), "--json"],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=60,
+                          preexec_fn=lambda: os.close(1))
+    assert proc.returncode == 1, proc.stderr
+    assert "No such file or directory" in proc.stderr and "standard output" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.skipif(not os.path.exists("/sys/kernel/mm/transparent_hugepage/enabled"), reason="no such sysfs file")
+def test_read_takes_a_sysfs_file_whatever_size_it_reports(capsys):
+    """sysfs says 4096 bytes for a file of a few: read to its end, not to a length it does not have."""
+    path = "/sys/kernel/mm/transparent_hugepage/enabled"
+    with open(path, "rb") as f:
+        size = len(f.read())
+    code, doc, err = cli_json(capsys, "read", "--host", path)
+    assert code == 0, err
+    assert doc["bytes"] == size
+
+
+def test_write_verify_of_a_block_device_reads_the_length_it_wrote(tmp_path, monkeypatch):
+    """A block device's fstat size is 0: its length is what it holds, at least
+    the bytes written (it is longer than them, as a rule)."""
+    from gdscp.cli import write as write_command
+
+    path = tmp_path / "dev"
+    path.write_bytes(memory.pattern(8192, "seq", 0).tobytes() + b"rest of the device")
+    real_fstat = os.fstat
+
+    def as_block_device(fd):
+        st = real_fstat(fd)
+        return os.stat_result((stat.S_IFBLK | 0o660, *st[1:6], 0, *st[7:]))
+
+    monkeypatch.setattr(write_command.os, "fstat", as_block_device)
+    write_command.verify_pattern(str(path), 8192, "seq", 0)  # no Failure
+    with pytest.raises(output.Failure, match="fewer than"):
+        write_command.verify_pattern(str(path), 1 << 20, "seq", 0)
+
+
 def test_unknown_pattern():
     with pytest.raises(ValueError, match="ones"):
         memory.fill(memory.allocate(8), "ones")

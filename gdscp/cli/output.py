@@ -364,7 +364,10 @@ class Output:
         self.error(message if rank is None else f"rank {rank}: {message}")
         # Under a launcher whose ranks cannot connect, still one document: rank 0's.
         if self.json and not self._result_written and rank is None:
-            self.result({"command": self.command, "ok": False, "error": message, "exit_code": code})
+            try:
+                self.result({"command": self.command, "ok": False, "error": message, "exit_code": code})
+            except Failure as lost:  # stdout gone too: said, and the first failure's code stands
+                self.error(str(lost))
         return code
 
     @contextlib.contextmanager

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
-from ..bulk import FileResult, read_files, stream_files
+from ..bulk import FileResult, _sizeless_filesystems, read_files, stream_files
 from . import options, ranks
 from .jobs import run_job
 from .output import EXIT_FAILURE, Failure, Output, UsageError, shown
@@ -49,6 +49,8 @@ def file_size(path: str) -> Optional[int]:
     if stat.S_ISREG(st.st_mode):
         if not os.access(path, os.R_OK):
             raise Failure(f"cannot read '{path}': Permission denied")
+        if st.st_dev in _sizeless_filesystems():  # sysfs says 4096 (or 0) whatever a file holds
+            return None
         return st.st_size or None
     if not stat.S_ISBLK(st.st_mode):
         return None

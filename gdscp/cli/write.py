@@ -42,14 +42,20 @@ class Pattern(str, enum.Enum):
 
 def verify_pattern(path: str, size: int, kind: str, seed: int, shown_as: Optional[str] = None) -> None:
     """Raise ``Failure`` unless ``path`` holds exactly ``size`` bytes of the
-    pattern; messages name ``shown_as`` (the destination of a temporary file)."""
+    pattern (a block device: at least ``size`` bytes, the first of them the
+    pattern); messages name ``shown_as`` (the destination of a temporary file)."""
     fd = os.open(path, os.O_RDONLY)
     path = shown_as or path
     try:
         drop_cache(fd)
-        actual = os.fstat(fd).st_size
-        if actual != size:
-            raise Failure(f"verify failed: '{path}' has {actual} bytes, expected {size}")
+        if stat.S_ISBLK(os.fstat(fd).st_mode):  # its size is its length, which fstat does not give
+            actual = os.lseek(fd, 0, os.SEEK_END)
+            if actual < size:
+                raise Failure(f"verify failed: '{path}' has {actual} bytes, fewer than {size}")
+        else:
+            actual = os.fstat(fd).st_size
+            if actual != size:
+                raise Failure(f"verify failed: '{path}' has {actual} bytes, expected {size}")
         block = bytearray(min(_VERIFY_BLOCK, max(size, 1)))
         pos = 0
         while pos < size:

@@ -29,6 +29,7 @@ import time
 from typing import Any, Iterable, NamedTuple, Optional, Sequence, Union
 
 from . import _args, _buffers, _core, _gpus, _libs, defaults
+from ._interrupts import through_interrupts
 
 __all__ = [
     "BulkJob",
@@ -92,12 +93,7 @@ def stop_running_jobs() -> None:
     an exception from somewhere no job's own wait would see. The engine knows
     each job from before its workers start, so this finds one whose
     ``BulkJob`` an interrupt kept from ever being made or held."""
-    while True:
-        try:
-            _core.stop_running_jobs()
-            return
-        except BaseException:  # noqa: BLE001 - another interrupt: the files stop within a second, wait for them
-            continue
+    through_interrupts(_core.stop_running_jobs)  # the files stop within a second: wait for them
 
 
 class BulkJob:
@@ -141,12 +137,7 @@ class BulkJob:
         temporary files are gone, even through more interrupts meanwhile (a
         second Ctrl-C must not leave the job running behind the exception)."""
         self._job.cancel()
-        while True:
-            try:
-                self._job.wait(-1.0)
-                return
-            except BaseException:  # noqa: BLE001 - the files stop within a second: wait for them
-                continue
+        through_interrupts(lambda: self._job.wait(-1.0))  # the files stop within a second: wait for them
 
     def done(self) -> bool:
         return self._job.done()
@@ -294,15 +285,12 @@ def _pairs(pairs: Iterable[Any]) -> list[tuple[str, str]]:
 
 
 def _range(part: Any, src: str) -> tuple[int, Optional[int]]:
-    """A range given as ``(offset, length)``, checked (``_checked_range``)."""
+    """A range of ``src`` given as ``(offset, length)``, as ints (length None:
+    to the end): TypeError for another shape, ValueError if either is
+    negative, OverflowError past 2**63-1."""
     if isinstance(part, (str, bytes)) or len(part) != 2:
         raise TypeError(f"a range of '{src}' must be (offset, length), not {part!r}")
-    return _checked_range(part[0], part[1], src)
-
-
-def _checked_range(offset: Any, length: Any, src: str) -> tuple[int, Optional[int]]:
-    """``(offset, length)`` of ``src`` as ints (length None: to the end):
-    ValueError if either is negative, OverflowError past 2**63-1."""
+    offset, length = part
     start = _args.integer(offset, "range offset")
     count = None if length is None else _args.integer(length, "range length")
     if start < 0 or (count is not None and count < 0):

@@ -21,6 +21,7 @@ import threading
 from typing import Iterator
 
 from .. import _core
+from .._interrupts import through_interrupts
 from ..bulk import create_temporary
 
 __all__ = [
@@ -64,14 +65,7 @@ def signals_held() -> Iterator[None]:
         # Each handler back in place, even where a signal lands between two
         # of them and the one already restored raises: that one then counts
         # as caught.
-        interrupt: BaseException | None = None
-        for sig, handler in previous.items():
-            while True:
-                try:
-                    signal.signal(sig, handler)
-                    break
-                except BaseException as exc:  # noqa: BLE001 - a restored handler raised: restore the rest
-                    interrupt = interrupt or exc
+        interrupt = through_interrupts(lambda: [signal.signal(sig, handler) for sig, handler in previous.items()])
         if interrupt is not None:
             raise interrupt
         for sig in dict.fromkeys(caught):
@@ -145,18 +139,17 @@ def remove_pending() -> None:
     """Remove every temporary file still recorded (an interrupted or failed
     command), through a signal that lands as the handlers are held (raised
     once every one is gone)."""
-    interrupt: BaseException | None = None
-    while _pending:
-        try:
-            with signals_held():
-                for tmp in list(_pending):
-                    try:
-                        os.unlink(tmp)
-                    except OSError:
-                        pass
-                    _drop(tmp)
-        except BaseException as exc:  # noqa: BLE001 - a signal: the files go first
-            interrupt = interrupt or exc
+
+    def remove_all() -> None:
+        with signals_held():
+            for tmp in list(_pending):
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass
+                _drop(tmp)
+
+    interrupt = through_interrupts(remove_all)
     if interrupt is not None:
         raise interrupt
 
@@ -194,12 +187,4 @@ def keep_owner(tmp: str, path: str) -> None:
         st = os.stat(path)
     except OSError:
         return
-    if (st.st_uid, st.st_gid) == (os.geteuid(), os.getegid()):
-        return
-    try:
-        os.chown(tmp, st.st_uid, st.st_gid)
-    except PermissionError:
-        try:
-            os.chown(tmp, -1, st.st_gid)
-        except OSError:
-            pass
+    give_owner(tmp, st.st_uid, st.st_gid, 0)

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Iterator, Optional
 
 import typer
 
+from .._interrupts import through_interrupts
 from ..bulk import FileResult, clean_temporaries, copy_files, stop_running_jobs
 from . import options, ranks
 from .atomic import commit, discard, fsync_dir, give_owner, make_temp_link
@@ -250,12 +251,8 @@ class _Copier:
         (each takes a system call or two)."""
         interrupt: Optional[BaseException] = None
         for job in after:
-            while True:
-                try:
-                    self._step(job, _Record(job.src, job.dst))
-                    break
-                except BaseException as exc:  # noqa: BLE001 - raised again below
-                    interrupt = interrupt or exc
+            caught = through_interrupts(lambda job=job: self._step(job, _Record(job.src, job.dst)))
+            interrupt = interrupt or caught
         if interrupt is not None:
             raise interrupt
 
@@ -314,13 +311,17 @@ class _Copier:
             elif result.status == "cancelled":
                 record.status, record.error = "cancelled", "not copied: an earlier file failed (--fail-fast)"
 
+    def _foreign_link(self, path: str) -> bool:
+        """A symbolic link inside the destination: as cp, never followed (only
+        DST as the command line names it is)."""
+        return path != self.named_dst and os.path.islink(path)
+
     def _mkdir(self, job: _Job) -> None:
-        if os.path.isdir(job.dst) and (job.dst == self.named_dst or not os.path.islink(job.dst)):
+        if os.path.isdir(job.dst) and not self._foreign_link(job.dst):
             return  # merging into an existing directory, as cp does
         if os.path.lexists(job.dst):
-            # A file, or a symbolic link (to a directory too) inside the
-            # destination: as cp, not followed, or the tree would land
-            # wherever it points. Only DST as named is followed.
+            # A file, or a link (to a directory too): the tree would land
+            # wherever it points.
             raise Failure(f"cannot overwrite non-directory '{job.dst}' with directory '{job.src}'")
         # Counted as made before it is (an interrupt may land in between): the
         # modes at the end go to those that exist.
@@ -333,7 +334,7 @@ class _Copier:
             raise Failure(f"cannot create directory '{job.dst}': {exc.strerror}") from None
 
     def _dirmeta(self, job: _Job) -> None:
-        if job.dst in self.failed_dirs or (os.path.islink(job.dst) and job.dst != self.named_dst):
+        if job.dst in self.failed_dirs or self._foreign_link(job.dst):
             return  # not ours to change (see _mkdir)
         if self.preserve:
             mode = give_owner(job.dst, job.st.st_uid, job.st.st_gid, stat.S_IMODE(job.st.st_mode))

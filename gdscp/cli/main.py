@@ -161,11 +161,7 @@ def _finalize_mpi() -> None:
     # What is left is the interpreter's own exit, which at its end gives the
     # signals their default actions back: ignored from here, they can no
     # longer kill a rank whose command is over.
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        try:
-            signal.signal(sig, signal.SIG_IGN)
-        except ValueError:  # not the main thread
-            return
+    _on_signals(signal.SIG_IGN)
 
 
 def _leave(code: int) -> None:
@@ -208,11 +204,17 @@ def _signals_end_quietly() -> None:
                 pass
         os._exit(128 + signum)
 
+    _on_signals(leave)
+
+
+def _on_signals(handler: object) -> None:
+    """``handler`` for Ctrl-C, SIGTERM and SIGHUP, but for those ignored (as
+    under nohup); nothing off the main thread, whose signals are not ours."""
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         try:
             if signal.getsignal(sig) is not signal.SIG_IGN:
-                signal.signal(sig, leave)
-        except ValueError:  # not the main thread: the signals are not ours
+                signal.signal(sig, handler)
+        except ValueError:
             return
 
 

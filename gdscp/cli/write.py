@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 
 from .. import CuFile, _core, memory
+from .._interrupts import through_interrupts
 from ..bulk import clean_temporaries
 from ..page_cache import drop_file_page_cache as drop_cache
 from . import options, ranks
@@ -510,24 +511,22 @@ def _stop_all(pending: collections.deque) -> None:
     """Cancel the writes in flight and wait for each to end, through any
     interrupt meanwhile (raised once they have): the file must not close,
     nor the slots go, under a transfer."""
-    interrupt: BaseException | None = None
-    cancelled = 0
-    while cancelled < len(pending) or pending:
-        try:
-            while cancelled < len(pending):
-                pending[cancelled][0].cancel()
-                cancelled += 1
-            while pending:
-                try:
-                    pending[0][0].get()
-                except Exception:  # noqa: BLE001, S110 - the first error is the one reported
-                    pass
-                pending.popleft()
-                cancelled -= 1
-        except BaseException as exc:  # noqa: BLE001 - a signal: stop the writes first
-            interrupt = interrupt or exc
-    if interrupt is not None:
-        raise interrupt
+
+    def cancel_all() -> None:  # (cancelling twice is harmless)
+        for future, _pos, _n in pending:
+            future.cancel()
+
+    def wait_all() -> None:
+        while pending:
+            try:
+                pending[0][0].get()
+            except Exception:  # noqa: BLE001, S110 - the first error is the one reported
+                pass
+            pending.popleft()
+
+    cancelled, waited = through_interrupts(cancel_all), through_interrupts(wait_all)
+    if cancelled or waited:
+        raise cancelled or waited
 
 
 def _finish(progress: TransferProgress, item, path: str) -> None:

@@ -1,0 +1,23 @@
+"""Cleanup that an interrupt must not cut short: a step run again until it
+completes, with each Ctrl-C or SIGTERM that lands meanwhile caught (a second
+one must not leave a job running, a temporary file behind or a handler out
+of place). The caller raises the first one caught, or drops it where the
+exception it serves is already on its way."""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+__all__ = ["through_interrupts"]
+
+
+def through_interrupts(step: Callable[[], object]) -> Optional[BaseException]:
+    """Run ``step()`` until it returns; the first exception caught on the way
+    (None if none). ``step`` must be safe to run again after a partial run."""
+    first: Optional[BaseException] = None
+    while True:
+        try:
+            step()
+            return first
+        except BaseException as exc:  # noqa: BLE001 - the caller decides what becomes of it
+            first = first or exc

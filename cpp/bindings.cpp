@@ -144,30 +144,9 @@ nb::object transfer_inline(gdscp::Handle& h, bool write, nb::handle buf, nb::han
   return nb::int_(moved);
 }
 
-// What Python holds of a transfer in flight (a Future, a StreamFuture). Its
-// engine object waits for the transfer as it goes, since the Python side keeps
-// the buffer alive only as long as this object: dropped before the transfer
-// ends, it waits with the GIL released, so that the process's other threads
-// run meanwhile.
-template <class F>
-struct Held {
-  std::unique_ptr<F> f;
-  explicit Held(std::unique_ptr<F> p) : f(std::move(p)) {}
-  Held(Held&&) noexcept = default;
-  Held& operator=(Held&&) = delete;
-  ~Held() {
-    if (f && !finished()) {
-      const ReleaseGil unlocked;
-      f.reset();
-    }
-  }
-  bool finished() const {
-    if constexpr (std::is_same_v<F, gdscp::Future>) return f->done();
-    return false;  // a StreamFuture's stream is asked only by waiting on it
-  }
-};
-using HeldFuture = Held<gdscp::Future>;
-using HeldStreamFuture = Held<gdscp::StreamFuture>;
+using HeldFuture = gdscp::bindings::Held<gdscp::Future>;
+using HeldStreamFuture = gdscp::bindings::Held<gdscp::StreamFuture>;
+static_assert(HeldFuture::can_tell<gdscp::Future>::value, "a Future says when it is done");
 
 }  // namespace
 

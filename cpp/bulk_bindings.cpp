@@ -141,18 +141,8 @@ nb::object file_result(nb::handle cls, size_t index, nb::handle item, const Bulk
   return nb::steal(made);
 }
 
-// A job as Python holds it. Dropped before it ends, it waits for its workers
-// (they may still use the items' memory) with the GIL released, so that the
-// process's other threads run meanwhile.
-struct HeldJob {
-  std::unique_ptr<BulkJob> job;
-  ~HeldJob() {
-    if (job && !job->done()) {
-      const ReleaseGil unlocked;
-      job.reset();
-    }
-  }
-};
+using HeldJob = Held<BulkJob>;  // dropped while it runs: waits for its workers without the GIL
+static_assert(HeldJob::can_tell<BulkJob>::value, "a job says when it is done");
 
 }  // namespace
 
@@ -189,25 +179,25 @@ void define_bulk(nb::module_& m) {
               converted[i].replicas = ptrs;
             }
             const ReleaseGil unlocked;
-            new (self) HeldJob{std::make_unique<BulkJob>(std::move(converted), options, s)};
+            new (self) HeldJob(std::make_unique<BulkJob>(std::move(converted), options, s));
           },
           "items"_a, "options"_a, "settings"_a, "replicas"_a, "keep"_a.none(),
           // `keep` (the memory the items name) is released only after the job's
           // destructor has waited for the workers: a job dropped while it runs
           // must not leave them moving bytes into or out of freed buffers.
           nb::keep_alive<1, 6>())
-      .def("wait", [](const HeldJob& h, double timeout) { return h.job->wait_for(timeout); }, "timeout"_a, release())
-      .def("done", [](const HeldJob& h) { return h.job->done(); })
-      .def("cancel", [](HeldJob& h) { h.job->cancel(); })
+      .def("wait", [](const HeldJob& h, double timeout) { return h.f->wait_for(timeout); }, "timeout"_a, release())
+      .def("done", [](const HeldJob& h) { return h.f->done(); })
+      .def("cancel", [](HeldJob& h) { h.f->cancel(); })
       .def("progress",
            [](const HeldJob& h) {
-             const BulkProgress p = h.job->progress();
+             const BulkProgress p = h.f->progress();
              return nb::make_tuple(p.bytes_done, p.bytes_total, p.files_done, p.files_failed, p.files_total,
                                    p.finished);
            })
       .def("file_results",
            [](const HeldJob& h, nb::handle cls, const nb::list& items, nb::handle statuses) {
-             const std::vector<BulkResult> rs = h.job->results();
+             const std::vector<BulkResult> rs = h.f->results();
              if (rs.size() != items.size()) throw nb::value_error("one item per result");
              nb::list out;
              for (size_t i = 0; i < rs.size(); ++i) out.append(file_result(cls, i, items[i], rs[i], statuses));
@@ -217,11 +207,11 @@ void define_bulk(nb::module_& m) {
       .def("file_failures",
            [](const HeldJob& h, nb::handle cls, const nb::list& items, nb::handle statuses) {
              nb::list out;
-             for (const auto& [i, r] : h.job->failures()) out.append(file_result(cls, i, items[i], r, statuses));
+             for (const auto& [i, r] : h.f->failures()) out.append(file_result(cls, i, items[i], r, statuses));
              return out;
            },
            "cls"_a, "items"_a, "statuses"_a)
-      .def("group_bytes", [](const HeldJob& h) { return h.job->group_bytes(); });
+      .def("group_bytes", [](const HeldJob& h) { return h.f->group_bytes(); });
 
   m.def("stop_running_jobs", &stop_running_jobs, release());
   m.def("plain_buffer_items", &plain_buffer_items, "kind"_a, "paths"_a, "buffers"_a);

@@ -5,6 +5,9 @@
 #include <nanobind/nanobind.h>
 
 #include <exception>
+#include <memory>
+#include <type_traits>
+#include <utility>
 
 namespace gdscp::bindings {
 
@@ -43,5 +46,32 @@ void exit_safe(F&& call) {
     park_forever();  // the forced unwind, which has no object of any type
   }
 }
+
+// What Python holds of work in flight (a Future, a StreamFuture, a BulkJob).
+// Its engine object waits for the work as it goes, since the Python side
+// keeps the buffers alive only as long as this object: dropped before the
+// work ends, it waits with the GIL released, so that the process's other
+// threads run meanwhile.
+template <class F>
+struct Held {
+  std::unique_ptr<F> f;
+  explicit Held(std::unique_ptr<F> p) : f(std::move(p)) {}
+  Held(Held&&) noexcept = default;
+  Held& operator=(Held&&) = delete;
+  ~Held() {
+    if (f && !finished()) {
+      const ReleaseGil unlocked;
+      f.reset();
+    }
+  }
+  template <class G, class = void>
+  struct can_tell : std::false_type {};
+  template <class G>
+  struct can_tell<G, std::void_t<decltype(std::declval<G&>().done())>> : std::true_type {};
+  bool finished() const {
+    if constexpr (can_tell<F>::value) return f->done();
+    return false;  // a StreamFuture's stream is asked only by waiting on it
+  }
+};
 
 }  // namespace gdscp::bindings

@@ -56,15 +56,13 @@ int64_t size_of(int fd, const std::string& path) {
   return st.st_size;
 }
 
-void copy_piece(const Mapping& m, char* dst, const char* src, size_t n, int64_t file_offset) {
-  if (!detail::copy_from_mapping(dst, src, n))
-    throw_state("reading '" + m.path + "' through its mapping at offset " + std::to_string(file_offset) +
-                " failed: the file no longer holds those bytes (it shrank after it was mapped)");
-}
-
 [[noreturn]] void shrank(const Mapping& m, int64_t file_size) {
   throw_state("reading '" + m.path + "' through its mapping failed: the file no longer holds those bytes (it "
               "shrank to " + std::to_string(file_size) + " bytes after it was mapped)");
+}
+
+void copy_piece(const Mapping& m, char* dst, const char* src, size_t n) {
+  if (!detail::copy_from_mapping(dst, src, n)) shrank(m, size_of(m.fd, m.path));  // a page past the new end
 }
 
 // After a copy out of the mapping: the file still holds [0, end). A shrink
@@ -83,7 +81,7 @@ size_t copy_chunks(const Mapping& m, const MemoryTarget& mem, char* base, ChunkQ
   int64_t end = 0;
   if (mem.device) {
     const size_t total = detail::staged_upload(mem, base, work, s, req, [&m, &end](char* dst, size_t n, int64_t at) {
-      copy_piece(m, dst, m.at(at), n, at);
+      copy_piece(m, dst, m.at(at), n);
       end = std::max(end, at + static_cast<int64_t>(n));
       return n;
     });
@@ -93,7 +91,7 @@ size_t copy_chunks(const Mapping& m, const MemoryTarget& mem, char* base, ChunkQ
   size_t total = 0;
   Chunk c;
   while (work.next(c)) {
-    copy_piece(m, base + c.buf_offset, m.at(c.file_offset), c.size, c.file_offset);
+    copy_piece(m, base + c.buf_offset, m.at(c.file_offset), c.size);
     end = std::max(end, c.file_offset + static_cast<int64_t>(c.size));
     total += c.size;
     if (req) req->add_progress(c.size);

@@ -153,6 +153,7 @@ static_assert(HeldFuture::can_tell<gdscp::Future>::value, "a Future says when it
 NB_MODULE(_core, m) {
   m.doc() = "gdscp's C++ engine (private: use the gdscp package)";
   nb::register_exception_translator(translate);
+  nb::module_::import_("atexit").attr("register")(nb::cpp_function([] { gdscp::bindings::note_interpreter_exit(); }));
 
   nb::enum_<gdscp::CompatMode>(m, "CompatMode")
       .value("off", gdscp::CompatMode::off)

@@ -604,6 +604,42 @@ def test_directory_is_rejected(tmp_path, flags):
     assert str(tmp_path) in str(info.value)
 
 
+@pytest.mark.parametrize("flags", ["r", "r+", "w", "a"])
+def test_a_fifo_is_refused_at_once(tmp_path, flags):
+    """A FIFO has no offsets: refused as it is opened, without waiting for its
+    other end (a wait that Ctrl-C could not end), and without a reader or a
+    writer ever seeing an open."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(OSError) as info:
+        gdscp.CuFile(str(fifo), flags)
+    assert info.value.errno == errno.ESPIPE
+    assert "FIFO" in str(info.value) and str(fifo) in str(info.value)
+
+
+def test_a_socket_is_refused(tmp_path):
+    import socket
+
+    path = str(tmp_path / "sock")
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind(path)
+        with pytest.raises(OSError) as info:
+            gdscp.CuFile(path, "r")
+    # Linux refuses to open a socket (ENXIO) before gdscp sees it.
+    assert info.value.errno in (errno.ESPIPE, errno.ENXIO)
+    assert path in str(info.value)
+
+
+def test_a_character_device_reads_as_open_would(tmp_path):
+    """Opened without blocking to see what it is, a device is then read with
+    blocking reads, as Python's open() reads it."""
+    buf = bytearray(b"\xff" * 10000)
+    with gdscp.CuFile("/dev/zero", "r") as f:
+        assert os.get_blocking(f.fileno())
+        assert f.read(buf) == len(buf)
+    assert buf == bytes(len(buf))
+
+
 @pytest.mark.parametrize("flags", ["", "q", "rw", "r++", "wa", "+", "R", "ax", "rw+"])
 def test_unknown_flags(tmp_file, flags):
     path, data = tmp_file(10)

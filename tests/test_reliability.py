@@ -672,6 +672,38 @@ def test_interpreter_exit_while_daemon_threads_transfer(tmp_path):
         assert proc.stderr == "", f"run {run} of {runs}: unexpected output on stderr:\n{proc.stderr}"
 
 
+BLOCKED_AT_EXIT_SCRIPT = r"""
+import os, sys, threading, time
+import gdscp
+
+fifo = sys.argv[1]
+waiting = threading.Event()
+
+def wait_for_a_writer_that_never_comes():
+    job = gdscp.read_files([fifo], [bytearray(10)])
+    waiting.set()
+    job.wait()
+
+threading.Thread(target=wait_for_a_writer_that_never_comes, daemon=True).start()
+assert waiting.wait(30)
+time.sleep(0.2)  # inside wait(), the GIL released
+print("exiting", flush=True)
+"""
+
+
+def test_interpreter_exit_with_a_daemon_thread_blocked_in_the_engine(tmp_path):
+    """A daemon thread still inside an engine call when the interpreter ends
+    never comes back for what its frames hold: nanobind reported those
+    objects as leaks of the bindings. Nothing on stderr, status 0."""
+    fifo = str(tmp_path / "fifo")
+    os.mkfifo(fifo)
+    for run in range(3):
+        proc = subprocess.run([sys.executable, "-c", BLOCKED_AT_EXIT_SCRIPT, fifo], cwd=str(tmp_path),
+                              capture_output=True, text=True, timeout=CHILD_TIMEOUT)
+        assert "exiting" in proc.stdout, proc.stderr
+        assert (proc.returncode, proc.stderr) == (0, ""), f"run {run}"
+
+
 # -- gdscp copy under signals and a full disk ---------------------------------------
 
 COPY_SIZE = 200 * MiB

@@ -50,14 +50,27 @@ OpenMode parse_open_mode(std::string_view mode) {
 }
 
 File::File(std::string path, std::string_view mode) : path_(std::move(path)), mode_(parse_open_mode(mode)) {
-  do {
-    // A new file gets 0644 less the umask, as with KvikIO's FileHandle (not
-    // open()'s 0666: a umask of 0 or 002 would leave it writable by others).
-    fd_ = ::open(path_.c_str(), mode_.flags, 0644);
-  } while (fd_ < 0 && errno == EINTR);
-  if (fd_ < 0) throw_os_error(errno, "cannot open", path_);
-
+  // Without blocking: a FIFO would wait here for its other end, in a call no
+  // Ctrl-C can end. (O_NONBLOCK also refuses a file under a lease another
+  // process holds: that open is made again, blocking, as open() would.)
+  auto open_once = [this](int extra) {
+    int fd;
+    do {
+      // A new file gets 0644 less the umask, as with KvikIO's FileHandle (not
+      // open()'s 0666: a umask of 0 or 002 would leave it writable by others).
+      fd = ::open(path_.c_str(), mode_.flags | extra, 0644);
+    } while (fd < 0 && errno == EINTR);
+    return fd;
+  };
+  fd_ = open_once(O_NONBLOCK);
+  if (fd_ < 0 && errno == EWOULDBLOCK) fd_ = open_once(0);
   struct stat st{};
+  if (fd_ < 0) {
+    const int err = errno;
+    // A FIFO opened to write, with no reader, fails with ENXIO at once.
+    if (err == ENXIO && ::stat(path_.c_str(), &st) == 0 && S_ISFIFO(st.st_mode)) refuse_unseekable(st);
+    throw_os_error(err, "cannot open", path_);
+  }
   if (::fstat(fd_, &st) != 0) {
     int err = errno;
     ::close(fd_);
@@ -67,6 +80,13 @@ File::File(std::string path, std::string_view mode) : path_(std::move(path)), mo
     ::close(fd_);
     throw_os_error(EISDIR, "cannot open", path_);
   }
+  if (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode)) {
+    ::close(fd_);
+    refuse_unseekable(st);
+  }
+  // Blocking from here on (a character device's reads wait for data).
+  const int status = ::fcntl(fd_, F_GETFL);
+  if (status >= 0) ::fcntl(fd_, F_SETFL, status & ~O_NONBLOCK);
   // The other descriptors must not create or truncate again, and write at
   // the offsets they are given. Opened by the path again, they must be of
   // the same file: one renamed over the path (or a link redirected) between
@@ -97,6 +117,13 @@ File::File(std::string path, std::string_view mode) : path_(std::move(path)), mo
       throw_os_error(err, "cannot open", path_);
     }
   }
+}
+
+void File::refuse_unseekable(const struct stat& st) const {
+  throw_os_error(ESPIPE,
+                 S_ISFIFO(st.st_mode) ? "cannot open a FIFO (a CuFile reads and writes at offsets, which it has not)"
+                                      : "cannot open a socket (a CuFile reads and writes at offsets, which it has not)",
+                 path_);
 }
 
 File::~File() {

@@ -4,6 +4,8 @@
 // writes), and the reservation of appended ranges. No I/O policy lives here.
 #pragma once
 
+#include <sys/stat.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
@@ -68,6 +70,9 @@ class File {
   void require_writable() const;
 
  private:
+  // A FIFO or socket has no offsets: refused (ESPIPE) as it is opened.
+  [[noreturn]] void refuse_unseekable(const struct stat& st) const;
+
   std::string path_;
   OpenMode mode_;
   int fd_ = -1;

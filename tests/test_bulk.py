@@ -126,6 +126,26 @@ def test_stream_files_reads_ranges_and_verifies(tmp_path, small_chunks):
     assert r.status == "failed" and "verify failed" in r.error
 
 
+@pytest.mark.parametrize("threads", [1, 4])
+def test_a_read_cut_short_in_the_middle_reports_only_the_bytes_before_the_cut(tmp_path, threads):
+    """One chunk comes up short (the file shrank as it was read) while later
+    chunks move all their bytes: the read reports the bytes up to the cut, as
+    CuFile.pread does, never a count that runs over the gap."""
+    (path, data), = files_of(tmp_path, [2 * MiB + 5])
+    settings = {"task_size": 64 * KiB, "min_task_size": 4096, "num_threads": threads, "mapped_reads": False}
+    with gdscp.defaults.set(settings):
+        buf = np.zeros(len(data), dtype=np.uint8)
+        _core.testing.arm_fault("pread", 5, 1, 0)  # the sixth pread finds the end of the file
+        try:
+            job = gdscp.read_files([path], [buf])
+            job.wait()
+        finally:
+            _core.testing.disarm_fault()
+    (r,) = job.results()
+    assert r.status == "done" and 0 < r.bytes < len(data)
+    assert buf[: r.bytes].tobytes() == data[: r.bytes]
+
+
 def test_read_of_files_without_a_size(tmp_path):
     proc = "/proc/self/status"
     if not os.path.exists(proc) or os.stat(proc).st_size != 0:

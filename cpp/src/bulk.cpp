@@ -209,7 +209,7 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
       r.error_kind = kind;
       r.error_code = code;
       if (t) {
-        r.bytes = t->bytes.load();
+        r.bytes = t->reported_bytes();
         r.seconds = t->seconds;
       }
       failed_order.push_back(i);
@@ -265,7 +265,7 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
       std::lock_guard<std::mutex> lock(results_mutex);
       BulkResult& r = results[t.index];
       r.status = status;
-      r.bytes = t.bytes.load();
+      r.bytes = t.reported_bytes();
       r.seconds = t.seconds;
       r.note = note;
       if (const uint64_t k = t.kernel_bytes.load(); k > 0) {
@@ -578,6 +578,7 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
     if (e) {
       t->fail(e);
     } else {
+      t->landed_short(t->chunks[i], got);
       count_moved(*t, w, bytes_done, got);
     }
     if (t->left.fetch_sub(1) == 1) finish(t);

@@ -529,6 +529,21 @@ void Transfer::fail(std::exception_ptr e) {
   has_error.store(true, std::memory_order_release);
 }
 
+void Transfer::landed_short(const Chunk& c, size_t got) noexcept {
+  if (got >= c.size) return;
+  const int64_t at = c.file_offset + static_cast<int64_t>(got);
+  int64_t seen = ends_at.load(std::memory_order_relaxed);
+  while (at < seen && !ends_at.compare_exchange_weak(seen, at, std::memory_order_relaxed)) {
+  }
+}
+
+uint64_t Transfer::reported_bytes() const noexcept {
+  const uint64_t moved = bytes.load();
+  const int64_t end = ends_at.load();
+  if (end == INT64_MAX) return moved;
+  return std::min<uint64_t>(moved, static_cast<uint64_t>(std::max<int64_t>(end - offset, 0)));
+}
+
 void Transfer::share_chunks(size_t groups, size_t owner) {
   if (groups <= 1 || chunks.size() <= 1) return;
   group_begin.assign(groups + 1, chunks.size());
@@ -759,6 +774,7 @@ void move_chunk(const TransferContext& cx, Transfer& t, size_t index, BulkWorker
       verify_landed(t, mem, base, c.file_offset, n);
     }
   }
+  t.landed_short(c, n);
   count_moved(t, w, moved, n);
 }
 

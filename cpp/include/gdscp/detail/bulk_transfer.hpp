@@ -109,6 +109,10 @@ struct Transfer {
   std::unique_ptr<std::atomic<size_t>[]> group_next;
   std::atomic<size_t> left{0};
   std::atomic<uint64_t> bytes{0};
+  // Where a read's source was found to end: a chunk came up short (the file
+  // shrank while it was read). The read reports only the bytes before it,
+  // whatever chunks after it moved.
+  std::atomic<int64_t> ends_at{INT64_MAX};
 
   // A read with replicas: the other GPUs' buffers (the item's own is
   // `mem` at item->buf), and whether every pair of them has peer access.
@@ -127,6 +131,10 @@ struct Transfer {
   double seconds = 0;
 
   void fail(std::exception_ptr e);
+  // Chunk `c` moved only `got` of its bytes: the source ends there.
+  void landed_short(const Chunk& c, size_t got) noexcept;
+  // What the transfer reports: its bytes, up to where the source was found to end.
+  uint64_t reported_bytes() const noexcept;
   // Once its data is written: closes the source and the File objects (and
   // their backends), keeping only the destination's descriptor (dst_fd).
   void release_endpoints() noexcept;

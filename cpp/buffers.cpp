@@ -116,9 +116,23 @@ nb::tuple dlpack_info(nb::handle capsule) {
   const std::vector<int64_t> strides = t->strides ? std::vector<int64_t>(t->strides, t->strides + t->ndim)
                                                   : std::vector<int64_t>();
   int64_t count = 1;
-  for (int64_t extent : shape) count *= extent;
+  int64_t nbytes = 0;
+  bool too_large = false;
+  bool empty = false;
+  for (int64_t extent : shape) {
+    if (extent < 0) throw nb::value_error("a DLPack tensor with a negative extent");
+    empty = empty || extent == 0;
+    too_large = __builtin_mul_overflow(count, extent, &count) || too_large;
+  }
+  too_large = __builtin_mul_overflow(count, itemsize, &nbytes) || too_large;
+  if (empty) {
+    nbytes = 0;
+  } else if (too_large) {
+    PyErr_SetString(PyExc_OverflowError, "the DLPack tensor describes more than 2**63-1 bytes");
+    throw nb::python_error();
+  }
   const auto addr = reinterpret_cast<uintptr_t>(t->data) + t->byte_offset;
-  return nb::make_tuple(addr, count * itemsize, t->device.device_type, t->device.device_id,
+  return nb::make_tuple(addr, nbytes, t->device.device_type, t->device.device_id,
                         dense(shape, strides, 1));  // DLPack strides count elements
 }
 
@@ -221,19 +235,32 @@ bool read_layout(PyObject* cai, CudaArrayLayout& out) {
   Py_ssize_t tlen = 0;
   const char* t = PyUnicode_AsUTF8AndSize(typestr, &tlen);
   if (!t || tlen < 3) return false;
+  // "<f8", "|u1", "<M8[ns]" (a unit after a date or time's size), "<U4"
+  // (characters of 4 bytes each).
   char* end = nullptr;
-  const long itemsize = std::strtol(t + 2, &end, 10);
-  if (end != t + tlen || itemsize <= 0) return false;
+  long itemsize = std::strtol(t + 2, &end, 10);
+  if (end < t + tlen && *end == '[' && t[tlen - 1] == ']' && (t[1] == 'M' || t[1] == 'm')) end = const_cast<char*>(t) + tlen;
+  if (end != t + tlen || itemsize <= 0 || end == t + 2) return false;
+  if (t[1] == 'U') itemsize *= 4;
   const int readonly = PyObject_IsTrue(PySequence_Fast_GET_ITEM(data.ptr(), 1));
   const unsigned long long ptr = PyLong_AsUnsignedLongLong(PySequence_Fast_GET_ITEM(data.ptr(), 0));
   if (readonly < 0 || PyErr_Occurred()) return false;
   std::vector<int64_t> extents(static_cast<size_t>(ndim)), steps;
   int64_t count = 1;
+  bool too_large = false;
+  bool empty = false;
   for (Py_ssize_t i = 0; i < ndim; ++i) {
     const long long extent = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(shape.ptr(), i));
     if (extent < 0 || PyErr_Occurred()) return false;
     extents[static_cast<size_t>(i)] = extent;
-    count *= extent;
+    empty = empty || extent == 0;
+    too_large = __builtin_mul_overflow(count, extent, &count) || too_large;
+  }
+  int64_t nbytes = 0;
+  too_large = __builtin_mul_overflow(count, static_cast<int64_t>(itemsize), &nbytes) || too_large;
+  if (empty) {  // an empty array, whatever its other extents
+    too_large = false;
+    nbytes = 0;
   }
   if (strided) {
     steps.resize(static_cast<size_t>(ndim));
@@ -242,8 +269,8 @@ bool read_layout(PyObject* cai, CudaArrayLayout& out) {
       if (PyErr_Occurred()) return false;
     }
   }
-  out = {static_cast<uintptr_t>(ptr), count * itemsize, readonly != 0, dense(extents, steps, itemsize),
-         PyDict_GetItemString(cai, "stream")};
+  out = {static_cast<uintptr_t>(ptr), too_large ? 0 : nbytes, readonly != 0, dense(extents, steps, itemsize),
+         PyDict_GetItemString(cai, "stream"), too_large};
   return true;
 }
 
@@ -263,6 +290,10 @@ nb::tuple cuda_array_layout(nb::handle cai) {
   CudaArrayLayout l;
   if (!read_cuda_array_interface(cai.ptr(), l))
     throw nb::type_error("__cuda_array_interface__ is not a dict with data (address, read-only), shape and typestr");
+  if (l.too_large) {
+    PyErr_SetString(PyExc_OverflowError, "__cuda_array_interface__ describes an array of more than 2**63-1 bytes");
+    throw nb::python_error();
+  }
   return nb::make_tuple(l.ptr, l.nbytes, l.readonly, l.contiguous, nb::borrow(l.stream ? l.stream : Py_None));
 }
 

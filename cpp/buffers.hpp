@@ -35,6 +35,7 @@ struct CudaArrayLayout {
   bool readonly = false;
   bool contiguous = true;
   PyObject* stream = nullptr;
+  bool too_large = false;  // its bytes overflow int64_t (nbytes is then 0)
 };
 
 // Reads `cai`; false, with no Python error set, where it is not such a dict.

@@ -4,12 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import _args
+
 __all__ = ["stream_handle"]
+
+
+def _checked(value: Any) -> int:
+    # A handle is a pointer: 0 to 2**64-1 (an OverflowError outside it, a
+    # TypeError for a float), as KvikIO's uintptr_t argument takes it.
+    return _args.size(value, "stream")
 
 
 def _as_int(value: Any) -> int:
     value = getattr(value, "value", value)  # ctypes.c_void_p (Numba)
-    return int(value or 0)
+    return _checked(value or 0)
 
 
 def stream_handle(stream: Any) -> int:
@@ -19,14 +27,16 @@ def stream_handle(stream: Any) -> int:
     if stream is None:
         return 0
     if isinstance(stream, int):
-        return stream
+        return _checked(stream)
     proto = getattr(stream, "__cuda_stream__", None)
     if proto is not None:
         return _as_int(proto()[1])
     for attr in ("ptr", "cuda_stream", "handle"):
         if hasattr(stream, attr):
             return _as_int(getattr(stream, attr))
+    if isinstance(stream, float):
+        raise TypeError("stream must be an integer or a CUDA stream object, not float")
     try:
-        return int(stream)  # cuda.bindings CUstream
+        return _checked(int(stream))  # cuda.bindings CUstream
     except (TypeError, ValueError):
         raise TypeError(f"not a CUDA stream: {type(stream).__name__}") from None

@@ -312,9 +312,34 @@ def test_cuda_array_interface_read_once_for_both_paths():
     assert layout({"data": (8, False), "shape": (2, 3), "typestr": "<f4", "strides": (16, 4)})[3] is False
     assert layout({"data": (8, False), "shape": (2, 1, 3), "typestr": "<f4", "strides": (4, 99, 8)})[3] is True
     assert layout({"data": (8, False), "shape": (0, 3), "typestr": "<f4", "strides": (4, 8)}) == (8, 0, False, True, None)
-    for bad in ({}, {"data": (1,), "shape": (1,), "typestr": "|u1"}, {"data": (1, False), "shape": (1,), "typestr": "u"}, 5):
+    for bad in ({}, {"data": (1,), "shape": (1,), "typestr": "|u1"}, {"data": (1, False), "shape": (1,), "typestr": "u"},
+                {"data": (1, False), "shape": (1,), "typestr": "<M8[ns"}, {"data": (1, False), "shape": (1,), "typestr": "<f[8]"}, 5):
         with pytest.raises(TypeError, match="__cuda_array_interface__"):
             layout(bad)
+
+
+@pytest.mark.parametrize(("typestr", "itemsize"), [("<M8[ns]", 8), ("<m8[s]", 8), ("<M8", 8), ("<U4", 16), ("|V12", 12),
+                                                   ("<c16", 16), ("|b1", 1)])
+def test_cuda_array_interface_item_sizes_are_numpys(typestr, itemsize):
+    """The bytes of a __cuda_array_interface__ array are its elements times
+    numpy's itemsize for the typestr: a date or time's unit after its size
+    (cuDF's datetime columns), four bytes to a character of a unicode string."""
+    from gdscp import _core
+
+    assert np.dtype(typestr).itemsize == itemsize
+    assert _core.cuda_array_layout({"data": (8, False), "shape": (4,), "typestr": typestr})[1] == 4 * itemsize
+
+
+@pytest.mark.parametrize("shape", [(2**61,), (2**61 + 1,), (2**32, 2**32), (2**62, 3)])
+def test_cuda_array_interface_too_large_to_count_is_an_overflow_error(shape):
+    """An array whose bytes do not fit in 63 bits is refused, where the count
+    wrapped round (to 0 bytes, or a few) and the transfer moved that."""
+    from gdscp import _core
+
+    with pytest.raises(OverflowError, match="2\\*\\*63-1"):
+        _core.cuda_array_layout({"data": (8, False), "shape": shape, "typestr": "<f8"})
+    # An empty array is empty whatever its other extents.
+    assert _core.cuda_array_layout({"data": (8, False), "shape": (0,) + shape, "typestr": "<f8"})[1] == 0
 
 
 class _NullDeviceArray:

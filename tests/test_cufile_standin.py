@@ -979,7 +979,22 @@ def scenario_raw_sync(folder):
         assert f.raw_read(buf, file_offset=len(data) - 10) == 10 and buf.bytes()[:10] == data[-10:]
         assert f.raw_read(buf, file_offset=len(data)) == 0
         assert f.raw_read(buf, 0) == 0
+        # An empty GPU array has no address (CuPy's data pointer is 0): 0 bytes,
+        # as read() gives, where its address had been refused as not CUDA's.
+        empty = EmptyDeviceArray()
+        stream = standin.cuda.stream()
+        assert f.raw_read(empty) == 0 and f.raw_write(empty) == 0
+        assert f.raw_read_async(empty, stream).check_bytes_done() == 0
+        assert f.raw_write_async(empty, stream).check_bytes_done() == 0
+        # A stream handle is a pointer: a negative or too large one, or a float, is refused.
+        for bad, error in ((-1, OverflowError), (2**64, OverflowError), (1.5, TypeError)):
+            with pytest.raises(error, match="stream"):
+                f.raw_read_async(buf, bad, 10)
     assert file_bytes(path) == data
+
+
+class EmptyDeviceArray:
+    __cuda_array_interface__ = {"shape": (0,), "typestr": "|u1", "data": (0, False), "version": 3}
 
 
 def scenario_raw_async_cufile(folder):

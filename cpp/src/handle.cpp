@@ -110,7 +110,11 @@ int Handle::fileno() const {
 }
 int Handle::open_flags() const { return state()->file->open_flags(); }
 std::string Handle::path() const { return path_; }
-bool Handle::direct_io_supported() const { return state()->file->direct_fd() >= 0; }
+bool Handle::direct_io_supported() const {
+  // False once closed, as KvikIO's (no descriptor, no O_DIRECT): not I/O, so no ClosedFileError.
+  std::lock_guard<std::mutex> lock(mutex_);
+  return open_ && open_->file->direct_fd() >= 0;
+}
 
 std::unique_ptr<Future> Handle::submit(bool write, uintptr_t buf, bool device, size_t size, int64_t offset,
                                        const Settings& s) {
@@ -181,6 +185,7 @@ size_t Handle::write_now(uintptr_t buf, bool device, size_t size, int64_t file_o
 size_t Handle::raw(bool write, uintptr_t base, size_t size, int64_t file_offset, int64_t dev_offset,
                    const Settings& s) {
   std::shared_ptr<const OpenFile> st = open_for(write);
+  if (size == 0 && base == 0) return 0;  // an empty GPU array (CuPy's has no address): nothing to resolve
   const MemoryTarget mem = raw_target(base);
   if (size == 0) return 0;
   if (write && st->file->mode().append) file_offset = st->file->reserve_append(size);
@@ -198,6 +203,8 @@ size_t Handle::raw_write(uintptr_t base, size_t size, int64_t file_offset, int64
 std::unique_ptr<StreamFuture> Handle::raw_async(bool write, uintptr_t base, size_t size, int64_t file_offset,
                                                 int64_t dev_offset, uintptr_t stream, const Settings& s) {
   std::shared_ptr<const OpenFile> st = open_for(write);
+  // An empty GPU array (CuPy's has no address): nothing moves, nothing to order.
+  if (size == 0 && base == 0) return std::make_unique<StreamFuture>(st, nullptr, nullptr, nullptr, 0, nullptr);
   const MemoryTarget mem = raw_target(base);
   if (write && st->file->mode().append && size > 0) file_offset = st->file->reserve_append(size);
   const auto cu_stream = reinterpret_cast<CUstream>(stream);

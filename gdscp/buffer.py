@@ -51,8 +51,8 @@ def prepare(device: int = 0, workers: Optional[int] = None) -> None:
     up: each gets its workers' staging, also where GPUs on one NUMA node
     draw on one pool. The buffers stay idle in the pool until a transfer
     takes them, or :func:`bounce_buffer_free` frees them (and what was
-    prepared is forgotten). Raises ``DeviceError`` for a GPU that cannot be
-    used."""
+    prepared is forgotten). Raises ``gdscp.memory.DeviceError`` (a
+    ``ValueError``) for a GPU that cannot be used."""
     from . import defaults  # noqa: PLC0415
 
     _gpus.check_device(device)

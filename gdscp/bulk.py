@@ -470,8 +470,9 @@ def replicate(path: PathLike, devices: Any = "all", *, verify: bool = False) -> 
     """The file at ``path`` in every GPU of ``devices`` (ordinals or "all"),
     read from storage once and copied GPU to GPU (over NVLink where there is
     one; through host memory where the GPUs cannot reach each other): one array
-    per GPU, in ``devices`` order. Raises ``OSError`` or ``gdscp.Error`` naming
-    the file if it fails."""
+    per GPU, in ``devices`` order. Raises ``OSError`` (or ``RuntimeError``)
+    naming the file if it fails, and ``gdscp.memory.DeviceError`` (a
+    ``ValueError``) for a GPU that cannot be used."""
     job = read_files([path], devices=devices, replicate=True, verify=verify)
     result = job.results()[0]
     if result.status != "done":

@@ -15,9 +15,11 @@ error; AUTO: cuFile where GPUDirect Storage really works), ``num_threads``
 takes), ``gds_threshold`` (requests below it run on the calling thread),
 ``bounce_buffer_size`` (pinned staging buffer size), and
 ``auto_direct_io_read`` / ``auto_direct_io_write``, two views of
-``direct_io``. gdscp's own: ``direct_io`` ("auto": O_DIRECT for writes of
-4 MiB and more, reads through the page cache; "on": O_DIRECT for the aligned
-middle of every read and write of 1 MiB and more; "off": never),
+``direct_io``. gdscp's own: ``direct_io`` ("auto": writes through O_DIRECT in
+pieces of 4 MiB and more, reads through the page cache; "on": O_DIRECT for
+the aligned middle of every piece of 1 MiB and more, read or written; "off":
+never; a piece is one worker's share of a request, so a request split into
+smaller pieces stays buffered),
 ``min_task_size`` (medium requests are split down to this size so every
 worker gets a share), ``pipeline_depth`` (staging buffers in flight per
 worker) and ``mapped_reads`` (True: reads into host memory of data already in

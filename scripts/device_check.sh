@@ -1,11 +1,10 @@
 #!/usr/bin/env bash
-# What a GPU machine runs, in calls of at most 10 minutes each: build gdscp,
-# then the named steps. Logs and JSON go to $OUT (default ./device-out).
+# Checks gdscp on a GPU machine: builds it, then runs the named steps. Logs
+# and JSON go to $OUT (default ./device-out).
 #
 #   bash scripts/device_check.sh [tests] [bench] [many] [probes] [sweep] [multi] [mpi]    (default: tests)
 #
-# tests and bench each take most of ten minutes on an H200 machine with 16 vCPUs:
-# run them in separate calls (many fits beside tests).
+# tests and bench each take six to nine minutes on an H200 machine with 16 vCPUs.
 #
 #   tests  the whole test suite with GDSCP_REQUIRE_GPU=1 (a missing GPU fails)
 #   bench  the figures in docs/performance.md: gdscp benchmark --json, 6 runs,
@@ -44,8 +43,9 @@ done
 export PYTHONUNBUFFERED=1
 export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda-13.0}
 
-# Every step's timeout is cut to what is left of BUDGET seconds, so that a slow
-# step cannot push the call past its limit; what finished is already in $OUT.
+# Each step has a timeout; BUDGET caps the seconds of all of them together
+# (every step's timeout is cut to what is left), so that a slow step cannot
+# hold up the rest for long. What finished is already in $OUT.
 BUDGET=${BUDGET:-580}
 start=$(date +%s)
 limit() {

@@ -1365,7 +1365,7 @@ def test_gpu_unknown_device_is_a_usage_error(capsys, tmp_path):
 
 
 
-# -- names, links and option values met by an adversarial review -------------------------
+# -- long names, links and unusual option values ------------------------------------------
 
 def test_names_up_to_the_longest_a_directory_takes(capsys, tmp_path):
     """A file name of 255 bytes (the most ext4, XFS and tmpfs take) is copied

@@ -126,6 +126,16 @@ def test_stream_files_reads_ranges_and_verifies(tmp_path, small_chunks):
     assert r.status == "failed" and "verify failed" in r.error
 
 
+def test_a_read_into_host_memory_says_why_it_took_the_posix_path(tmp_path, small_chunks):
+    """Host memory always takes the POSIX path, whatever compat_mode says: the
+    result says that, not the compat_mode it was never chosen by."""
+    (path, data), = files_of(tmp_path, [MiB + 1])
+    buf = np.zeros(len(data), dtype=np.uint8)
+    (r,) = gdscp.read_files([path], [buf]).results()
+    assert r.status == "done" and buf.tobytes() == data
+    assert r.backend_reason == "host memory always takes the POSIX path"
+
+
 @pytest.mark.parametrize("threads", [1, 4])
 def test_a_read_cut_short_in_the_middle_reports_only_the_bytes_before_the_cut(tmp_path, threads):
     """One chunk comes up short (the file shrank as it was read) while later

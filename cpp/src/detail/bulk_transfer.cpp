@@ -52,6 +52,7 @@ void open_file(const TransferContext& cx, const std::string& path, const char* m
                std::shared_ptr<File>& file, Backends& backends, Backend*& backend) {
   file = std::make_shared<File>(path, mode);
   backends = choose_backends(file, mem.device ? cx.s.compat_mode : CompatMode::on, cx.opt.cufile_library);
+  if (!mem.device) backends.reason = "host memory always takes the POSIX path";
   backend = mem.device ? backends.device.get() : backends.host.get();
 }
 

@@ -4,8 +4,11 @@
 
 #include <nanobind/stl/string.h>
 
+#include <chrono>
+#include <future>
 #include <memory>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "buffers.hpp"
@@ -78,6 +81,17 @@ bool mapped_copy(int fd, nb::handle dst, int64_t file_offset) {
 
 }  // namespace
 
+static void hold_staging_lock(double seconds) {
+  std::promise<void> held;
+  std::future<void> ready = held.get_future();
+  std::thread([seconds, held = std::move(held)]() mutable {
+    auto lock = detail::BufferPool::aligned().hold_lock_for_testing();
+    held.set_value();
+    std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  }).detach();
+  ready.wait();
+}
+
 void define_testing(nb::module_& core) {
   nb::module_ t = core.def_submodule("testing", "Test hooks (tests/ only): not part of gdscp's interface");
   t.def("arm_fault", &arm_fault, "op"_a, "skip"_a, "count"_a, "errno"_a,
@@ -103,6 +117,10 @@ void define_testing(nb::module_& core) {
     return nb::make_tuple(d.tasks, d.chunk_size, chunks);
   }, "file_offset"_a, "size"_a, "task_size"_a, "min_task_size"_a, "bounce_buffer_size"_a,
         "(tasks, chunk_size, [(buf_offset, file_offset, size)]) of a request planned for the process's pool.");
+  t.def("hold_staging_lock", &hold_staging_lock, "seconds"_a,
+        "Holds the host staging pool's lock for `seconds` on a thread of its own; returns once it is held.");
+  t.def("take_staging", [] { detail::BufferPool::aligned().acquire(4096); }, release(),
+        "Leases a host staging buffer and gives it back.");
   t.def("mapped_copy", &mapped_copy, "fd"_a, "dst"_a, "file_offset"_a);
   t.def("set_nvidia_fs_version_path", &set_nvidia_fs_version_path, "path"_a,
         "Where the engine looks for nvidia-fs (\"\" restores /proc/driver/nvidia-fs/version).");

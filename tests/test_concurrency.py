@@ -499,3 +499,44 @@ def test_dropping_a_running_transfer_lets_other_threads_run(tmp_path, what):
     proc = subprocess.run([sys.executable, "-c", DROPPED, str(tmp_path), what], capture_output=True, text=True,
                           timeout=60)
     assert (proc.returncode, proc.stdout.strip()) == (0, "ok"), proc.stderr[-2000:]
+
+
+FORK_SCRIPT = r"""
+import os, sys, time, warnings
+import gdscp
+from gdscp import _core, bulk
+
+warnings.simplefilter("ignore", DeprecationWarning)  # fork() with threads running: what this checks
+job = gdscp.read_files([sys.argv[1]], [bytearray(10)])  # waits for a writer that never comes
+_core.testing.take_staging()
+_core.testing.hold_staging_lock(0.3)  # a worker's moment in the staging pool, as fork() comes
+pid = os.fork()
+if pid == 0:
+    _core.testing.take_staging()  # the pool's lock, inherited held, hung the child for good
+    bulk.stop_running_jobs()      # the parent's job is not the child's: nothing to wait for
+    os._exit(0)
+deadline = time.monotonic() + 30
+while time.monotonic() < deadline:
+    done, status = os.waitpid(pid, os.WNOHANG)
+    if done:
+        break
+    time.sleep(0.01)
+else:
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    status = "hung"
+job.cancel()
+job.wait()
+sys.exit(0 if status == 0 else f"the child ended with status {status}")
+"""
+
+
+def test_a_forked_child_neither_inherits_a_held_lock_nor_its_parents_jobs(tmp_path):
+    """fork() while a worker holds the staging pool's lock: the child gets the
+    lock free (the engine holds its locks across fork), and stopping every
+    job in the child does not wait for the parent's, whose workers the child
+    does not have."""
+    fifo = str(tmp_path / "fifo")
+    os.mkfifo(fifo)
+    proc = subprocess.run([sys.executable, "-c", FORK_SCRIPT, fifo], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr

@@ -1,6 +1,7 @@
 #include "gdscp/bulk.hpp"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -800,6 +801,20 @@ bool resolve_replicas(const BulkItem& item, const MemoryTarget& mem, std::vector
 // is here from before its workers start, whoever holds it (or nobody yet).
 std::mutex g_jobs_mutex;
 std::vector<std::weak_ptr<BulkState>> g_jobs;
+
+// Held across fork(), so that a child never inherits it held by a thread it
+// does not have. A child has none of its parent's workers: their jobs are not
+// its own to stop (stop_running_jobs would wait for them for ever).
+struct JobsForkHandlers {
+  JobsForkHandlers() {
+    ::pthread_atfork([] { g_jobs_mutex.lock(); }, [] { g_jobs_mutex.unlock(); },
+                     [] {
+                       g_jobs.clear();
+                       g_jobs_mutex.unlock();
+                     });
+  }
+};
+const JobsForkHandlers g_jobs_fork_handlers;
 
 void register_job(const std::shared_ptr<BulkState>& st) {
   std::lock_guard<std::mutex> lock(g_jobs_mutex);

@@ -1,6 +1,9 @@
 #include "gdscp/detail/buffer_pool.hpp"
 
+#include <pthread.h>
+
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cstdlib>
 #include <new>
@@ -172,18 +175,43 @@ size_t BufferPool::bytes_allocated() const {
   return allocated_;
 }
 
-BufferPool& BufferPool::pinned() {
-  // Leaked on purpose: freeing pinned memory during static destruction races
-  // the driver's own teardown.
-  static BufferPool* pool = new BufferPool(Kind::pinned);
-  return *pool;
-}
-
 namespace {
-// The pools of pinned memory on one NUMA node, by node; leaked, as pinned().
+// The process-wide pools once made (leaked on purpose: freeing pinned memory
+// during static destruction races the driver's own teardown), and the pools
+// of pinned memory on one NUMA node, by node.
+std::atomic<BufferPool*> g_pinned{nullptr};
+std::atomic<BufferPool*> g_aligned{nullptr};
 std::mutex g_node_mutex;
 std::unordered_map<int, BufferPool*> g_node_pools;
 }  // namespace
+
+struct PoolForkHandlers {
+  PoolForkHandlers() { ::pthread_atfork(&BufferPool::before_fork, &BufferPool::after_fork, &BufferPool::after_fork); }
+};
+namespace {
+const PoolForkHandlers g_fork_handlers;
+}  // namespace
+
+void BufferPool::before_fork() noexcept {
+  g_node_mutex.lock();
+  for (BufferPool* pool : {g_pinned.load(), g_aligned.load()})
+    if (pool) pool->mutex_.lock();
+  for (auto& [node, pool] : g_node_pools) pool->mutex_.lock();
+}
+
+void BufferPool::after_fork() noexcept {
+  // In the parent and in the child alike: the forking thread (the child's
+  // only one) unlocks what it locked.
+  for (auto& [node, pool] : g_node_pools) pool->mutex_.unlock();
+  for (BufferPool* pool : {g_pinned.load(), g_aligned.load()})
+    if (pool) pool->mutex_.unlock();
+  g_node_mutex.unlock();
+}
+
+BufferPool& BufferPool::pinned() {
+  static BufferPool* pool = g_pinned = new BufferPool(Kind::pinned);
+  return *pool;
+}
 
 BufferPool& BufferPool::pinned_near(int ordinal) {
   const int node = gpu_numa_node(ordinal);
@@ -206,7 +234,7 @@ size_t BufferPool::trim_pinned() {
 }
 
 BufferPool& BufferPool::aligned() {
-  static BufferPool* pool = new BufferPool(Kind::aligned);
+  static BufferPool* pool = g_aligned = new BufferPool(Kind::aligned);
   return *pool;
 }
 

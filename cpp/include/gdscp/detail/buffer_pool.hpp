@@ -58,6 +58,8 @@ class BufferPool {
   size_t trim();  // frees every idle buffer and forgets the wants; the bytes freed
 
   size_t bytes_allocated() const;  // idle + leased
+  // Tests only: the pool's lock, as acquire() and give_back() hold it a moment.
+  std::unique_lock<std::mutex> hold_lock_for_testing() { return std::unique_lock<std::mutex>(mutex_); }
 
   // The size class of `size`: whole pages up to 64 KiB, then the next of 2^k
   // and 1.5 * 2^k bytes (a third more than asked for at most, none for a
@@ -73,6 +75,12 @@ class BufferPool {
   static size_t trim_pinned();
 
  private:
+  // pthread_atfork handlers: every pool's lock held across fork(), so that a
+  // child never inherits one held by a thread it does not have.
+  static void before_fork() noexcept;
+  static void after_fork() noexcept;
+  friend struct PoolForkHandlers;
+
   void give_back(void* ptr, size_t size) noexcept;
   void* allocate(size_t size);
   void deallocate(void* ptr, size_t size) noexcept;

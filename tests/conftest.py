@@ -167,6 +167,45 @@ def first_page_cached(path: str) -> bool | None:
     return stat[0] > 0
 
 
+def drops_cached_pages(folder) -> bool:
+    """Whether the filesystem of ``folder`` lets POSIX_FADV_DONTNEED drop a
+    synced file's cached pages (tmpfs keeps them: they are its data)."""
+    import tempfile
+
+    import gdscp
+
+    fd, path = tempfile.mkstemp(prefix="gdscp-drops-", dir=str(folder))
+    try:
+        os.write(fd, b"x" * 8192)
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        return gdscp.get_page_cache_info(path)[0] == 0
+    finally:
+        os.close(fd)
+        os.unlink(path)
+
+
+@pytest.fixture
+def page_cache_folder(tmp_path):
+    """A folder whose files' cached pages can be dropped: ``tmp_path``, or
+    where that is on tmpfs (a /tmp in memory), a fresh folder under /var/tmp
+    or the home directory, removed afterwards; skipped if there is none."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    if drops_cached_pages(tmp_path):
+        yield tmp_path
+        return
+    for base in ("/var/tmp", os.path.expanduser("~")):
+        if os.path.isdir(base) and os.access(base, os.W_OK) and drops_cached_pages(base):
+            folder = tempfile.mkdtemp(prefix="gdscp-test-", dir=base)
+            yield Path(folder)
+            shutil.rmtree(folder, ignore_errors=True)
+            return
+    pytest.skip("no folder here whose filesystem drops cached pages (tmpfs keeps them)")
+
+
 @pytest.fixture
 def tmp_file(tmp_path):
     """Factory: ``tmp_file(size, name=None, seed=None, dir=None)`` -> (path, bytes).

@@ -347,10 +347,10 @@ def test_mmap_pread_keeps_the_mapping_alive_after_close(mapped_file):
 # page cache helpers
 # --------------------------------------------------------------------------
 @pytest.fixture
-def cached_file(tmp_path):
+def cached_file(page_cache_folder):
     """A file of 8 pages and a bit, written, synced and read back, so that
-    all of its pages are in the page cache."""
-    path = tmp_path / "cached.bin"
+    all of its pages are in the page cache (on a filesystem that can drop them)."""
+    path = page_cache_folder / "cached.bin"
     data = random_bytes(8 * PAGE + 10, seed=3)
     with open(path, "wb") as f:
         f.write(data)
@@ -376,8 +376,8 @@ def test_page_cache_info_and_drop(cached_file):
     assert cached(cached_file) == (0, 9)
 
 
-def test_dropping_dirty_pages_writes_them_first(tmp_path):
-    path = tmp_path / "dirty.bin"
+def test_dropping_dirty_pages_writes_them_first(page_cache_folder):
+    path = page_cache_folder / "dirty.bin"
     data = random_bytes(4 * PAGE, seed=4)
     with open(path, "wb") as f:
         f.write(data)  # not synced: the pages are dirty

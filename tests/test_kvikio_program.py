@@ -38,22 +38,22 @@ class CupyMemory:
 
 
 @pytest.mark.parametrize("compat_mode", [None, gdscp.CompatMode.ON, gdscp.CompatMode.AUTO])
-def test_kvikio_program_on_host_memory(tmp_path, compat_mode):
+def test_kvikio_program_on_host_memory(page_cache_folder, compat_mode):
     import gdscp as kvikio
 
-    kvikio_program.run(kvikio, kvikio_program.HostMemory(), str(tmp_path), compat_mode)
+    kvikio_program.run(kvikio, kvikio_program.HostMemory(), str(page_cache_folder), compat_mode)
 
 
 @pytest.mark.gpu
-def test_kvikio_program_on_a_gpu(tmp_path):
+def test_kvikio_program_on_a_gpu(page_cache_folder):
     import gdscp as kvikio
 
-    kvikio_program.run(kvikio, CupyMemory(), str(tmp_path))
+    kvikio_program.run(kvikio, CupyMemory(), str(page_cache_folder))
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("memory", [kvikio_program.HostMemory, CupyMemory])
-def test_kvikio_itself_runs_the_same_program(tmp_path, memory):
+def test_kvikio_itself_runs_the_same_program(page_cache_folder, memory):
     """The program is KvikIO's as much as gdscp's: KvikIO runs it unchanged."""
     kvikio = pytest.importorskip("kvikio")
-    kvikio_program.run(kvikio, memory(), str(tmp_path))
+    kvikio_program.run(kvikio, memory(), str(page_cache_folder))

@@ -819,3 +819,73 @@ def test_a_tool_that_delivers_nothing_is_caught_after_others_filled_the_buffer(t
         runner.run_benchmark(small(tmp_path, modes=["read"], threads=[1, 2]))
     assert leftovers(tmp_path) == []
 
+
+# A child that runs the command line and puts Ctrl-C (or SIGTERM) at known
+# points, from inside: argv[1] the signal, argv[2] where the first goes
+# ("step:PREFIX", a progress step; "report", as a failure is reported),
+# argv[3] where the second goes ("unlink:N", the Nth removal of a file of the
+# benchmark's; "report"; "none"), the rest the command line.
+SIGNAL_CHILD = r"""
+import os, signal, sys
+sig = getattr(signal, sys.argv[1])
+first, second = sys.argv[2], sys.argv[3]
+import gdscp.bench.runner as runner, gdscp.bench.many as many, gdscp.cli.output as output
+
+def send(): os.kill(os.getpid(), sig)
+
+def at_step(description):
+    if first.startswith("step:") and description.startswith(first[5:]):
+        send()
+
+real_start, real_tick = runner._Steps.start, many._Run.tick
+runner._Steps.start = lambda self, d: (at_step(d), real_start(self, d))[1]
+many._Run.tick = lambda self, d: (at_step(d), real_tick(self, d))[1]
+
+removed = []
+real_unlink = os.unlink
+def unlink(path, *args, **kwargs):
+    if ".gdscp-bench" in os.fspath(path) or kwargs.get("dir_fd") is not None:
+        removed.append(path)
+        if second == f"unlink:{len(removed)}":
+            send()
+    return real_unlink(path, *args, **kwargs)
+os.unlink = unlink
+
+real_describe = output.describe
+reports = []
+def describe(exc):
+    reports.append(exc)
+    for where in (first, second):
+        if where == "report":
+            send()
+    return real_describe(exc)
+output.describe = describe
+
+sys.argv = ["gdscp", *sys.argv[4:]]
+from gdscp.cli.main import main
+main()
+"""
+
+
+def signal_child(sig: str, first: str, second: str, *args: object) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", SIGNAL_CHILD, sig, first, second, *map(str, args)],
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_a_signal_while_a_failure_is_reported_waits_for_the_report(tmp_path, sig):
+    """A signal that lands while the command says why it failed does not cut
+    the report short (SIGTERM's default action killed the process before the
+    line and the document were out): both come out, with the failure's code."""
+    done = signal_child(sig, "report", "none", "benchmark", "--files", "0", "--host", "--dir", tmp_path, "--json")
+    assert done.returncode == 2, (done.returncode, done.stderr)
+    doc = json.loads(done.stdout)
+    assert doc["ok"] is False and doc["exit_code"] == 2 and "--files" in doc["error"]
+    assert done.stderr.splitlines() == [f"gdscp benchmark: error: {doc['error']}"], done.stderr
+
+
+def test_two_signals_while_a_failure_is_reported_end_the_process(tmp_path):
+    """The first waits for the report; a second ends the process at once."""
+    done = signal_child("SIGTERM", "report", "report", "benchmark", "--files", "0", "--host", "--dir", tmp_path)
+    assert done.returncode == 143, (done.returncode, done.stderr)
+    assert "Traceback" not in done.stderr

@@ -275,3 +275,52 @@ def test_leaving_waits_for_threads_atexit_and_output(case):
         expected += "torn down\n"
     assert done.stdout == expected
     assert done.stderr == ""
+
+
+def _interrupted_document(result: subprocess.CompletedProcess, command: str) -> None:
+    """Exit 130, and on stdout the failure document --json promises."""
+    import json
+
+    _interrupted_quietly(result)
+    assert json.loads(result.stdout) == {"command": command, "ok": False, "error": "interrupted", "exit_code": 130}
+
+
+_JSON_COMMANDS = [("copy", "a", "b", "--json"), ("read", "a", "--json"), ("write", "a", "--size", "1K", "--json"),
+                  ("benchmark", "--json"), ("info", "--json")]
+
+
+@pytest.mark.parametrize("args", _JSON_COMMANDS, ids=lambda a: a[0])
+@pytest.mark.parametrize("module", ["gdscp.cli.app", "typer"])
+def test_ctrl_c_while_loading_gives_the_json_document(args, module):
+    """Every command with --json: a Ctrl-C while the command line loads still
+    gives the failure document, as one during the command does."""
+    _interrupted_document(_child("signal", module, args=args), args[0])
+
+
+@pytest.mark.parametrize("args", _JSON_COMMANDS, ids=lambda a: a[0])
+def test_keyboard_interrupt_raised_by_an_import_gives_the_json_document(args):
+    _interrupted_document(_child("raise", "gdscp.cli.app", args=args), args[0])
+
+
+def test_ctrl_c_as_the_command_ends_is_quiet():
+    """A Ctrl-C landing after the command has returned, before the handlers
+    that end the process quietly are in place: no traceback, exit 130, and
+    stdout holds the command's one document."""
+    import json
+
+    code = (
+        "import os, signal, sys\n"
+        "import gdscp.cli.main as entry\n"
+        "real = entry._signals_end_quietly\n"
+        "def late():\n"
+        "    os.kill(os.getpid(), signal.SIGINT)  # handled before the next line runs\n"
+        "    real()\n"
+        "entry._signals_end_quietly = late\n"
+        "sys.argv = ['gdscp', 'info', '--json']\n"
+        "entry.main()\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GDSCP_")}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert result.returncode == 130, result.stderr
+    assert "Traceback" not in result.stderr and result.stderr == "", result.stderr
+    assert json.loads(result.stdout)["command"] == "info"

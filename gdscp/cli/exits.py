@@ -1,7 +1,9 @@
 """Exit codes of the ``gdscp`` command, the line an interrupted command ends
 with, and the JSON document of a failure found before a command's body runs.
-Imports nothing heavy: the entry point uses them before anything else of the
-command line is loaded (or where it cannot be: a bad environment variable)."""
+Imports nothing beyond ``os`` and ``sys`` (not even json): the entry point
+uses them before anything else of the command line is loaded (or where it
+cannot be: a bad environment variable), and from its Ctrl-C handler, which
+may run in the middle of any import."""
 
 import os
 import sys
@@ -25,6 +27,28 @@ def json_asked(args: Sequence[str]) -> bool:
     return "--json" in (args[: args.index("--")] if "--" in args else args)
 
 
+_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f"}
+
+
+def _json_string(text: str) -> str:
+    """``text`` as a JSON string, as ``json.dumps`` writes it (ASCII, the rest
+    escaped), without importing json: a Ctrl-C handler that writes the
+    document may have cut the import of json itself short."""
+    out = []
+    for ch in text:
+        n = ord(ch)
+        if ch in _ESCAPES:
+            out.append(_ESCAPES[ch])
+        elif 0x20 <= n < 0x7F:
+            out.append(ch)
+        elif n > 0xFFFF:  # a surrogate pair
+            n -= 0x10000
+            out.append(f"\\u{0xD800 | n >> 10:04x}\\u{0xDC00 | n & 0x3FF:04x}")
+        else:
+            out.append(f"\\u{n:04x}")
+    return '"' + "".join(out) + '"'
+
+
 def early_result(args: Sequence[str], message: str, code: int) -> None:
     """With --json among ``args`` (the command line, before any ``--``), the
     JSON error document a command's own failure gives, for a failure found
@@ -32,10 +56,9 @@ def early_result(args: Sequence[str], message: str, code: int) -> None:
     script that reads stdout always gets a document."""
     if not json_asked(args):
         return
-    import json  # noqa: PLC0415 - only on this failure
-
-    command = args[0] if args and not args[0].startswith("-") else None
-    text = json.dumps({"command": command, "ok": False, "error": message, "exit_code": code}, indent=2) + "\n"
+    command = _json_string(args[0]) if args and not args[0].startswith("-") else "null"
+    text = (f'{{\n  "command": {command},\n  "ok": false,\n  "error": {_json_string(message)},\n'
+            f'  "exit_code": {int(code)}\n}}\n')
     try:
         try:
             fd = sys.stdout.fileno()
@@ -45,5 +68,5 @@ def early_result(args: Sequence[str], message: str, code: int) -> None:
             return
         sys.stdout.flush()
         os.write(fd, text.encode())
-    except (AttributeError, OSError, ValueError):
+    except (AttributeError, OSError, ValueError, RuntimeError):  # RuntimeError: a flush this handler cut short
         pass

@@ -5,12 +5,15 @@ Loading the command line (Typer, Rich, the engine) takes a few hundred
 milliseconds; for a command that will use a GPU the NVIDIA driver loads on a
 thread of its own meanwhile. A Ctrl-C in that time would print a traceback from whichever
 import it landed in; here it ends the command as a Ctrl-C during a command
-does: "gdscp: interrupted" and exit status 130. A bad ``GDSCP_*`` environment
+does: "gdscp: interrupted", with ``--json`` the failure document, and exit
+status 130. A bad ``GDSCP_*`` environment
 variable is one line naming it and its accepted values, exit status 2. Until
 the guard is in place nothing is imported but the standard library's
 ``os``, ``signal`` and ``sys`` and gdscp's light package and exception
 modules. Once the command is done, the process ends as soon as its threads,
-``atexit`` functions and output are (``_leave``).
+``atexit`` functions and output are (``_leave``); a signal from the moment
+the command is over ends the process at once, quietly (``_interrupt``,
+``_signals_end_quietly``).
 """
 
 import os
@@ -25,9 +28,27 @@ __all__ = ["main"]
 
 def _interrupted_while_loading(signum: int, frame: object) -> None:
     # Nothing has started that needs cleaning up: leave at once, without
-    # unwinding through half-imported modules.
+    # unwinding through half-imported modules (early_result imports nothing).
     os.write(2, INTERRUPTED.encode())
+    early_result(sys.argv[1:], "interrupted", EXIT_INTERRUPTED)
     os._exit(EXIT_INTERRUPTED)
+
+
+class _Command:
+    """Whether the command is over: set with no call between the command's
+    return and the setting, so that no signal handler runs in between."""
+
+    over = False
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    """Ctrl-C once the command line is loaded: ``KeyboardInterrupt`` while the
+    command runs (as Python's own handler), and once it is over the quiet end
+    of ``_signals_end_quietly``, which a Ctrl-C landing before that is in
+    place would otherwise turn into a traceback."""
+    if _Command.over:
+        _leave_quietly(signum, frame)
+    raise KeyboardInterrupt
 
 
 def _guard() -> object:
@@ -124,12 +145,17 @@ def _run() -> int:
             from .app import run
         finally:
             if previous is not None:
-                signal.signal(signal.SIGINT, previous)
-        return run()
+                signal.signal(signal.SIGINT, _interrupt if previous is signal.default_int_handler else previous)
+        code = run()
+        _Command.over = True
+        return code
     except KeyboardInterrupt:  # raised by an import, or before run() took over
+        _Command.over = True
         sys.stderr.write(INTERRUPTED)
+        early_result(sys.argv[1:], "interrupted", EXIT_INTERRUPTED)
         return EXIT_INTERRUPTED
     except EnvironmentVariableError as exc:
+        _Command.over = True
         sys.stderr.write(f"gdscp: error: {exc}\n")
         early_result(sys.argv[1:], str(exc), EXIT_USAGE)
         return EXIT_USAGE
@@ -195,16 +221,16 @@ def _signals_end_quietly() -> None:
     print a traceback from wherever it landed on the way out (and under MPI,
     kill the rank, whose launcher then reports the signal's number as its
     exit status: 2, a usage error, for Ctrl-C). Signals ignored stay ignored."""
+    _on_signals(_leave_quietly)
 
-    def leave(signum: int, frame: object) -> None:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except BaseException:  # noqa: BLE001, S110 - a flush this one interrupted: what it had is lost
-                pass
-        os._exit(128 + signum)
 
-    _on_signals(leave)
+def _leave_quietly(signum: int, frame: object) -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:  # noqa: BLE001, S110 - a flush this one interrupted: what it had is lost
+            pass
+    os._exit(128 + signum)
 
 
 def _on_signals(handler: object) -> None:

@@ -159,28 +159,44 @@ def _stop_jobs() -> None:
         bulk.stop_running_jobs()
 
 
-@contextlib.contextmanager
-def _sigterm_raises() -> Iterator[None]:
-    """While inside, SIGTERM and SIGHUP (a closed terminal or a dropped ssh login) raise
-    ``Terminated`` in the main thread, so that ``finally`` blocks (temporary
-    files, cancelled transfers) run. A signal ignored on entry (SIGHUP under
+class _CommandSignals:
+    """Ctrl-C, SIGTERM and SIGHUP while a command runs (``with``, in the main
+    thread). Ctrl-C raises ``KeyboardInterrupt``, as Python's own handler
+    does; SIGTERM and SIGHUP (a closed terminal or a dropped ssh login) raise
+    ``Terminated``: either way ``finally`` blocks (temporary files, cancelled
+    transfers) run. Once ``reporting`` is set, while a failure is said, the
+    next one is noted and waits, so that the line on stderr and the JSON
+    document come out whole (the process is ending anyway, with the
+    failure's exit code); a further one ends the process at once (a report
+    stuck on a stream nobody reads). A signal ignored on entry (SIGHUP under
     nohup) stays ignored."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
 
-    def handler(signum, frame):
-        raise Terminated(signum)
+    def __init__(self) -> None:
+        self.reporting = False
+        self.noted = 0
+        self.previous: dict[int, Any] = {}
 
-    previous = {}
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        if signal.getsignal(sig) is not signal.SIG_IGN:
-            previous[sig] = signal.signal(sig, handler)
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
+    def __enter__(self) -> "_CommandSignals":
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                old = signal.getsignal(sig)
+                if old is not signal.SIG_IGN and old is not None:  # None: not Python's to restore
+                    self.previous[sig] = signal.signal(sig, self._handler)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, old in self.previous.items():
             signal.signal(sig, old)
+
+    def _handler(self, signum: int, frame: object) -> None:
+        if self.reporting:
+            self.noted += 1
+            if self.noted > 1:
+                os._exit(128 + signum)
+            return
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise Terminated(signum)
 
 
 _CONTROL = {c: f"\\x{c:02x}" for c in [*range(0x20), 0x7F]} | {0x09: "\\t", 0x0A: "\\n", 0x0D: "\\r"}
@@ -374,9 +390,11 @@ class Output:
     def guard(self) -> Iterator["Output"]:
         """Run a command body: any exception becomes one line on stderr and
         ``typer.Exit`` with its code; SIGTERM is turned into ``Terminated``
-        meanwhile. ``typer.Exit`` raised inside passes through."""
-        try:
-            with _sigterm_raises():
+        meanwhile (``_CommandSignals``), and a signal while the failure is
+        said waits until it is said. ``typer.Exit`` raised inside passes
+        through."""
+        with _CommandSignals() as signals:
+            try:
                 try:
                     yield self
                 finally:
@@ -385,9 +403,14 @@ class Output:
                     # temporary files removed.
                     _stop_jobs()
                     remove_pending()
-        except (typer.Exit, typer.Abort):
-            raise
-        except BaseException as exc:  # noqa: BLE001 - this is the one place that reports
-            if isinstance(exc, (SystemExit, GeneratorExit)):
+                return
+            except (typer.Exit, typer.Abort):
                 raise
-            raise typer.Exit(self.fail(exc)) from None
+            except BaseException as exc:  # noqa: BLE001 - this is the one place that reports
+                # First, before any call (where a pending signal's handler
+                # would run): from here a signal waits for the report.
+                signals.reporting = True
+                if isinstance(exc, (SystemExit, GeneratorExit)):
+                    raise
+                code = self.fail(exc)
+        raise typer.Exit(code)

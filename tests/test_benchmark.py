@@ -820,6 +820,200 @@ def test_a_tool_that_delivers_nothing_is_caught_after_others_filled_the_buffer(t
     assert leftovers(tmp_path) == []
 
 
+
+# -- sizes and options said as given -------------------------------------------------
+
+
+def test_a_size_below_the_minimum_is_said_in_exact_bytes(capsys, tmp_path):
+    """A size that is not a whole number of its unit is said in bytes: 4095
+    is not "4.0 KiB", which would read as the limit it falls short of."""
+    code, out, err = cli(capsys, "--size", "4095", "--dir", tmp_path, "--json")
+    assert code == 2, err
+    assert json.loads(out)["exit_code"] == 2
+    assert "--size: 4095 bytes is too small: the file size must be at least 4 KiB" in err, err
+    assert leftovers(tmp_path) == []
+    assert config.human(4095, exact=True) == "4095 bytes" and config.human(4096, exact=True) == "4 KiB"
+    assert config.human(1536, exact=True) == "1.5 KiB" and config.human(1 << 30) == "1 GiB"
+
+
+@pytest.mark.parametrize("text", ["-1", "", " ", "1K-", "-"])
+def test_a_file_size_that_is_not_a_size_is_quoted(capsys, tmp_path, text):
+    """--file-size quotes what was given (not an empty piece of it), and an
+    empty one is refused, not taken for the default."""
+    code, out, err = cli(capsys, "--files", "5", "--file-size", text, "--host", "--dir", tmp_path, "--json")
+    assert code == 2, err
+    assert json.loads(out)["ok"] is False
+    lines = [line for line in err.splitlines() if "error" in line]
+    assert lines == [f"gdscp benchmark: error: --file-size: {text!r} is not a size or a range of sizes "
+                     "(SIZE or SIZE-SIZE)"], err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_ranks_help_shows_the_extra_it_needs(capsys):
+    """Rich reads "[mpi]" as markup unless escaped: the help says gdscp[mpi]."""
+    code, out, err = cli(capsys, "--help")
+    assert code == 0, err
+    assert "gdscp[mpi]" in out.replace("\n", " ").replace("│", " ").replace(" ", ""), out
+
+
+# -- the many-files document ---------------------------------------------------------
+
+
+def test_files_memory_reason_is_why_not_that_it_was_asked_for(capsys, tmp_path):
+    """Without --host the many-files document says why it used the memory it
+    did (a GPU found, or none usable), as the one-file document does, and its
+    copy runs without --host; with --host it says host memory was asked for."""
+    args = ("--files", "5", "--file-size", "1K", "--mode", "copy", "--dir", tmp_path, "--json")
+    code, out, err = cli(capsys, *args)
+    assert code == 0, err
+    doc = json.loads(out)
+    assert "asked for" not in doc["config"]["memory_reason"], doc["config"]
+    gdscp_copy = doc["workloads"][0]["results"][0]
+    assert gdscp_copy["tool"] == "gdscp" and "--host" not in gdscp_copy["what"], gdscp_copy
+    if doc["config"]["memory"] == "host":
+        assert doc["config"]["memory_reason"].startswith("no usable GPU ("), doc["config"]
+    code, out, err = cli(capsys, *args, "--host")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["config"]["memory_reason"] == "host memory was asked for"
+    assert "--host" in doc["workloads"][0]["results"][0]["what"]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_files_figures_agree_with_each_other():
+    """Each record's median and GB/s come from the seconds it gives, to the
+    nanosecond: a fast read's time is not cut to a few digits while its rate
+    keeps four."""
+    from gdscp.bench import many
+    from gdscp.bench.stats import GB, spread
+
+    seconds = [0.000123456789, 0.000234567891, 0.000345678912]
+    record = many._record("gdscp", "w", 1000, seconds)
+    assert record["seconds"] == [round(s, 9) for s in seconds]
+    assert record["median_s"] == record["seconds"][1]
+    assert record["gb_per_s"] == spread(1000 / s / GB for s in record["seconds"])
+
+
+def test_files_document_figures_are_consistent_and_cp_is_the_best_baseline(capsys, tmp_path):
+    code, out, err = cli(capsys, "--files", "20", "--file-size", "1K-4K", "--host", "--dir", tmp_path, "--json",
+                         "--threads", "1")
+    assert code == 0, err
+    from gdscp.bench.stats import GB, spread
+
+    doc = json.loads(out)
+    for work in doc["workloads"]:
+        for r in work["results"]:
+            assert r["gb_per_s"] == spread(r["bytes"] / s / GB for s in r["seconds"]), r
+            assert r["median_s"] == float(np.median(r["seconds"])), r
+            assert all(s == round(s, 9) for s in r["seconds"])
+    copy = doc["workloads"][0]
+    assert [r.get("best") for r in copy["results"]] == [None, True]  # cp: the copy baseline's one record
+    read = doc["workloads"][1]
+    assert next(r for r in read["results"] if r["tool"] == "python")["best"] is True
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("stdout, stderr, said", [
+    ('{"command": "copy", "ok": false, "error": "cannot copy \'a\' to \'b\': No space left on device",'
+     ' "exit_code": 1}', "gdscp copy: error: cannot copy 'a' to 'b': No space left on device\n",
+     "gdscp copy failed (exit 1): cannot copy 'a' to 'b': No space left on device"),
+    ("", "Traceback (most recent call last):\n  File \"x\", line 1\n" + "x" * 600 + "\nOSError: disk gone\n",
+     "gdscp copy failed (exit 1): OSError: disk gone"),
+    ("", "", "gdscp copy failed (exit 1): nothing said"),
+])
+def test_a_copy_that_fails_is_said_in_one_clean_line(capsys, tmp_path, monkeypatch, stdout, stderr, said):
+    """A failed copy command is one line: its JSON document's error, else its
+    last line on stderr; no class name, no line broken or cut mid-word."""
+    from gdscp.bench import many
+
+    real = subprocess.run
+
+    def failing(argv, **kwargs):
+        if "gdscp" in argv and "copy" in argv:
+            return subprocess.CompletedProcess(argv, 1, stdout=stdout, stderr=stderr)
+        return real(argv, **kwargs)
+
+    monkeypatch.setattr(many.subprocess, "run", failing)
+    code, out, err = cli(capsys, "--files", "5", "--file-size", "1K", "--mode", "copy", "--host", "--dir", tmp_path,
+                         "--json")
+    assert code == 1, err
+    doc = json.loads(out)
+    assert doc["ok"] is False and doc["exit_code"] == 1 and doc["error"] == said, doc
+    assert err.splitlines()[-1] == f"gdscp benchmark: error: {said}", err
+    assert "BenchError" not in err and "Traceback" not in err.splitlines()[-1]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_measurement_gone_wrong_is_a_plain_failure(capsys, tmp_path, monkeypatch):
+    """A BenchError (a tool moved wrong bytes) is exit 1 and its message as it
+    stands, in every workload."""
+    def broken(self, handle, buf, size, offset, task_size):
+        raise measure.BenchError("gdscp read 3 of 4 bytes")
+
+    monkeypatch.setattr(tools.GdscpTool, "read", broken)
+    code, out, err = cli(capsys, "--size", "1M", "--threads", "1", "--mode", "read", "--host", "--dir", tmp_path,
+                         "--json")
+    assert code == 1, err
+    assert json.loads(out)["error"] == "gdscp read 3 of 4 bytes"
+    assert err.splitlines()[-1] == "gdscp benchmark: error: gdscp read 3 of 4 bytes", err
+    assert leftovers(tmp_path) == []
+
+
+# -- cleanup through a second interrupt ---------------------------------------------
+
+
+def _unlink_interrupted_once(monkeypatch, after: int = 0):
+    """os.unlink raising KeyboardInterrupt (a Ctrl-C landing in the removal)
+    on its call number ``after`` + 1, once."""
+    real = os.unlink
+    calls = []
+
+    def unlink(path, *args, **kwargs):
+        calls.append(path)
+        if len(calls) == after + 1:
+            raise KeyboardInterrupt
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "unlink", unlink)
+    return calls
+
+
+def test_a_second_interrupt_in_the_removal_leaves_no_file(tmp_path, monkeypatch):
+    def progress(done, total, description):
+        if description.startswith("read hot: gdscp"):
+            raise KeyboardInterrupt
+
+    calls = _unlink_interrupted_once(monkeypatch)
+    with pytest.raises(KeyboardInterrupt):
+        runner.run_benchmark(small(tmp_path, modes=["read"]), progress=progress)
+    assert len(calls) >= 2  # the interrupted removal was taken up again
+    assert leftovers(tmp_path) == []
+
+
+def test_an_interrupt_in_the_removal_after_a_clean_run_is_raised(tmp_path, monkeypatch):
+    """Nothing else on its way: the removal ends, then the Ctrl-C is raised."""
+    calls = _unlink_interrupted_once(monkeypatch)
+    with pytest.raises(KeyboardInterrupt):
+        with files.BenchFiles(str(tmp_path), 4096):
+            pass
+    assert len(calls) == 3 and leftovers(tmp_path) == []
+
+
+def test_a_second_interrupt_in_the_files_workloads_removal_leaves_nothing(tmp_path, monkeypatch):
+    from gdscp.bench import many
+
+    def progress(done, total, description):
+        if description.startswith("read: python"):
+            raise KeyboardInterrupt
+
+    calls = _unlink_interrupted_once(monkeypatch, after=3)  # inside the tree, part of it removed
+    with pytest.raises(KeyboardInterrupt):
+        many.run_files_benchmark(many.FilesConfig(files=30, low=1024, high=4096, modes=["read"], dir=str(tmp_path),
+                                                  memory="host", threads=[1]), progress=progress)
+    assert len(calls) > 4
+    assert list(tmp_path.iterdir()) == []
+
+
 # A child that runs the command line and puts Ctrl-C (or SIGTERM) at known
 # points, from inside: argv[1] the signal, argv[2] where the first goes
 # ("step:PREFIX", a progress step; "report", as a failure is reported),
@@ -870,6 +1064,28 @@ main()
 def signal_child(sig: str, first: str, second: str, *args: object) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", SIGNAL_CHILD, sig, first, second, *map(str, args)],
                           capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("sig, code", [("SIGINT", 130), ("SIGTERM", 143)])
+@pytest.mark.parametrize("workload", ["one file", "files"])
+def test_a_second_signal_in_the_cleanup_leaves_nothing(tmp_path, sig, code, workload):
+    """The first signal lands in a measurement, the second in the removal of
+    the files it made (a plain loop, or shutil.rmtree, cut short, would leave
+    the rest): nothing is left, the exit code and the JSON document are the
+    first signal's, and no traceback."""
+    if workload == "one file":
+        args = ("benchmark", "--size", "1M", "--threads", "1", "--mode", "read", "--host", "--dir", tmp_path, "--json")
+        first, second = "step:read hot: gdscp", "unlink:1"
+    else:
+        args = ("benchmark", "--files", "30", "--file-size", "1K", "--mode", "read", "--host", "--threads", "1",
+                "--dir", tmp_path, "--json")
+        first, second = "step:read: python", "unlink:3"
+    done = signal_child(sig, first, second, *args)
+    assert done.returncode == code, done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["ok"] is False and doc["exit_code"] == code
+    assert "Traceback" not in done.stderr
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])

@@ -436,6 +436,23 @@ def test_benchmark_ranks_needs_the_files_copy(tmp_path):
 
 
 @needs_mpi
+def test_benchmark_under_a_launcher_is_refused_once(tmp_path):
+    """benchmark measures one process: under a launcher it is refused, exit
+    2, said by rank 0 alone (one line, with --json one document), nothing written."""
+    for extra in ([], ["--json"]):
+        done = _run(["benchmark", "--files", "10", "--dir", str(tmp_path), *extra], ranks=2)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.count("benchmark measures one process") == 1, done.stderr
+        assert "rank 1" not in done.stderr, done.stderr
+        if extra:
+            doc = json.loads(done.stdout)
+            assert doc["ok"] is False and doc["exit_code"] == 2 and "measures one process" in doc["error"]
+        else:
+            assert done.stdout == ""
+    assert not list(tmp_path.iterdir())
+
+
+@needs_mpi
 def test_options_of_one_process_are_usage_errors_under_mpi(tmp_path):
     """--devices and --replicate spread one process's files over its GPUs;
     under MPI each rank has its own. Refused, exit 2, said once (by rank 0),

@@ -86,6 +86,18 @@ def test_command_line_devices_and_replicate(go):
     go(scenario_command_line, devices=2)
 
 
+def test_benchmark_devices_files_are_its_own(go, tmp_path):
+    go(scenario_benchmark_devices_files, devices=2, outside=str(tmp_path))
+
+
+def test_benchmark_devices_checks_every_option_before_writing(go):
+    go(scenario_benchmark_devices_checks, devices=2)
+
+
+def test_benchmark_devices_removes_its_files_through_a_second_interrupt(go):
+    go(scenario_benchmark_devices_interrupted, devices=2)
+
+
 # ==========================================================================
 # scenarios (child processes)
 # ==========================================================================
@@ -610,3 +622,109 @@ def test_two_gpus_replicate_and_spread(tmp_path):
     for i, d in enumerate(dsts):
         assert open(d, "rb").read() == data[i:]
     assert all(job.device_bytes().values())
+
+
+def _benchmark_cli(*args):
+    import contextlib
+    import io
+
+    from gdscp.cli.app import run as gdscp_cli
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = gdscp_cli(["benchmark", *args])
+    return code, out.getvalue(), err.getvalue()
+
+
+def scenario_benchmark_devices_files(folder, outside):
+    """The multi-GPU benchmark's files are its own: a file and a link at the
+    names it once used (.gdscp-multi-PID-N.bin in --dir) are neither
+    overwritten, nor followed, nor removed; its figures agree with each other."""
+    import json
+
+    from gdscp.bench.stats import GB, spread
+
+    without_cupy()
+    victim = os.path.join(folder, f".gdscp-multi-{os.getpid()}-0.bin")
+    with open(victim, "wb") as f:
+        f.write(b"a user's file")
+    target = os.path.join(outside, "target.bin")
+    with open(target, "wb") as f:
+        f.write(b"where the link points")
+    link = os.path.join(folder, f".gdscp-multi-{os.getpid()}-1.bin")
+    os.symlink(target, link)
+    before = sorted(os.listdir(folder))
+    code, out, err = _benchmark_cli("--devices", "0,1", "--size", "1M", "--runs", "3", "--threads", "2",
+                                    "--dir", folder, "--json")
+    assert code == 0, err
+    assert file_bytes(victim) == b"a user's file"
+    assert os.path.islink(link) and file_bytes(target) == b"where the link points"
+    assert sorted(os.listdir(folder)) == before
+    doc = json.loads(out)
+    for workloads in doc["results"].values():
+        for r in workloads.values():
+            assert r["gb_per_s"] == spread(r["bytes"] / s / GB for s in r["seconds"]), r
+            assert all(s == round(s, 9) for s in r["seconds"])
+
+
+def scenario_benchmark_devices_checks(folder):
+    """--devices checks every option before it writes anything: exit 2, one
+    line naming the option, nothing left in --dir."""
+    import json
+
+    without_cupy()
+    a_file = new_file(folder, "a-file", b"x")
+    cases = [
+        (["--size", "0"], "--size: 0 bytes is too small"),
+        (["--size", "4095"], "--size: 4095 bytes is too small"),
+        (["--size", "1P"], "--size: 1 PiB needs 2 PiB of disk"),
+        (["--size", "200T"], "--size: 200 TiB needs 400 TiB of disk"),
+        (["--threads", "0"], "--threads: 0 is too small"),
+        (["--threads", "2000"], "--threads: 2000 is too large"),
+        (["--runs", "2"], "--runs"),
+        (["--dir", os.path.join(folder, "missing")], "--dir: " + os.path.join(folder, "missing") + ": no such directory"),
+        (["--dir", a_file], f"--dir: {a_file}: not a directory"),
+        (["--ranks", "2"], "--ranks cannot be used with --devices"),
+        (["--file-size", "1K"], "--file-size cannot be used with --devices"),
+    ]
+    for args, said in cases:
+        full = ["--devices", "0,1", "--size", "1M", "--threads", "2", "--dir", folder, *args, "--json"]
+        code, out, err = _benchmark_cli(*full)
+        assert code == 2, (args, code, err)
+        lines = [line for line in err.splitlines() if "error" in line]
+        assert len(lines) == 1 and said in lines[0], (args, err)
+        assert json.loads(out)["exit_code"] == 2
+        assert "Traceback" not in err
+        assert sorted(os.listdir(folder)) == ["a-file"], (args, os.listdir(folder))
+
+
+def scenario_benchmark_devices_interrupted(folder):
+    """Ctrl-C in the runs, and another while the files are removed: nothing is left."""
+    import gdscp.bench.multi as multi
+
+    without_cupy()
+
+    def progress(done, total, description):
+        if description.startswith("workloads with"):
+            raise KeyboardInterrupt
+
+    real = os.unlink
+    calls = []
+
+    def unlink(path, *args, **kwargs):
+        calls.append(path)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        return real(path, *args, **kwargs)
+
+    os.unlink = unlink
+    try:
+        multi.run_multi_benchmark(multi.MultiConfig(devices=[0, 1], size=MiB, runs=3, dir=folder, threads=[2]),
+                                  progress=progress)
+    except KeyboardInterrupt:
+        pass
+    else:
+        raise AssertionError("the interrupt was lost")
+    finally:
+        os.unlink = real
+    assert len(calls) > 1 and os.listdir(folder) == [], (calls, os.listdir(folder))

@@ -22,6 +22,11 @@ __all__ = [
     "default_threads",
     "default_size",
     "resolve",
+    "check_dir",
+    "check_size",
+    "check_threads",
+    "check_runs",
+    "check_room",
 ]
 
 MODES = ("read", "write", "randread")
@@ -116,12 +121,18 @@ def default_threads(cpus: Optional[int] = None) -> tuple[list[int], str]:
     return sorted(counts), f"1, 4, gdscp's default num_threads and 16 if there are 16 cores ({cpus} usable cores)"
 
 
-def human(n: int) -> str:
-    """Bytes for a message: "4 KiB", "1.5 GiB", "100 bytes"."""
+def human(n: int, exact: bool = False) -> str:
+    """Bytes for a message: "4 KiB", "1.5 GiB", "100 bytes". ``exact``: a size
+    that is not a whole number of tenths of its unit in bytes ("4095 bytes",
+    not "4.0 KiB"), for a value compared with a limit."""
     for unit, scale in (("PiB", 1 << 50), ("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= scale:
             value = n / scale
-            return f"{value:.0f} {unit}" if value == int(value) else f"{value:.1f} {unit}"
+            if value == int(value):
+                return f"{value:.0f} {unit}"
+            if not exact or n * 10 % scale == 0:
+                return f"{value:.1f} {unit}"
+            break
     return "1 byte" if n == 1 else f"{n} bytes"
 
 
@@ -149,7 +160,7 @@ def _check(option: str, value: int, low: int, high: int, what: str, size: bool =
     """``value`` if it is an integer within ``low``..``high``; else a one-line error."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise BenchConfigError(option, f"{value!r} is not an integer")
-    show = human if size else str
+    show = (lambda n: human(n, exact=True)) if size else str
     if value < low:
         raise BenchConfigError(option, f"{show(value)} is too small: {what} must be at least {show(low)}")
     if value > high:
@@ -192,16 +203,65 @@ def _choose_memory(config: BenchConfig) -> tuple[str, Optional[int], str]:
     return "gpu", device, f"GPU {device} is usable"
 
 
+def check_dir(path: "str | os.PathLike[str]") -> str:
+    """``path`` as an absolute path, if it is a directory this process may
+    create files in; else ``BenchConfigError`` naming ``dir``."""
+    directory = os.path.abspath(os.fspath(path))
+    if not os.path.exists(directory):
+        raise BenchConfigError("dir", f"{os.fspath(path)}: no such directory")
+    if not os.path.isdir(directory):
+        raise BenchConfigError("dir", f"{os.fspath(path)}: not a directory")
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise BenchConfigError("dir", f"{os.fspath(path)}: not writable")
+    return directory
+
+
+def check_size(size: int) -> int:
+    """A test file's size, if within MIN_SIZE..1 PiB."""
+    return _check("size", size, MIN_SIZE, 1 << 50, "the file size", size=True)
+
+
+def check_threads(counts: Sequence[int]) -> list[int]:
+    """The thread counts asked for, each once, each within 1..MAX_THREADS."""
+    return _check_list("threads", counts, 1, MAX_THREADS, "a thread count")
+
+
+def check_runs(runs: int) -> int:
+    """The runs of each measurement, if within 3..MAX_RUNS."""
+    return _check("runs", runs, 3, MAX_RUNS, "the number of runs (a median with a min and a max needs 3)")
+
+
+def check_room(size: int, directory: str, *, disk: int, disk_why: str, host: int, host_why: str = "",
+               devices: Sequence[int] = (), gpu: int = 0, gpu_why: str = "") -> list[str]:
+    """Files of ``size`` bytes refused (``BenchConfigError`` naming ``size``)
+    where what they need is more than ``directory``'s free disk (``disk``
+    bytes), than 80% of the available host memory (``host``) or than any of
+    ``devices``' free memory (``gpu`` each); the warnings for a run that fits
+    but whose files may not stay in the page cache."""
+    free = free_disk(directory)
+    if disk > free:
+        raise BenchConfigError("size", f"{human(size)} needs {human(disk)} of disk ({disk_why}); "
+                                       f"{directory} has {human(free)} free")
+    available = available_memory()
+    why = f" ({host_why})" if host_why else ""
+    if host > available * 0.8:
+        raise BenchConfigError("size", f"{human(size)} needs {human(host)} of host memory{why}; "
+                                       f"{human(available)} is available")
+    for device in devices:
+        free = memory.device_memory(device)[0]
+        if gpu > free:
+            raise BenchConfigError("size", f"{human(size)} needs {human(gpu)} of GPU memory ({gpu_why}); "
+                                           f"GPU {device} has {human(free)} free")
+    if host + size > available:
+        return [f"the {human(size)} file may not stay in the page cache ({human(available)} of memory available): "
+                "hot reads may touch the disk"]
+    return []
+
+
 def resolve(config: BenchConfig) -> Plan:
     """Check ``config`` and fill in its defaults; ``BenchConfigError`` names the
     first bad setting."""
-    directory = os.path.abspath(os.fspath(config.dir))
-    if not os.path.exists(directory):
-        raise BenchConfigError("dir", f"{config.dir}: no such directory")
-    if not os.path.isdir(directory):
-        raise BenchConfigError("dir", f"{config.dir}: not a directory")
-    if not os.access(directory, os.W_OK | os.X_OK):
-        raise BenchConfigError("dir", f"{config.dir}: not writable")
+    directory = check_dir(config.dir)
 
     if isinstance(config.modes, (str, bytes)):
         raise BenchConfigError("mode", "modes must be a list such as ['read', 'write']")
@@ -217,14 +277,14 @@ def resolve(config: BenchConfig) -> Plan:
     if config.threads is None:
         threads, threads_reason = default_threads()
     else:
-        threads = sorted(_check_list("threads", config.threads, 1, MAX_THREADS, "a thread count"))
+        threads = sorted(check_threads(config.threads))
         threads_reason = "given"
 
     task_size = config.task_size
     if task_size is not None:
         task_size = _check("task_size", task_size, MIN_TASK_SIZE, 1 << 40, "the task size", size=True)
 
-    runs = _check("runs", config.runs, 3, MAX_RUNS, "the number of runs (a median with a min and a max needs 3)")
+    runs = check_runs(config.runs)
     random_ops = _check(
         "random_ops", config.random_ops, MIN_RANDOM_OPS, MAX_RANDOM_OPS, "the random reads per run (a p99 needs 100)"
     )
@@ -236,36 +296,16 @@ def resolve(config: BenchConfig) -> Plan:
     if config.size is None:
         size, size_reason = default_size(directory, kind, device)
     else:
-        size = _check("size", config.size, MIN_SIZE, 1 << 50, "the file size", size=True)
+        size = check_size(config.size)
         size_reason = "given"
-        disk = free_disk(directory)
-        if 2 * size > disk:
-            raise BenchConfigError(
-                "size",
-                f"{human(size)} needs {human(2 * size)} of disk (a data file and a write target); "
-                f"{directory} has {human(disk)} free",
-            )
-        host = available_memory()
         # A GPU run keeps a host copy of the buffer; a host run reading also a
         # fresh buffer beside the touched one.
-        host_need = size * (2 if kind == "gpu" or "read" in modes else 1)
-        if host_need > host * 0.8:
-            raise BenchConfigError(
-                "size", f"{human(size)} needs {human(host_need)} of host memory; {human(host)} is available"
-            )
-        if host_need + size > host:
-            warnings.append(
-                f"the {human(size)} file may not stay in the page cache ({human(host)} of memory available): "
-                "hot reads may touch the disk"
-            )
-        if kind == "gpu":
-            free = memory.device_memory(device)[0]
-            if 2 * size > free:
-                raise BenchConfigError(
-                    "size",
-                    f"{human(size)} needs {human(2 * size)} of GPU memory (buffer and cupy.asarray's copy); "
-                    f"GPU {device} has {human(free)} free",
-                )
+        warnings += check_room(
+            size, directory, disk=2 * size, disk_why="a data file and a write target",
+            host=size * (2 if kind == "gpu" or "read" in modes else 1),
+            devices=[device] if kind == "gpu" and device is not None else [],
+            gpu=2 * size, gpu_why="buffer and cupy.asarray's copy",
+        )
     too_big = [s for s in io_sizes if s > size]
     if too_big and "randread" in modes:
         raise BenchConfigError("io_size", f"{human(too_big[0])} is larger than the file ({human(size)})")

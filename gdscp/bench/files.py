@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
+import tempfile
 from typing import Optional
 
 import numpy as np
@@ -12,10 +14,13 @@ import numpy as np
 # swallowed by its extension modules, so import it now, before any work starts.
 import numpy.random  # noqa: F401, E402
 
+from .._interrupts import through_interrupts
 from ..page_cache import drop_file_page_cache, drop_system_page_cache
 
 __all__ = [
     "BenchFiles",
+    "scratch_dir",
+    "remove_tree",
     "make_file",
     "drop_cache",
     "warm_cache",
@@ -52,6 +57,21 @@ def make_file(path: str, size: int, seed: int = 0) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def scratch_dir(directory: str, prefix: str) -> str:
+    """A new directory of this process's own inside ``directory`` (a random
+    name, created with mode 0700 where no such name existed): what a workload
+    makes in it overwrites nothing of anybody's, and no link in ``directory``
+    leads it elsewhere."""
+    return tempfile.mkdtemp(prefix=prefix, dir=os.path.abspath(directory))
+
+
+def remove_tree(path: str) -> Optional[BaseException]:
+    """``path`` and everything in it removed, through any Ctrl-C or SIGTERM
+    that lands meanwhile (the removal starts again where it was cut); the
+    first of those, for the caller to raise or drop."""
+    return through_interrupts(lambda: shutil.rmtree(path, ignore_errors=True))
 
 
 def expected_bytes(path: str, offset: int, nbytes: int) -> bytes:
@@ -155,17 +175,25 @@ class BenchFiles:
             self.write_path = self._reserve(".write")
             make_file(self.data_path, self.size, self.seed)
         except BaseException:
-            self.remove()
+            self.remove()  # what interrupts the removal is dropped: this exception is on its way
             raise
         return self
 
-    def remove(self) -> None:
-        for path in self._paths:
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                pass
-        self._paths.clear()
+    def remove(self) -> Optional[BaseException]:
+        """Every file made removed, through any Ctrl-C or SIGTERM that lands
+        meanwhile; the first of those (None if none)."""
 
-    def __exit__(self, *exc: object) -> None:
-        self.remove()
+        def unlink_all() -> None:
+            while self._paths:
+                try:
+                    os.unlink(self._paths[-1])
+                except FileNotFoundError:
+                    pass
+                self._paths.pop()
+
+        return through_interrupts(unlink_all)
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        interrupt = self.remove()
+        if interrupt is not None and exc_type is None:
+            raise interrupt

@@ -20,7 +20,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Optional, Sequence
@@ -30,6 +29,7 @@ import numpy as np
 from .. import memory
 from . import ceilings as ceil
 from .config import BenchConfig, BenchConfigError, _choose_memory, default_threads
+from .files import remove_tree, scratch_dir
 from .machine import describe_machine, now_iso
 from .measure import BenchError
 from .stats import GB, spread
@@ -120,15 +120,31 @@ def _digest(paths: Sequence[str]) -> str:
 
 
 def _record(tool: str, what: str, nbytes: int, seconds: list[float], **extra: Any) -> dict:
+    """A tool's runs; every figure from the same seconds, to the nanosecond
+    (as the one-file document's), so that the figures agree with each other."""
+    rounded = [round(s, 9) for s in seconds]
     return {
         "tool": tool,
         "what": what,
         "bytes": nbytes,
-        "seconds": [round(s, 6) for s in seconds],
-        "median_s": round(float(np.median(seconds)), 6),
-        "gb_per_s": spread(nbytes / s / GB for s in seconds),
+        "seconds": rounded,
+        "median_s": round(float(np.median(rounded)), 9),
+        "gb_per_s": spread(nbytes / s / GB for s in rounded),
         **extra,
     }
+
+
+def _failure(done: subprocess.CompletedProcess) -> str:
+    """Why a copy command failed, in one line: the error of its JSON document
+    (gdscp's), else the last line it wrote on stderr."""
+    try:
+        error = json.loads(done.stdout).get("error")
+    except (ValueError, TypeError, AttributeError):
+        error = None
+    if isinstance(error, str) and error.strip():
+        return " ".join(error.split())
+    lines = [line.strip() for line in (done.stderr or "").splitlines() if line.strip()]
+    return lines[-1] if lines else "nothing said"
 
 
 class _Run:
@@ -190,7 +206,7 @@ class _Run:
                         done = subprocess.run(["sync"], capture_output=True, text=True)
                 seconds = time.perf_counter() - start
                 if done.returncode != 0:
-                    raise BenchError(f"{tool} copy failed (exit {done.returncode}): {done.stderr.strip()[-500:]}")
+                    raise BenchError(f"{tool} copy failed (exit {done.returncode}): {_failure(done)}")
                 times[tool].append(seconds)
                 if tool in command_seconds:
                     command_seconds[tool].append(float(json.loads(done.stdout)["seconds"]))
@@ -206,7 +222,7 @@ class _Run:
         nbytes = tree.bytes
         gdscp = _record("gdscp", " ".join(["gdscp", "copy", "-r", *place, "SRC", "DST"]) + " (a new process)",
                         nbytes, times["gdscp"], command_seconds=spread(command_seconds["gdscp"]))
-        cp = _record("cp", "cp -r SRC DST; sync", nbytes, times["cp"])
+        cp = _record("cp", "cp -r SRC DST; sync", nbytes, times["cp"], best=True)  # the baseline's one record
         gdscp["factor"] = {"cp": round(cp["median_s"] / gdscp["median_s"], 4)}
         results = [gdscp, cp]
         if config.ranks:
@@ -361,7 +377,7 @@ def run_files_benchmark(
         (3 + kvikio_runs) * (config.runs + 1)) + (2 * config.ceilings * ("copy" in config.modes))
     workloads = []
     ceilings: dict = {}
-    scratch = tempfile.mkdtemp(prefix=".gdscp-bench-files-", dir=os.path.abspath(config.dir))
+    scratch = scratch_dir(config.dir, ".gdscp-bench-files-")
     try:
         run.tick(f"writing {config.files} files in {config.dir}")
         tree = make_tree(os.path.join(scratch, "tree"), config.files, config.low, config.high, config.seed)
@@ -388,8 +404,12 @@ def run_files_benchmark(
                 workloads.append(run.read(tree, target, threads))
         if run.progress is not None:
             run.progress(run.total_steps, run.total_steps, "done")
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    except BaseException:
+        remove_tree(scratch)  # what interrupts the removal is dropped: this exception is on its way
+        raise
+    interrupt = remove_tree(scratch)
+    if interrupt is not None:
+        raise interrupt
     import gdscp
 
     return {

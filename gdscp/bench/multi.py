@@ -33,8 +33,10 @@ import numpy as np
 from .. import defaults, memory
 from ..bulk import read_files
 from .ceilings import host_memcpy_rate, multi_pinned_copy_rate, page_cache_rate, pinned_copy_rate
-from .files import available_memory, free_disk, make_file, warm_cache
+from .config import check_dir, check_room, check_runs, check_size, check_threads
+from .files import available_memory, free_disk, make_file, remove_tree, scratch_dir, warm_cache
 from .machine import describe_machine, now_iso
+from .measure import BenchError
 from .stats import GB, spread
 
 __all__ = ["MultiConfig", "run_multi_benchmark", "DISTINCT_TARGET", "REPLICATE_TARGET"]
@@ -56,11 +58,19 @@ class MultiConfig:
 
 
 def _size(config: MultiConfig) -> int:
-    """The size asked for, else 4 GiB, less where host memory (the files must
-    stay cached), disk or any GPU's free memory is short."""
-    if config.size is not None:
-        return config.size
+    """The size asked for, if the machine has room for it (else
+    ``BenchConfigError`` naming ``size``), else 4 GiB, less where host memory
+    (the files must stay cached), disk or any GPU's free memory is short."""
     n = len(config.devices)
+    if config.size is not None:
+        size = check_size(config.size)
+        copy = min(size, 1 << 30)  # the host_memcpy and pinned_h2d ceilings' buffers
+        config.notes.extend(check_room(
+            size, config.dir, disk=n * size, disk_why=f"a file for each of {n} GPUs",
+            host=n * size + 2 * copy, host_why="the files, kept in the page cache, and host_memcpy's buffers",
+            devices=config.devices, gpu=size + copy, gpu_why="the buffer and pinned_h2d's",
+        ))
+        return size
     size = min(_DEFAULT_SIZE, available_memory() // (2 * n + 2), free_disk(config.dir) // (n + 1))
     for d in config.devices:
         size = min(size, memory.available_bytes(d) // 4)
@@ -71,8 +81,8 @@ def _size(config: MultiConfig) -> int:
 
 
 def _threads(config: MultiConfig) -> list[int]:
-    if config.threads:
-        return config.threads
+    if config.threads is not None:
+        return sorted(check_threads(config.threads))
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     base = int(defaults.get("num_threads"))
     return sorted({base, max(base, min(64, 2 * cpus))})
@@ -85,7 +95,7 @@ def _time(job_of: Callable[[], Any]) -> float:
     seconds = time.perf_counter() - start
     bad = [r for r in results if r.status != "done"]
     if bad:
-        raise RuntimeError(f"'{bad[0].source}': {bad[0].error or bad[0].status}")
+        raise BenchError(f"'{bad[0].source}': {bad[0].error or bad[0].status}")
     return seconds
 
 
@@ -98,7 +108,7 @@ def _check(buf: Any, path: str, size: int) -> None:
             want = np.frombuffer(f.read(n), dtype=np.uint8)
             got = memory.to_host(buf[off : off + n])
             if not np.array_equal(got, want):
-                raise RuntimeError(f"the bytes loaded from '{path}' differ from the file near offset {off}")
+                raise BenchError(f"the bytes loaded from '{path}' differ from the file near offset {off}")
 
 
 def _median(entry: Optional[dict]) -> Optional[float]:
@@ -130,9 +140,11 @@ def run_multi_benchmark(config: MultiConfig, progress: Optional[Callable[[int, i
     devs = config.devices
     if len(devs) < 2:
         raise ValueError("the multi-GPU benchmark needs at least two GPUs (--devices 0,1)")
-    runs = config.runs
-    size = _size(config)
+    # Every setting checked, and the room for the files, before anything is written.
+    runs = check_runs(config.runs)
+    config.dir = check_dir(config.dir)
     thread_counts = _threads(config)
+    size = _size(config)
     steps_total = len(thread_counts) + len(devs) + 5
     done = [0]
 
@@ -141,9 +153,12 @@ def run_multi_benchmark(config: MultiConfig, progress: Optional[Callable[[int, i
             progress(done[0], steps_total, text)
         done[0] += 1
 
-    paths = [os.path.join(config.dir, f".gdscp-multi-{os.getpid()}-{i}.bin") for i in range(len(devs))]
+    # The files in a directory of this run's own: nothing of anybody's is
+    # overwritten or removed, and no link in --dir leads them elsewhere.
+    scratch = scratch_dir(config.dir, ".gdscp-multi-")
+    paths = [os.path.join(scratch, f"gpu{i}.bin") for i in range(len(devs))]
     try:
-        step(f"writing {len(paths)} files of {size >> 20} MiB")
+        step(f"writing {len(paths)} files of {_size_text(size)}")
         for i, p in enumerate(paths):
             make_file(p, size, seed=i)
             warm_cache(p)
@@ -166,11 +181,7 @@ def run_multi_benchmark(config: MultiConfig, progress: Optional[Callable[[int, i
                 for _ in range(runs):
                     for name, job in workloads.items():
                         seconds[name].append(_time(job))
-            results[str(threads)] = {
-                name: {"bytes": nbytes[name], "seconds": [round(s, 6) for s in secs],
-                       "gb_per_s": spread(nbytes[name] / s / GB for s in secs)}
-                for name, secs in seconds.items()
-            }
+            results[str(threads)] = {name: _figures(nbytes[name], secs) for name, secs in seconds.items()}
         # Every buffer holds its file (distinct ran last) and, run before it,
         # replicate put file 0 into all of them: check the distinct bytes.
         for buf, p in zip(bufs, paths):
@@ -180,12 +191,12 @@ def run_multi_benchmark(config: MultiConfig, progress: Optional[Callable[[int, i
             _check(buf, paths[0], size)
         del bufs
         ceilings = _ceilings(config, paths, size, runs, step)
-    finally:
-        for p in paths:
-            try:
-                os.unlink(p)
-            except OSError:
-                pass
+    except BaseException:
+        remove_tree(scratch)  # what interrupts the removal is dropped: this exception is on its way
+        raise
+    interrupt = remove_tree(scratch)
+    if interrupt is not None:
+        raise interrupt
     step("done")
     return {
         "benchmark": "multi_gpu",
@@ -200,6 +211,17 @@ def run_multi_benchmark(config: MultiConfig, progress: Optional[Callable[[int, i
         "results": results,
         "ratios": _ratios(ceilings, results),
     }
+
+
+def _size_text(size: int) -> str:
+    return f"{size >> 20} MiB" if size % (1 << 20) == 0 else f"{size} bytes"
+
+
+def _figures(nbytes: int, seconds: list[float]) -> dict:
+    """A workload's runs: each run's seconds (to the nanosecond) and the GB/s
+    computed from those same figures, so that the two agree."""
+    rounded = [round(s, 9) for s in seconds]
+    return {"bytes": nbytes, "seconds": rounded, "gb_per_s": spread(nbytes / s / GB for s in rounded)}
 
 
 def _ratios(ceilings: dict, results: dict) -> dict:

@@ -27,6 +27,8 @@ class Tree(NamedTuple):
 def parse_size_range(text: str, parse) -> tuple[int, int]:
     """``"1K-64K"`` or ``"4K"`` -> (low, high) in bytes; ``parse`` reads one size."""
     low, sep, high = text.partition("-")
+    if not low.strip() or (sep and not high.strip()):
+        raise ValueError(f"{text!r} is not a size or a range of sizes (SIZE or SIZE-SIZE)")
     lo = parse(low.strip())
     hi = parse(high.strip()) if sep else lo
     if lo > hi:

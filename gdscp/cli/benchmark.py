@@ -19,12 +19,13 @@ from rich.table import Table
 
 from ..bench.config import DEFAULT_RANDOM_OPS, DEFAULT_RUNS, MODES, BenchConfig, BenchConfigError
 from ..bench.many import FILE_MODES, FilesConfig, run_files_benchmark
+from ..bench.measure import BenchError
 from ..bench.tree import parse_size_range
 from ..bench.plot import PLOT_SUFFIXES, PlotUnavailable, plot, require_matplotlib
 from ..bench.runner import run_benchmark
 from . import options
 from .ranks import launched as launched_by_mpi
-from .output import Output, UsageError
+from .output import Failure, Output, UsageError
 from .units import format_bytes, parse_size
 
 __all__ = ["benchmark"]
@@ -245,9 +246,6 @@ def _legend(doc: dict) -> str:
     return "\n".join(lines)
 
 
-    return Group(*parts)
-
-
 def _files_render(doc: dict) -> Group:
     config = doc["config"]
     where = "host memory" if config["memory"] == "host" else f"GPU {config['device']}"
@@ -442,7 +440,7 @@ def benchmark(
             "--ranks",
             metavar="N",
             help="With --files and --mode copy: also time the copy as one job over N MPI ranks "
-            "(mpiexec -n N gdscp copy -r; needs gdscp[mpi]).",
+            "(mpiexec -n N gdscp copy -r; needs gdscp\\[mpi]).",
             rich_help_panel=_MEASURE,
         ),
     ] = None,
@@ -483,7 +481,8 @@ def benchmark(
                      "--drop-cache": drop_cache, "--plot": plot_file is not None}
     if devices is not None:
         with out.guard(), options.settings(None, task_size, compat_mode):
-            _ignored("--devices", {**one_file_only, "--mode": mode != ",".join(MODES), "--files": files is not None})
+            _ignored("--devices", {**one_file_only, "--mode": mode != ",".join(MODES), "--files": files is not None,
+                                   "--file-size": file_size is not None, "--ranks": ranks is not None})
             _multi_benchmark(out, devices, host, device, size, threads, runs, directory)
         return
     if files is not None or file_size is not None:
@@ -526,8 +525,6 @@ def _multi_benchmark(out: Output, devices: str, host: bool, device: Optional[int
     assert spread is not None
     if len(spread) < 2:
         raise UsageError(f"--devices {devices}: the multi-GPU benchmark needs at least two GPUs")
-    if runs < 3:
-        raise UsageError(f"--runs: at least 3 (got {runs})")
     config = MultiConfig(
         devices=spread,
         size=_size("--size", size),
@@ -535,8 +532,7 @@ def _multi_benchmark(out: Output, devices: str, host: bool, device: Optional[int
         dir=os.fspath(directory),
         threads=None if threads is None else _list("--threads", threads, _count),
     )
-    with _Bar(out) as bar:
-        document = run_multi_benchmark(config, progress=bar, warn=out.warn)
+    document = _measure(out, run_multi_benchmark, config)
     out.result({"command": "benchmark", "ok": True, **document}, lambda: _multi_render(document))
 
 
@@ -572,13 +568,16 @@ def _multi_render(doc: dict) -> Group:
 
 
 def _measure(out: Output, run: Callable[..., dict], config: Any) -> dict:
-    """``run(config)`` under the progress bar; a bad setting is a usage error naming its option."""
+    """``run(config)`` under the progress bar; a bad setting is a usage error
+    naming its option, a measurement gone wrong a failure said as it stands."""
     try:
         with _Bar(out) as bar:
             return run(config, progress=bar, warn=out.warn)
     except BenchConfigError as exc:
         option = _OPTION_NAMES.get(exc.option, "--" + exc.option.replace("_", "-"))
         raise UsageError(f"{option}: {exc}") from None
+    except BenchError as exc:
+        raise Failure(str(exc)) from None
 
 
 def _ignored(workload: str, given: dict[str, bool]) -> None:
@@ -596,11 +595,14 @@ def _files_benchmark(out: Output, files: Optional[int], file_size: Optional[str]
     if files is None:
         raise UsageError("--file-size needs --files")
     try:
-        low, high = parse_size_range(file_size or _DEFAULT_FILE_SIZE, parse_size)
+        low, high = parse_size_range(_DEFAULT_FILE_SIZE if file_size is None else file_size, parse_size)
     except ValueError as exc:
         raise UsageError(f"--file-size: {exc}") from None
     modes = list(FILE_MODES) if mode == ",".join(MODES) else _list("--mode", mode, str.strip)
     where = options.choose_memory(out, host, device)
+    # "auto" unless memory was named, as the one-file benchmark: the document
+    # then says why it measured what it did, and copy runs as gdscp copy runs
+    # by default (without a GPU).
     config = FilesConfig(
         files=files,
         low=low,
@@ -608,8 +610,7 @@ def _files_benchmark(out: Output, files: Optional[int], file_size: Optional[str]
         modes=modes,
         runs=runs,
         dir=os.fspath(directory),
-        # "auto" unless memory was named: copy then runs as gdscp copy runs by default (no GPU).
-        memory="host" if where is None else ("gpu" if device is not None else "auto"),
+        memory="host" if host else ("gpu" if device is not None else "auto"),
         device=0 if where is None else where,
         threads=None if threads is None else _list("--threads", threads, _count),
         ranks=ranks,

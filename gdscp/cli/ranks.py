@@ -262,8 +262,9 @@ def _end(world: World, out: Output, statuses: list[Status], code: int) -> None:
     world.barrier()
 
 
-# The commands that run as one job over the ranks of a launch.
-_JOINING = ("copy", "read", "write")
+# The commands that run as one job over the ranks of a launch, and benchmark,
+# which refuses to: its refusal, too, is said once, by rank 0.
+_JOINING = ("copy", "read", "write", "benchmark")
 
 
 def fail_before_joining(out: Output, code: int, message: str) -> Optional[int]:

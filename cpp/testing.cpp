@@ -97,7 +97,11 @@ void define_testing(nb::module_& core) {
   t.def("arm_fault", &arm_fault, "op"_a, "skip"_a, "count"_a, "errno"_a,
         "After `skip` more successful calls of `op` (pread, pwrite, land, copy_file_range), fail the next "
         "`count` with `errno` (0: a pread or copy_file_range moves nothing, as at end of file).");
-  t.def("disarm_fault", &detail::fault::disarm);
+  t.def("disarm_fault", &detail::fault::disarm, "Disarm every fault, and release a hold.");
+  t.def("arm_hold", &detail::fault::arm_hold, "skip"_a,
+        "After `skip` more chunks of bulk transfers, every worker reaching the next one waits there until its job "
+        "is cancelled (or disarm_fault(), or a minute): a signal sent then lands while the transfer is in flight.");
+  t.def("hold_reached", &detail::fault::hold_reached, "Whether a worker has reached the hold since arm_hold.");
   t.def("mapped_read_bytes", &detail::mapped_read_bytes, "Bytes copied by mapped reads since the process started.");
   t.def("pinned_bytes", [] { return detail::BufferPool::pinned().bytes_allocated(); },
         "Pinned staging memory allocated, idle and leased.");

@@ -1024,18 +1024,37 @@ SAID = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated", signal.SIGHU
 
 @pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)])
 def test_copy_interrupted_by_a_signal(capsys, tmp_path, monkeypatch, signum, code):
+    """A signal while the copy runs: the exit code says which, the old
+    destination stays, no temporary file is left and the handlers are given
+    back. The engine holds the copy after a few chunks until it is cancelled:
+    left to itself, 8 MiB on a fast filesystem can be copied and renamed
+    before the command first waits on its job, and the signal then lands
+    after the copy."""
     random_file(tmp_path / "src.bin", 8 * MiB)
     dst = tmp_path / "dst.bin"
     dst.write_bytes(b"precious")
     real_wait = BulkJob.wait
+    in_flight = []
 
     def signal_then_wait(self, timeout=None):
+        if not in_flight:
+            deadline = time.monotonic() + 60
+            while not _core.testing.hold_reached() and not self.done() and time.monotonic() < deadline:
+                time.sleep(0.001)
+            in_flight.append(_core.testing.hold_reached() and not self.done())
+            in_flight.append(temp_files(tmp_path))
         os.kill(os.getpid(), signum)  # the signal lands while the copy runs
         return real_wait(self, timeout)
 
     monkeypatch.setattr(BulkJob, "wait", signal_then_wait)
     before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGHUP)
-    got, _, err = cli(capsys, "copy", tmp_path / "src.bin", dst, "--chunk-size", "64K")
+    _core.testing.arm_hold(4)  # the fifth chunk waits for the cancel
+    try:
+        got, _, err = cli(capsys, "copy", tmp_path / "src.bin", dst, "--chunk-size", "64K")
+    finally:
+        _core.testing.disarm_fault()
+    assert in_flight[0], "the copy was not in flight when the signal was sent"
+    assert len(in_flight[1]) == 1, in_flight  # its temporary file, four chunks written
     assert got == code
     assert SAID[signum] in err
     assert dst.read_bytes() == b"precious" and temp_files(tmp_path) == []

@@ -21,6 +21,7 @@
 #include <unordered_set>
 
 #include "gdscp/detail/bulk_transfer.hpp"
+#include "gdscp/detail/fault.hpp"
 #include "gdscp/detail/numa.hpp"
 #include "gdscp/detail/thread_pool.hpp"
 #include "gdscp/error.hpp"
@@ -555,6 +556,7 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
     for (;;) {
       const size_t i = t->claim(w.group);
       if (i >= t->chunks.size()) return;
+      fault::hold(cancelled);  // tests only: disarmed, one relaxed load
       if (!cancelled.load(std::memory_order_relaxed) && !t->failed()) {
         // A read into device memory is queued on the worker's ring: the chunk
         // counts once its copy has landed (chunk_landed), while the worker goes on.

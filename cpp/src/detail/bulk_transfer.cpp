@@ -814,6 +814,7 @@ void move_sequential(const TransferContext& cx, Transfer& t, BulkWorker& w, std:
   const int64_t limit = t.size;  // -1: to the end of the source
   int64_t done = 0;
   for (;;) {
+    fault::hold(cx.cancelled);  // tests only: disarmed, one relaxed load
     if (cx.cancelled.load(std::memory_order_relaxed)) return;
     size_t want = w.slot_size;
     if (limit >= 0) want = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(want), limit - done));

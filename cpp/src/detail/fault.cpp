@@ -1,7 +1,9 @@
 #include "gdscp/detail/fault.hpp"
 
 #include <atomic>
+#include <chrono>
 #include <initializer_list>
+#include <thread>
 
 namespace gdscp::detail::fault {
 namespace {
@@ -12,6 +14,10 @@ struct Slot {
   std::atomic<int> err{0};
 };
 Slot slots[4];
+
+std::atomic<bool> hold_armed{false};
+std::atomic<long> hold_skip{0};
+std::atomic<bool> reached{false};
 }  // namespace
 
 void arm(Op op, long skip, long count, int err) noexcept {
@@ -24,6 +30,24 @@ void arm(Op op, long skip, long count, int err) noexcept {
 
 void disarm() noexcept {
   for (auto& s : slots) s.armed = false;
+  hold_armed = false;
+}
+
+void arm_hold(long skip) noexcept {
+  hold_skip = skip;
+  reached = false;
+  hold_armed = true;
+}
+
+bool hold_reached() noexcept { return reached.load(); }
+
+void hold(const std::atomic<bool>& cancelled) noexcept {
+  if (!hold_armed.load(std::memory_order_relaxed)) return;
+  if (hold_skip.fetch_sub(1) > 0) return;
+  reached = true;
+  const auto limit = std::chrono::steady_clock::now() + std::chrono::minutes(1);
+  while (!cancelled.load() && hold_armed.load() && std::chrono::steady_clock::now() < limit)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
 }
 
 bool io_armed() noexcept {

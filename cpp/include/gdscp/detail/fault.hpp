@@ -1,7 +1,11 @@
 // Test hook: make the Nth pread or pwrite of the process fail with a chosen
-// errno, so tests can prove that mid-transfer failures surface cleanly.
+// errno, so tests can prove that mid-transfer failures surface cleanly; or
+// hold a bulk job's workers until the job is cancelled, so that a signal can
+// be sent while a transfer is certainly in flight.
 // Disarmed, a check is one relaxed atomic load.
 #pragma once
+
+#include <atomic>
 
 namespace gdscp::detail::fault {
 
@@ -22,5 +26,15 @@ bool io_armed() noexcept;
 // mapped copy, which stands in for a read (mapped_read.cpp); returns the errno
 // to fail with (kEndOfFile: to read nothing), or 0.
 int check(Op op) noexcept;
+
+// After `skip` more chunks of bulk transfers, every worker that reaches the
+// next one waits there until its job is cancelled (or the hold is disarmed,
+// or a minute has passed): the job can neither finish nor rename a file
+// first. disarm() releases it too.
+void arm_hold(long skip) noexcept;
+// Whether a worker has reached the hold since it was armed.
+bool hold_reached() noexcept;
+// Called before each chunk of a bulk transfer is moved (bulk.cpp, bulk_transfer.cpp).
+void hold(const std::atomic<bool>& cancelled) noexcept;
 
 }  // namespace gdscp::detail::fault

@@ -1129,6 +1129,39 @@ def test_write_of_hundreds_of_files_interrupted(capsys, tmp_path, monkeypatch, s
             assert i % 7 != 0, p
 
 
+def test_an_interrupt_as_a_tree_copy_picks_its_directories_still_gives_them_modes(capsys, tmp_path, monkeypatch):
+    """Ctrl-C just as the files are in and the directories made are picked
+    out for their modes: no directory is left at the 0700 it was made with
+    (the pick had run outside the protection of the modes' own steps)."""
+    from gdscp.cli import copy as copy_module
+
+    tree = make_file_tree(str(tmp_path / "src"), 30, 1, 4 * KiB, seed=3)
+    real_copy_files = copy_module._Copier._copy_files
+
+    class InterruptedOnce(set):
+        raised = False
+
+        def __contains__(self, item):
+            if not InterruptedOnce.raised:
+                InterruptedOnce.raised = True
+                raise KeyboardInterrupt
+            return super().__contains__(item)
+
+    def copy_then_interrupt(self, files, progress):
+        real_copy_files(self, files, progress)
+        self.created_dirs = InterruptedOnce(self.created_dirs)
+
+    monkeypatch.setattr(copy_module._Copier, "_copy_files", copy_then_interrupt)
+    dst = tmp_path / "dst"
+    code, _, err = cli(capsys, "copy", "-r", "--host", tree.root, dst)
+    assert InterruptedOnce.raised and code == 130, err
+    umask = os.umask(0)
+    os.umask(umask)
+    for folder, _, _ in os.walk(dst):
+        source = os.path.join(tree.root, os.path.relpath(folder, dst))
+        assert stat.S_IMODE(os.stat(folder).st_mode) == stat.S_IMODE(os.stat(source).st_mode) & ~umask, folder
+
+
 def test_copy_of_a_tree_of_many_files(capsys, tmp_path):
     tree = make_file_tree(str(tmp_path / "src"), 400, 0, 40 * KiB, seed=2)
     code, doc, err = cli_json(capsys, "copy", "-r", tree.root, tmp_path / "dst", "--host")

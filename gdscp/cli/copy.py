@@ -201,9 +201,7 @@ class _Copier:
             stop_running_jobs()
             raise
         finally:
-            # Every directory made (or, with --preserve, merged into) so far.
-            self.finish([job for job in jobs if job.kind == "dirmeta" and os.path.isdir(job.dst)
-                         and (self.preserve or job.dst in self.created_dirs)])
+            self.finish(jobs)
         self.sync_names()
 
     def sync_names(self) -> None:
@@ -245,11 +243,18 @@ class _Copier:
                 return [], after
         return files, after
 
-    def finish(self, after: list[_Job]) -> None:
-        """The directories' modes and times, once their contents are in. An
-        interrupt that lands meanwhile ends the command once they are all set
-        (each takes a system call or two)."""
-        interrupt: Optional[BaseException] = None
+    def finish(self, jobs: list[_Job]) -> None:
+        """The modes and times of every directory of ``jobs`` made (or, with
+        --preserve, merged into) so far, once their contents are in. An
+        interrupt that lands meanwhile, even as they are picked out, ends the
+        command once they are all set (each takes a system call or two)."""
+        after: list[_Job] = []
+
+        def pick() -> None:
+            after[:] = [job for job in jobs if job.kind == "dirmeta" and os.path.isdir(job.dst)
+                        and (self.preserve or job.dst in self.created_dirs)]
+
+        interrupt = through_interrupts(pick)
         for job in after:
             caught = through_interrupts(lambda job=job: self._step(job, _Record(job.src, job.dst)))
             interrupt = interrupt or caught

@@ -789,10 +789,15 @@ def test_files_workload_refuses_a_thread_count_below_one(capsys, tmp_path, threa
     (["--files", "5", "--drop-cache"], "--drop-cache"),
     (["--devices", "0", "--io-size", "4K"], "--io-size"),
     (["--devices", "0", "--mode", "write"], "--mode"),
+    (["--size", "1M", "--mode", "read", "--io-size", "4K"], "--io-size"),
+    (["--size", "1M", "--mode", "read,write", "--ops", "200"], "--ops"),
+    (["--size", "1M", "--mode", "write", "--drop-cache"], "--drop-cache"),
 ])
 def test_options_a_workload_would_not_use_are_refused(capsys, tmp_path, args, named):
     """The many-files and multi-GPU workloads refuse the one-file benchmark's
-    options (exit 2, naming them) instead of running without them."""
+    options, and the one-file benchmark the random reads' options where
+    --mode has none (or --drop-cache where it has no reads): exit 2, naming
+    them, instead of running without them."""
     code, out, err = cli(capsys, "--host", *args, "--dir", tmp_path)
     assert code == 2 and named in err and "cannot be used with" in err, err
     assert not (tmp_path / "p.png").exists() and leftovers(tmp_path) == []

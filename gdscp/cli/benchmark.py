@@ -505,6 +505,14 @@ def benchmark(
             drop_cache=drop_cache,
             dir=os.fspath(directory),
         )
+        # Options that only the random reads, or only the reads, use: refused
+        # where --mode leaves those out, as the other workloads refuse theirs.
+        modes = set(config.modes)
+        _ignored(f"--mode {','.join(config.modes)}", {
+            "--io-size": one_file_only["--io-size"] and "randread" not in modes,
+            "--ops": one_file_only["--ops"] and "randread" not in modes,
+            "--drop-cache": drop_cache and not modes & {"read", "randread"},
+        })
         _check_plot(plot_file)
         where = options.choose_memory(out, host, device)
         # "auto" unless memory was named, so that the document says why it measured what it did.

@@ -776,6 +776,22 @@ def test_fresh_buffers_are_new_memory_every_run(tmp_path, monkeypatch):
     assert seen and not any(seen)
 
 
+def test_files_workload_refuses_a_read_back_that_needs_more_memory_than_there_is(capsys, tmp_path, monkeypatch):
+    """The read workload holds every byte of the tree at once: a tree larger
+    than the host memory available is refused before anything is written,
+    where it had been made and then exhausted the memory."""
+    from gdscp.bench import many
+
+    monkeypatch.setattr(many, "available_memory", lambda: 64 << 20)
+    code, _, err = cli(capsys, "--host", "--files", "20", "--file-size", "2M", "--mode", "read", "--dir", tmp_path)
+    assert code == 2 and "host memory" in err and "Traceback" not in err, err
+    assert leftovers(tmp_path) == []
+    # The copy alone holds no such buffer: not refused for it.
+    code, _, err = cli(capsys, "--host", "--files", "20", "--file-size", "2M", "--mode", "copy", "--runs", "3",
+                       "--dir", tmp_path)
+    assert code == 0, err
+
+
 @pytest.mark.parametrize("threads", ["0", "-1"])
 def test_files_workload_refuses_a_thread_count_below_one(capsys, tmp_path, threads):
     code, _, err = cli(capsys, "--host", "--files", "5", "--threads", threads, "--dir", tmp_path)

@@ -29,7 +29,7 @@ import numpy as np
 from .. import memory
 from . import ceilings as ceil
 from .config import BenchConfig, BenchConfigError, _choose_memory, default_threads
-from .files import remove_tree, scratch_dir
+from .files import available_memory, remove_tree, scratch_dir
 from .machine import describe_machine, now_iso
 from .measure import BenchError
 from .stats import GB, spread
@@ -96,6 +96,14 @@ def _check(config: FilesConfig) -> None:
     free = shutil.disk_usage(directory).free
     if need > free:
         raise BenchConfigError("files", f"the tree and its copy need up to {need} bytes; {directory} has {free} free")
+    if "read" in config.modes:
+        # Reading the tree back: one buffer for all its bytes, checked through
+        # a copy of them (and, for a GPU, a host copy first).
+        held = (2 if config.memory == "host" else 3) * config.files * config.high
+        available = available_memory()
+        if held > available * 0.8:
+            raise BenchConfigError("files", f"reading the tree back needs up to {held} bytes of host memory; "
+                                            f"{available} are available")
 
 
 def _mpiexec() -> str:

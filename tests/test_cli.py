@@ -1162,6 +1162,34 @@ def test_an_interrupt_as_a_tree_copy_picks_its_directories_still_gives_them_mode
         assert stat.S_IMODE(os.stat(folder).st_mode) == stat.S_IMODE(os.stat(source).st_mode) & ~umask, folder
 
 
+def test_an_interrupt_after_the_document_adds_no_second_one(capsys, tmp_path, monkeypatch):
+    """A Ctrl-C that lands as the command line ends, after the command wrote
+    its JSON document: exit 130, and stdout still holds that one document (a
+    failure document after it had made two)."""
+    from gdscp.cli import app as app_module
+
+    random_file(tmp_path / "src.bin", 10000)
+    real_app = app_module.app
+
+    class AppThenInterrupt:
+        def __getattr__(self, name):
+            return getattr(real_app, name)
+
+        def __call__(self, *args, **kwargs):
+            real_app(*args, **kwargs)
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(app_module, "app", AppThenInterrupt())
+    code, out, err = cli(capsys, "copy", tmp_path / "src.bin", tmp_path / "dst.bin", "--json")
+    assert code == 130 and "interrupted" in err
+    doc = json.loads(out)  # one document: a second would not parse
+    assert doc["ok"] is True and (tmp_path / "dst.bin").read_bytes() == (tmp_path / "src.bin").read_bytes()
+    # The next command in this process still gets its own failure document.
+    monkeypatch.setattr(app_module, "app", real_app)
+    code, doc, _ = cli_json(capsys, "copy", tmp_path / "missing.bin", tmp_path / "x.bin")
+    assert code == 1 and doc["ok"] is False
+
+
 def test_copy_of_a_tree_of_many_files(capsys, tmp_path):
     tree = make_file_tree(str(tmp_path / "src"), 400, 0, 40 * KiB, seed=2)
     code, doc, err = cli_json(capsys, "copy", "-r", tree.root, tmp_path / "dst", "--host")

@@ -18,7 +18,7 @@ import typer
 
 import gdscp
 
-from .exits import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, INTERRUPTED, early_result, json_asked
+from .exits import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, INTERRUPTED, Documents, early_result, json_asked
 
 __all__ = ["app", "run"]
 
@@ -99,6 +99,7 @@ def _fail_before_joining(args: list[str], code: int, message: str) -> Optional[i
 def run(argv: Optional[Sequence[str]] = None) -> int:
     """Run the gdscp command line on ``argv`` (default: ``sys.argv[1:]``); the exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
+    Documents.written = False
     _register([args[0]] if args and args[0] in COMMANDS else COMMANDS)
     try:
         code = app(args=args, prog_name="gdscp", standalone_mode=False)

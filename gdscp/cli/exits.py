@@ -10,7 +10,7 @@ import sys
 from typing import Sequence
 
 __all__ = ["EXIT_FAILURE", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_TERMINATED", "EXIT_USAGE", "INTERRUPTED",
-           "early_result", "json_asked"]
+           "Documents", "early_result", "json_asked"]
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -19,6 +19,14 @@ EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 EXIT_TERMINATED = 143  # 128 + SIGTERM
 
 INTERRUPTED = "gdscp: interrupted\n"
+
+
+class Documents:
+    """Whether the running command has written its JSON document: an early
+    result after it (a Ctrl-C as the command line ends) would be a second
+    document on stdout, where a script reads one."""
+
+    written = False
 
 
 def json_asked(args: Sequence[str]) -> bool:
@@ -54,7 +62,7 @@ def early_result(args: Sequence[str], message: str, code: int) -> None:
     JSON error document a command's own failure gives, for a failure found
     before its body runs (its arguments, the environment, an interrupt): a
     script that reads stdout always gets a document."""
-    if not json_asked(args):
+    if not json_asked(args) or Documents.written:
         return
     command = _json_string(args[0]) if args and not args[0].startswith("-") else "null"
     text = (f'{{\n  "command": {command},\n  "ok": false,\n  "error": {_json_string(message)},\n'

@@ -28,7 +28,7 @@ import typer
 from .. import CudaError, CuFileError
 from .._gpus import DeviceError
 from .atomic import remove_pending
-from .exits import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, EXIT_USAGE
+from .exits import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, EXIT_USAGE, Documents
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
@@ -355,6 +355,7 @@ class Output:
         if self.json:
             with _stdout_errors():
                 _write_stdout(json_text(data) + "\n")
+            Documents.written = True
         elif render is not None and not (self.quiet and data.get("ok", True)):
             with _stdout_errors():
                 self.stdout.print(render())

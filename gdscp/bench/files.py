@@ -3,11 +3,12 @@ pages, and removing them whatever happens."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
 import tempfile
-from typing import Optional
+from typing import Iterator, Optional
 
 import numpy as np
 # numpy imports numpy.random lazily; a Ctrl-C that lands inside that import is
@@ -59,19 +60,28 @@ def make_file(path: str, size: int, seed: int = 0) -> None:
         os.close(fd)
 
 
-def scratch_dir(directory: str, prefix: str) -> str:
+@contextlib.contextmanager
+def scratch_dir(directory: str, prefix: str) -> Iterator[str]:
     """A new directory of this process's own inside ``directory`` (a random
     name, created with mode 0700 where no such name existed): what a workload
     makes in it overwrites nothing of anybody's, and no link in ``directory``
-    leads it elsewhere."""
-    return tempfile.mkdtemp(prefix=prefix, dir=os.path.abspath(directory))
+    leads it elsewhere. On the way out it is removed with all it holds,
+    through any Ctrl-C or SIGTERM that lands meanwhile (the removal starts
+    again where it was cut); the first of those is raised, unless an
+    exception is already on its way."""
+    path = tempfile.mkdtemp(prefix=prefix, dir=os.path.abspath(directory))
 
+    def remove() -> Optional[BaseException]:
+        return through_interrupts(lambda: shutil.rmtree(path, ignore_errors=True))
 
-def remove_tree(path: str) -> Optional[BaseException]:
-    """``path`` and everything in it removed, through any Ctrl-C or SIGTERM
-    that lands meanwhile (the removal starts again where it was cut); the
-    first of those, for the caller to raise or drop."""
-    return through_interrupts(lambda: shutil.rmtree(path, ignore_errors=True))
+    try:
+        yield path
+    except BaseException:
+        remove()
+        raise
+    interrupt = remove()
+    if interrupt is not None:
+        raise interrupt
 
 
 def expected_bytes(path: str, offset: int, nbytes: int) -> bytes:

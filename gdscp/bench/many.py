@@ -29,7 +29,7 @@ import numpy as np
 from .. import memory
 from . import ceilings as ceil
 from .config import BenchConfig, BenchConfigError, _choose_memory, default_threads
-from .files import available_memory, remove_tree, scratch_dir
+from .files import available_memory, scratch_dir
 from .machine import describe_machine, now_iso
 from .measure import BenchError
 from .stats import GB, spread
@@ -385,8 +385,7 @@ def run_files_benchmark(
         (3 + kvikio_runs) * (config.runs + 1)) + (2 * config.ceilings * ("copy" in config.modes))
     workloads = []
     ceilings: dict = {}
-    scratch = scratch_dir(config.dir, ".gdscp-bench-files-")
-    try:
+    with scratch_dir(config.dir, ".gdscp-bench-files-") as scratch:
         run.tick(f"writing {config.files} files in {config.dir}")
         tree = make_tree(os.path.join(scratch, "tree"), config.files, config.low, config.high, config.seed)
         if "copy" in config.modes:
@@ -412,12 +411,6 @@ def run_files_benchmark(
                 workloads.append(run.read(tree, target, threads))
         if run.progress is not None:
             run.progress(run.total_steps, run.total_steps, "done")
-    except BaseException:
-        remove_tree(scratch)  # what interrupts the removal is dropped: this exception is on its way
-        raise
-    interrupt = remove_tree(scratch)
-    if interrupt is not None:
-        raise interrupt
     import gdscp
 
     return {

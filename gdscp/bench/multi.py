@@ -34,7 +34,7 @@ from .. import defaults, memory
 from ..bulk import read_files
 from .ceilings import host_memcpy_rate, multi_pinned_copy_rate, page_cache_rate, pinned_copy_rate
 from .config import check_dir, check_room, check_runs, check_size, check_threads
-from .files import available_memory, free_disk, make_file, remove_tree, scratch_dir, warm_cache
+from .files import available_memory, free_disk, make_file, scratch_dir, warm_cache
 from .machine import describe_machine, now_iso
 from .measure import BenchError
 from .stats import GB, spread
@@ -155,9 +155,8 @@ def run_multi_benchmark(config: MultiConfig, progress: Optional[Callable[[int, i
 
     # The files in a directory of this run's own: nothing of anybody's is
     # overwritten or removed, and no link in --dir leads them elsewhere.
-    scratch = scratch_dir(config.dir, ".gdscp-multi-")
-    paths = [os.path.join(scratch, f"gpu{i}.bin") for i in range(len(devs))]
-    try:
+    with scratch_dir(config.dir, ".gdscp-multi-") as scratch:
+        paths = [os.path.join(scratch, f"gpu{i}.bin") for i in range(len(devs))]
         step(f"writing {len(paths)} files of {_size_text(size)}")
         for i, p in enumerate(paths):
             make_file(p, size, seed=i)
@@ -191,12 +190,6 @@ def run_multi_benchmark(config: MultiConfig, progress: Optional[Callable[[int, i
             _check(buf, paths[0], size)
         del bufs
         ceilings = _ceilings(config, paths, size, runs, step)
-    except BaseException:
-        remove_tree(scratch)  # what interrupts the removal is dropped: this exception is on its way
-        raise
-    interrupt = remove_tree(scratch)
-    if interrupt is not None:
-        raise interrupt
     step("done")
     return {
         "benchmark": "multi_gpu",

@@ -21,7 +21,6 @@ from ..page_cache import drop_file_page_cache, drop_system_page_cache
 __all__ = [
     "BenchFiles",
     "scratch_dir",
-    "remove_tree",
     "make_file",
     "drop_cache",
     "warm_cache",

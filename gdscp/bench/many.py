@@ -32,7 +32,7 @@ from .config import BenchConfig, BenchConfigError, _choose_memory, default_threa
 from .files import available_memory, scratch_dir
 from .machine import describe_machine, now_iso
 from .measure import BenchError
-from .stats import GB, spread
+from .stats import rated, spread
 from .targets import make_target
 from .tools import kvikio_status
 from .tree import Tree, make_tree
@@ -130,14 +130,14 @@ def _digest(paths: Sequence[str]) -> str:
 def _record(tool: str, what: str, nbytes: int, seconds: list[float], **extra: Any) -> dict:
     """A tool's runs; every figure from the same seconds, to the nanosecond
     (as the one-file document's), so that the figures agree with each other."""
-    rounded = [round(s, 9) for s in seconds]
+    rounded, rate = rated(nbytes, seconds)
     return {
         "tool": tool,
         "what": what,
         "bytes": nbytes,
         "seconds": rounded,
         "median_s": round(float(np.median(rounded)), 9),
-        "gb_per_s": spread(nbytes / s / GB for s in rounded),
+        "gb_per_s": rate,
         **extra,
     }
 

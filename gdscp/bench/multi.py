@@ -33,11 +33,11 @@ import numpy as np
 from .. import defaults, memory
 from ..bulk import read_files
 from .ceilings import host_memcpy_rate, multi_pinned_copy_rate, page_cache_rate, pinned_copy_rate
-from .config import check_dir, check_room, check_runs, check_size, check_threads
+from .config import check_dir, check_room, check_runs, check_size, check_threads, human
 from .files import available_memory, free_disk, make_file, scratch_dir, warm_cache
 from .machine import describe_machine, now_iso
 from .measure import BenchError
-from .stats import GB, spread
+from .stats import rated
 
 __all__ = ["MultiConfig", "run_multi_benchmark", "DISTINCT_TARGET", "REPLICATE_TARGET"]
 
@@ -157,7 +157,7 @@ def run_multi_benchmark(config: MultiConfig, progress: Optional[Callable[[int, i
     # overwritten or removed, and no link in --dir leads them elsewhere.
     with scratch_dir(config.dir, ".gdscp-multi-") as scratch:
         paths = [os.path.join(scratch, f"gpu{i}.bin") for i in range(len(devs))]
-        step(f"writing {len(paths)} files of {_size_text(size)}")
+        step(f"writing {len(paths)} files of {human(size)}")
         for i, p in enumerate(paths):
             make_file(p, size, seed=i)
             warm_cache(p)
@@ -206,15 +206,9 @@ def run_multi_benchmark(config: MultiConfig, progress: Optional[Callable[[int, i
     }
 
 
-def _size_text(size: int) -> str:
-    return f"{size >> 20} MiB" if size % (1 << 20) == 0 else f"{size} bytes"
-
-
 def _figures(nbytes: int, seconds: list[float]) -> dict:
-    """A workload's runs: each run's seconds (to the nanosecond) and the GB/s
-    computed from those same figures, so that the two agree."""
-    rounded = [round(s, 9) for s in seconds]
-    return {"bytes": nbytes, "seconds": rounded, "gb_per_s": spread(nbytes / s / GB for s in rounded)}
+    rounded, rate = rated(nbytes, seconds)
+    return {"bytes": nbytes, "seconds": rounded, "gb_per_s": rate}
 
 
 def _ratios(ceilings: dict, results: dict) -> dict:

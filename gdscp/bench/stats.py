@@ -8,7 +8,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-__all__ = ["spread", "percentile", "GB", "threads_text"]
+__all__ = ["spread", "rated", "percentile", "GB", "threads_text"]
 
 GB = 1e9  # figures are decimal GB/s, as disk and PCIe rates are quoted
 
@@ -23,6 +23,14 @@ def spread(values: Iterable[float], digits: int = 4) -> dict:
         "min": _round(min(data), digits),
         "max": _round(max(data), digits),
     }
+
+
+def rated(nbytes: int, seconds: Iterable[float]) -> tuple[list[float], dict]:
+    """Runs' seconds, to the nanosecond, and the GB/s of ``nbytes`` in each (a
+    ``spread``) computed from those same rounded figures, so that a document's
+    seconds and rates agree with each other."""
+    rounded = [round(s, 9) for s in seconds]
+    return rounded, spread(nbytes / s / GB for s in rounded)
 
 
 def percentile(values: Sequence[float], q: float) -> float:

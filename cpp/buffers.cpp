@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -80,6 +81,20 @@ DeviceBuffer slice(const DeviceBuffer& b, const nb::slice& s) {
   return b.slice(static_cast<size_t>(start), static_cast<size_t>(start) + length);
 }
 
+// The bytes of an array of `shape` with items of `itemsize` bytes: 0 for an
+// empty one (whatever its other extents), nothing where they overflow int64_t.
+std::optional<int64_t> array_bytes(const std::vector<int64_t>& shape, int64_t itemsize) noexcept {
+  int64_t count = 1;
+  bool overflow = false;
+  for (int64_t extent : shape) {
+    if (extent == 0) return 0;
+    overflow = __builtin_mul_overflow(count, extent, &count) || overflow;
+  }
+  int64_t nbytes = 0;
+  if (__builtin_mul_overflow(count, itemsize, &nbytes) || overflow) return std::nullopt;
+  return nbytes;
+}
+
 }  // namespace
 
 bool dense(const std::vector<int64_t>& shape, const std::vector<int64_t>& strides, int64_t unit) noexcept {
@@ -115,24 +130,15 @@ nb::tuple dlpack_info(nb::handle capsule) {
   const std::vector<int64_t> shape(t->shape, t->shape + t->ndim);
   const std::vector<int64_t> strides = t->strides ? std::vector<int64_t>(t->strides, t->strides + t->ndim)
                                                   : std::vector<int64_t>();
-  int64_t count = 1;
-  int64_t nbytes = 0;
-  bool too_large = false;
-  bool empty = false;
-  for (int64_t extent : shape) {
+  for (int64_t extent : shape)
     if (extent < 0) throw nb::value_error("a DLPack tensor with a negative extent");
-    empty = empty || extent == 0;
-    too_large = __builtin_mul_overflow(count, extent, &count) || too_large;
-  }
-  too_large = __builtin_mul_overflow(count, itemsize, &nbytes) || too_large;
-  if (empty) {
-    nbytes = 0;
-  } else if (too_large) {
+  const std::optional<int64_t> nbytes = array_bytes(shape, itemsize);
+  if (!nbytes) {
     PyErr_SetString(PyExc_OverflowError, "the DLPack tensor describes more than 2**63-1 bytes");
     throw nb::python_error();
   }
   const auto addr = reinterpret_cast<uintptr_t>(t->data) + t->byte_offset;
-  return nb::make_tuple(addr, nbytes, t->device.device_type, t->device.device_id,
+  return nb::make_tuple(addr, *nbytes, t->device.device_type, t->device.device_id,
                         dense(shape, strides, 1));  // DLPack strides count elements
 }
 
@@ -246,22 +252,12 @@ bool read_layout(PyObject* cai, CudaArrayLayout& out) {
   const unsigned long long ptr = PyLong_AsUnsignedLongLong(PySequence_Fast_GET_ITEM(data.ptr(), 0));
   if (readonly < 0 || PyErr_Occurred()) return false;
   std::vector<int64_t> extents(static_cast<size_t>(ndim)), steps;
-  int64_t count = 1;
-  bool too_large = false;
-  bool empty = false;
   for (Py_ssize_t i = 0; i < ndim; ++i) {
     const long long extent = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(shape.ptr(), i));
     if (extent < 0 || PyErr_Occurred()) return false;
     extents[static_cast<size_t>(i)] = extent;
-    empty = empty || extent == 0;
-    too_large = __builtin_mul_overflow(count, extent, &count) || too_large;
   }
-  int64_t nbytes = 0;
-  too_large = __builtin_mul_overflow(count, static_cast<int64_t>(itemsize), &nbytes) || too_large;
-  if (empty) {  // an empty array, whatever its other extents
-    too_large = false;
-    nbytes = 0;
-  }
+  const std::optional<int64_t> nbytes = array_bytes(extents, itemsize);
   if (strided) {
     steps.resize(static_cast<size_t>(ndim));
     for (Py_ssize_t i = 0; i < ndim; ++i) {
@@ -269,8 +265,8 @@ bool read_layout(PyObject* cai, CudaArrayLayout& out) {
       if (PyErr_Occurred()) return false;
     }
   }
-  out = {static_cast<uintptr_t>(ptr), too_large ? 0 : nbytes, readonly != 0, dense(extents, steps, itemsize),
-         PyDict_GetItemString(cai, "stream"), too_large};
+  out = {static_cast<uintptr_t>(ptr), nbytes.value_or(0), readonly != 0, dense(extents, steps, itemsize),
+         PyDict_GetItemString(cai, "stream"), !nbytes};
   return true;
 }
 

@@ -3,22 +3,14 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <atomic>
-
 namespace gdscp::bindings {
 
-namespace {
-// Threads inside a ReleaseGil scope now, and whether the interpreter's exit
-// has begun (its atexit functions run). Both change with the GIL held.
-std::atomic<int> g_released{0};
-std::atomic<bool> g_exiting{false};
-}  // namespace
-
-void note_interpreter_exit() noexcept {
-  g_exiting = true;
-  // A daemon thread still inside an engine call never comes back for its
-  // frames' objects: nanobind would report them as leaks of the bindings.
-  if (g_released > 0) nanobind::set_leak_warnings(false);
+void note_interpreter_exit() {
+  // By the atexit functions, every thread but the daemons has been joined. A
+  // daemon thread (in an engine call, or about to make one) never comes back
+  // for its frames' objects: nanobind would report them as leaks of the bindings.
+  if (nanobind::cast<int>(nanobind::module_::import_("threading").attr("active_count")()) > 1)
+    nanobind::set_leak_warnings(false);
 }
 
 [[noreturn]] void park_forever() noexcept {
@@ -33,11 +25,7 @@ void note_interpreter_exit() noexcept {
   for (;;) ::pause();
 }
 
-ReleaseGil::ReleaseGil() noexcept : state_(nullptr) {
-  ++g_released;
-  if (g_exiting) nanobind::set_leak_warnings(false);  // this call may outlast the interpreter
-  state_ = PyEval_SaveThread();
-}
+ReleaseGil::ReleaseGil() noexcept : state_(PyEval_SaveThread()) {}
 
 ReleaseGil::~ReleaseGil() {
   // The forced unwind starts inside PyEval_RestoreThread (C, which throws
@@ -49,7 +37,6 @@ ReleaseGil::~ReleaseGil() {
   } catch (...) {
     park_forever();
   }
-  --g_released;
 }
 
 }  // namespace gdscp::bindings

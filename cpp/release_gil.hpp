@@ -15,10 +15,10 @@ namespace gdscp::bindings {
 // process is gone.
 [[noreturn]] void park_forever() noexcept;
 
-// Registered with atexit as the module loads: from then on, a thread inside
-// (or entering) a ReleaseGil scope turns nanobind's leak report off, since a
-// daemon thread blocked in an engine call keeps its frames' objects to the end.
-void note_interpreter_exit() noexcept;
+// Registered with atexit as the module loads: where daemon threads still run
+// as the interpreter exits, nanobind's leak report is turned off, since one
+// blocked in an engine call keeps its frames' objects to the end.
+void note_interpreter_exit();
 
 // Use instead of nb::gil_scoped_release (as nb::call_guard<ReleaseGil>, or as
 // a scoped object). At interpreter exit CPython ends a daemon thread that

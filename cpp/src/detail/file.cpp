@@ -84,9 +84,10 @@ File::File(std::string path, std::string_view mode) : path_(std::move(path)), mo
     ::close(fd_);
     refuse_unseekable(st);
   }
-  // Blocking from here on (a character device's reads wait for data).
-  const int status = ::fcntl(fd_, F_GETFL);
-  if (status >= 0) ::fcntl(fd_, F_SETFL, status & ~O_NONBLOCK);
+  // Blocking from here on (a character device's reads wait for data), with
+  // the status flags it was asked for (F_SETFL takes those of mode_.flags,
+  // O_APPEND among them, and ignores the rest).
+  ::fcntl(fd_, F_SETFL, mode_.flags);
   // The other descriptors must not create or truncate again, and write at
   // the offsets they are given. Opened by the path again, they must be of
   // the same file: one renamed over the path (or a link redirected) between

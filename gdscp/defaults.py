@@ -39,6 +39,7 @@ import enum as _enum
 import numbers as _numbers
 import operator as _operator
 import os as _os
+import threading as _threading
 import typing as _typing
 
 from . import _core, _sizes
@@ -222,6 +223,10 @@ _REMOTE = frozenset(
 # engine otherwise.
 _settings = _core.Settings()
 _values: dict[str, _typing.Any] = {}
+# Held by every change: each copies _settings and puts its copy in place, and
+# two at once would each drop the other's value from the engine's view while
+# get() still reported it.
+_changing = _threading.Lock()
 
 # Staging buffers and tasks smaller than a page cost a system call or a copy
 # per few bytes and move nothing faster, so the engine gets at least a page;
@@ -342,8 +347,9 @@ class _Restore:
         return None
 
     def __exit__(self, *exc: object) -> None:
-        for name, value in self._old.items():
-            _apply(name, value)
+        with _changing:
+            for name, value in self._old.items():
+                _apply(name, value)
 
 
 def set(*config: _typing.Any) -> _Restore:  # noqa: A001 - KvikIO's name
@@ -361,24 +367,25 @@ def set(*config: _typing.Any) -> _Restore:  # noqa: A001 - KvikIO's name
         items = {config[0]: config[1]}
     else:
         raise _ArgumentError("call set(name, value) or set({name: value, ...})")
-    checked = _checked(items)
-    old = {name: _values[name] for name in checked}
-    # The thread count first: the one change the system can refuse (no
-    # threads, no memory), and the pool then keeps the workers it could
-    # start, as its error says. Whatever fails, the changes before it are undone.
-    order = sorted(checked, key=lambda name: name != "num_threads")
-    done: list[str] = []
-    try:
-        for name in order:
-            done.append(name)
-            _apply(name, checked[name])
-    except BaseException:
-        for name in reversed(done[:-1]):
-            try:
-                _apply(name, old[name])
-            except Exception:  # noqa: BLE001, S110 - the first failure is the one to report
-                pass
-        raise
+    with _changing:
+        checked = _checked(items)
+        old = {name: _values[name] for name in checked}
+        # The thread count first: the one change the system can refuse (no
+        # threads, no memory), and the pool then keeps the workers it could
+        # start, as its error says. Whatever fails, the changes before it are undone.
+        order = sorted(checked, key=lambda name: name != "num_threads")
+        done: list[str] = []
+        try:
+            for name in order:
+                done.append(name)
+                _apply(name, checked[name])
+        except BaseException:
+            for name in reversed(done[:-1]):
+                try:
+                    _apply(name, old[name])
+                except Exception:  # noqa: BLE001, S110 - the first failure is the one to report
+                    pass
+            raise
     return _Restore(old)
 
 

@@ -629,3 +629,27 @@ def test_numpy_bools_are_bools():
     """numpy's bool is taken as Python's bool, wherever a setting takes a bool or an integer."""
     with defaults.set({"mapped_reads": np.False_, "compat_mode": np.True_}):
         assert defaults.get("mapped_reads") is False and defaults.get("compat_mode") == CompatMode.ON
+
+
+def test_changes_from_two_threads_at_once_both_reach_the_engine(monkeypatch):
+    """Each change copies the engine's settings and puts its copy in place: a
+    change made by another thread while one is under way waits for it, rather
+    than being overwritten by its copy (get() would report a value that
+    transfers no longer use)."""
+    real = _core.Settings
+    main = threading.current_thread()
+    other = threading.Thread(target=lambda: defaults.set("gds_threshold", 12345))
+
+    def copying(*args):
+        copy = real(*args)
+        if args and threading.current_thread() is main and other.ident is None:
+            other.start()  # the other thread's change, while this one holds its copy
+            other.join(0.5)  # long enough for it to finish, unless it waits for this change
+        return copy
+
+    monkeypatch.setattr(_core, "Settings", copying)
+    defaults.set("task_size", 3 * MiB)
+    other.join()
+    monkeypatch.undo()
+    assert (defaults.get("task_size"), defaults.get("gds_threshold")) == (3 * MiB, 12345)
+    assert (defaults._settings.task_size, defaults._settings.gds_threshold) == (3 * MiB, 12345)

@@ -61,9 +61,25 @@ class EnvironmentVariableError(ValueError):
         super().__init__(message)
         self.variable = variable
 
+    def __reduce__(self) -> tuple:
+        # Rebuilt (by pickle: a process pool's worker) with both arguments.
+        return type(self), (self.args[0], self.variable), self.__dict__
+
 
 def _engine_str(self) -> str:
     return self.args[2] if len(self.args) > 2 else OSError.__str__(self)
+
+
+def _engine_reduce(self) -> tuple:
+    # The class is made here, not found by name: pickle (a process pool's
+    # worker sending its failure back) rebuilds the error through this module.
+    return _os_error, (self.errno, self.strerror, self.filename, self.args), self.__dict__
+
+
+def _os_error(errno: int, strerror: str, filename: object, args: tuple) -> OSError:
+    exc = _os_class(errno)(errno, strerror, filename)
+    exc.args = args
+    return exc
 
 
 _os_classes: dict[type, type] = {}
@@ -73,7 +89,8 @@ def _os_class(errno: int) -> type:
     base = type(OSError(errno, ""))  # FileNotFoundError for ENOENT, and so on
     cls = _os_classes.get(base)
     if cls is None:
-        cls = type(base.__name__, (base, RuntimeError), {"__str__": _engine_str, "__module__": "gdscp"})
+        cls = type(base.__name__, (base, RuntimeError),
+                   {"__str__": _engine_str, "__reduce__": _engine_reduce, "__module__": "gdscp"})
         _os_classes[base] = cls
     return cls
 

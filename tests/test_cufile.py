@@ -589,6 +589,26 @@ def test_missing_file_is_file_not_found_and_runtime_error(tmp_path):
         gdscp.CuFile(missing, "r")
 
 
+def test_os_errors_survive_pickling(tmp_path):
+    """A process pool's worker sends its failure back pickled: gdscp's OS
+    errors (made per errno, both the OSError subclass and RuntimeError) come
+    back as themselves, with their fields and message."""
+    import pickle
+
+    missing = str(tmp_path / "does-not-exist.bin")
+    with pytest.raises(FileNotFoundError) as info:
+        gdscp.CuFile(missing)
+    copy = pickle.loads(pickle.dumps(info.value))
+    assert type(copy) is type(info.value) and isinstance(copy, RuntimeError)
+    assert (copy.errno, copy.strerror, copy.filename, copy.args) == (
+        info.value.errno, info.value.strerror, info.value.filename, info.value.args)
+    assert str(copy) == str(info.value) and missing in str(copy)
+    bad = gdscp.EnvironmentVariableError("GDSCP_TASK_SIZE='x' is not valid", "GDSCP_TASK_SIZE")
+    copy = pickle.loads(pickle.dumps(bad))
+    assert type(copy) is gdscp.EnvironmentVariableError
+    assert (str(copy), copy.variable) == (str(bad), "GDSCP_TASK_SIZE")
+
+
 def test_missing_directory_for_write(tmp_path):
     target = str(tmp_path / "no-such-dir" / "f.bin")
     with pytest.raises(FileNotFoundError) as info:

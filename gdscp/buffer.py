@@ -16,19 +16,36 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from . import _buffers, _core, _gpus
+from . import _core, _gpus
 
 __all__ = ["bounce_buffer_free", "memory_deregister", "memory_register", "prepare"]
 
 
+def _check_buffer(buf: Any) -> None:
+    """``buf`` is memory, in any layout (KvikIO registers a strided array's
+    first byte): device memory through ``__cuda_array_interface__`` or DLPack,
+    host memory through the buffer protocol. TypeError otherwise."""
+    if getattr(buf, "__cuda_array_interface__", None) is not None:
+        return
+    try:
+        memoryview(buf).release()
+        return
+    except TypeError:
+        pass
+    if not hasattr(buf, "__dlpack__"):
+        raise TypeError(
+            f"expected a buffer (buffer protocol, __cuda_array_interface__ or __dlpack__), got {type(buf).__name__}"
+        )
+
+
 def memory_register(buf: Any) -> None:
-    """Accepts any buffer gdscp reads or writes and registers nothing (see the module's note)."""
-    _buffers.resolve(buf, writable=False)
+    """Accepts any buffer and registers nothing (see the module's note)."""
+    _check_buffer(buf)
 
 
 def memory_deregister(buf: Any) -> None:
     """The counterpart of :func:`memory_register`: checks ``buf``, changes nothing."""
-    _buffers.resolve(buf, writable=False)
+    _check_buffer(buf)
 
 
 def bounce_buffer_free() -> int:

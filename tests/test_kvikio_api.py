@@ -519,6 +519,16 @@ def test_memory_and_stream_registration_check_their_arguments():
     for bad in (5, None, "text"):
         with pytest.raises(TypeError):
             gdscp.memory_register(bad)
+        with pytest.raises(TypeError):
+            gdscp.memory_deregister(bad)
+    # As in KvikIO, whatever the layout or the items: memory that no transfer
+    # could take is still memory to register.
+    strided_device = type("StridedDeviceArray", (), {"__cuda_array_interface__": {
+        "shape": (4,), "strides": (8,), "typestr": "|u1", "data": (1 << 40, False), "version": 3}})()
+    for buf in (np.zeros(10)[::2], np.zeros((3, 3)).T[::2], memoryview(bytearray(10))[::3],
+                np.zeros(3, dtype=object), strided_device):
+        assert gdscp.memory_register(buf) is None
+        assert gdscp.memory_deregister(buf) is None
     assert gdscp.stream_register(0, 0) is None
     assert gdscp.stream_deregister(0) is None
     with pytest.raises(TypeError, match="raw_stream"):

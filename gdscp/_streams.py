@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from typing import Any
 
 from . import _args
@@ -34,8 +35,11 @@ def stream_handle(stream: Any) -> int:
     for attr in ("ptr", "cuda_stream", "handle"):
         if hasattr(stream, attr):
             return _as_int(getattr(stream, attr))
-    if isinstance(stream, float):
-        raise TypeError("stream must be an integer or a CUDA stream object, not float")
+    if isinstance(stream, numbers.Integral):  # numpy's integers
+        return _checked(stream)
+    # int() would take "5" or 2.5 for a handle.
+    if isinstance(stream, (str, bytes, bytearray, numbers.Number)):
+        raise TypeError(f"stream must be an integer or a CUDA stream object, not {type(stream).__name__}")
     try:
         return _checked(int(stream))  # cuda.bindings CUstream
     except (TypeError, ValueError):

@@ -987,10 +987,13 @@ def scenario_raw_sync(folder):
         assert f.raw_read(empty) == 0 and f.raw_write(empty) == 0
         assert f.raw_read_async(empty, stream).check_bytes_done() == 0
         assert f.raw_write_async(empty, stream).check_bytes_done() == 0
-        # A stream handle is a pointer: a negative or too large one, or a float, is refused.
-        for bad, error in ((-1, OverflowError), (2**64, OverflowError), (1.5, TypeError)):
+        # A stream handle is a pointer: a negative or too large one, a float, or
+        # text that int() would read as a number, is refused.
+        for bad, error in ((-1, OverflowError), (2**64, OverflowError), (1.5, TypeError), ("0", TypeError),
+                           (b"7", TypeError), (np.float64(2.0), TypeError)):
             with pytest.raises(error, match="stream"):
                 f.raw_read_async(buf, bad, 10)
+        assert f.raw_read_async(buf, np.uint64(0), 10).check_bytes_done() == 10
     assert file_bytes(path) == data
 
 

@@ -535,6 +535,15 @@ def test_memory_and_stream_registration_check_their_arguments():
         gdscp.stream_register(None, 0)
     with pytest.raises(TypeError, match="flags"):
         gdscp.stream_register(0, "now")
+    # As KvikIO's binding converts them: a CUstream is a pointer, the flags an unsigned int.
+    assert gdscp.stream_register(np.uint64(2**64 - 1), 2**32 - 1) is None
+    for call in (lambda: gdscp.stream_register(-1, 0), lambda: gdscp.stream_register(2**64, 0),
+                 lambda: gdscp.stream_deregister(-1)):
+        with pytest.raises(OverflowError, match="raw_stream"):
+            call()
+    for flags in (-1, 2**32):
+        with pytest.raises(OverflowError, match="flags"):
+            gdscp.stream_register(0, flags)
 
 
 def test_remote_files_are_not_supported():

@@ -23,7 +23,10 @@ _SHARING = (_mmap.MAP_SHARED, _mmap.MAP_PRIVATE, getattr(_mmap, "MAP_SHARED_VALI
 def _checked_map_flags(flags: int) -> int:
     """``map_flags`` that map the file itself: one of MAP_SHARED, MAP_PRIVATE
     and MAP_SHARED_VALIDATE, and none of MAP_ANONYMOUS, MAP_FIXED and
-    MAP_FIXED_NOREPLACE (ValueError)."""
+    MAP_FIXED_NOREPLACE (ValueError); mmap(2) takes them as an int
+    (OverflowError past it)."""
+    if not -(2**31) <= flags < 2**31:
+        raise OverflowError(f"map_flags {flags:#x} is out of range (mmap(2) takes an int)")
     if flags & 0x03 not in _SHARING or flags & _FOREIGN_MAP_FLAGS:
         raise ValueError(f"map_flags {flags:#x} must map the file itself: MAP_SHARED or MAP_PRIVATE (with "
                          "modifiers such as MAP_POPULATE), not MAP_ANONYMOUS, MAP_FIXED or MAP_FIXED_NOREPLACE")

@@ -328,6 +328,9 @@ def test_mmap_refuses_what_has_no_pages_and_flags_that_map_something_else(mapped
     for flags in (mmap.MAP_SHARED | mmap.MAP_ANONYMOUS, mmap.MAP_PRIVATE | 0x10, 0):
         with pytest.raises(ValueError, match="must map the file itself"):
             gdscp.Mmap(path, map_flags=flags)
+    for flags in (mmap.MAP_SHARED | 2**40, -(2**31) - 1):  # past mmap(2)'s int
+        with pytest.raises(OverflowError, match="map_flags"):
+            gdscp.Mmap(path, map_flags=flags)
     with gdscp.Mmap(path, map_flags=mmap.MAP_PRIVATE | getattr(mmap, "MAP_POPULATE", 0)) as m:
         assert m.read(np.zeros(10, np.uint8), 10) == 10
 

@@ -76,6 +76,8 @@ def file_descriptor(file: Any) -> tuple[int, bool]:
     if isinstance(file, (str, bytes, os.PathLike)):
         return os.open(path(file), os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK), True
     if isinstance(file, int) and not isinstance(file, bool):
+        if not -(2**31) <= file < 2**31:  # the OS's descriptors are C ints
+            raise OverflowError(f"file descriptor {file} is out of range (a descriptor is an int)")
         return file, False
     if isinstance(file, io.IOBase) or callable(getattr(file, "fileno", None)):
         return file.fileno(), False

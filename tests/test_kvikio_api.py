@@ -442,6 +442,9 @@ def test_page_cache_helpers_bad_arguments(cached_file, tmp_path, call):
     with pytest.raises(OSError) as info:
         call(fd)
     assert info.value.errno == errno.EBADF and isinstance(info.value, RuntimeError)
+    for fd in (2**40, -(2**40)):  # not a C int, as KvikIO's binding refuses it
+        with pytest.raises(OverflowError, match="file descriptor"):
+            call(fd)
 
 
 def test_drop_file_page_cache_leaves_pipes_alone():

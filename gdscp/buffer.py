@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from . import _core, _gpus
+from . import _args, _core, _gpus
 
 __all__ = ["bounce_buffer_free", "memory_deregister", "memory_register", "prepare"]
 
@@ -69,10 +69,15 @@ def prepare(device: int = 0, workers: Optional[int] = None) -> None:
     draw on one pool. The buffers stay idle in the pool until a transfer
     takes them, or :func:`bounce_buffer_free` frees them (and what was
     prepared is forgotten). Raises ``gdscp.memory.DeviceError`` (a
-    ``ValueError``) for a GPU that cannot be used."""
+    ``ValueError``) for a GPU that cannot be used, and ``TypeError`` for a
+    ``device`` or ``workers`` that is not an integer."""
     from . import defaults  # noqa: PLC0415
 
+    device = _args.integer(device, "device")
     _gpus.check_device(device)
-    if workers is not None and workers < 1:
-        raise ValueError(f"workers must be at least 1, not {workers}")
-    _core.prepare_device(int(device), defaults._settings, 0 if workers is None else int(workers))
+    if workers is not None:
+        workers = _args.integer(workers, "workers")
+        if workers < 1:
+            raise ValueError(f"workers must be at least 1, not {workers}")
+    # No more than the pool's workers are prepared, however many are asked for.
+    _core.prepare_device(device, defaults._settings, 0 if workers is None else min(workers, _args.MAX_SIZE))

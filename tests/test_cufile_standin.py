@@ -1548,6 +1548,12 @@ def scenario_prepare(folder):
                 gdscp.prepare(bad)
         with pytest.raises(ValueError, match="workers"):
             gdscp.prepare(0, workers=0)
+        # Not integers: refused, not truncated (0.5 was GPU 0) nor compared with one.
+        for kwargs, name in (({"device": 0.5}, "device"), ({"device": "0"}, "device"), ({"device": None}, "device"),
+                             ({"device": 0, "workers": 1.5}, "workers"), ({"device": 0, "workers": "2"}, "workers")):
+            with pytest.raises(TypeError, match=name):
+                gdscp.prepare(**kwargs)
+        gdscp.prepare(np.int64(0), workers=2**70)  # all 4 made already
         assert since(m, "cuMemHostRegister", lib="cuda") == []
         # The driver refusing a buffer: prepare raises its error, and the next
         # prepare makes what is missing.

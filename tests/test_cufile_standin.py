@@ -1741,6 +1741,13 @@ def scenario_mmap(folder):
             m.read(buf[:10], 11, 5000)
     with pytest.raises(RuntimeError, match="closed"):
         m.read(buf, 10, 5000)
+    # An empty GPU array has no address (CuPy's data pointer is 0): nothing to
+    # copy, 0 bytes, from pread as from read.
+    with gdscp.Mmap(path) as m:
+        empty = EmptyDeviceArray()
+        for offset in (0, 5000, len(data)):
+            assert m.read(empty, 0, offset) == 0 and m.pread(empty, 0, offset).get() == 0
+        assert m.pread(empty, None, len(data)).get() == 0
     # A CUDA failure on the way: an exception naming the call, the pipeline drained.
     standin.cuda.fail("cuMemcpyHtoDAsync", CUDA_ERROR_ILLEGAL_ADDRESS, skip=1)
     with settings(bounce_buffer_size=MiB), gdscp.Mmap(path) as m:

@@ -8,6 +8,12 @@ namespace gdscp {
 
 Future::Future(std::shared_ptr<detail::Request> req) : req_(std::move(req)) {}
 
+std::unique_ptr<Future> Future::ready(size_t bytes) {
+  auto req = std::make_shared<detail::Request>(1);
+  req->task_done(bytes);
+  return std::make_unique<Future>(std::move(req));
+}
+
 Future::~Future() {
   if (req_) req_->wait_for(-1);
 }

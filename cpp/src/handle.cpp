@@ -64,12 +64,6 @@ size_t raw_transfer(const OpenFile& st, const MemoryTarget& mem, bool write, uin
   return std::min(n, one.moved());
 }
 
-std::unique_ptr<Future> finished(size_t bytes) {
-  auto req = std::make_shared<Request>(1);
-  req->task_done(bytes);
-  return std::make_unique<Future>(std::move(req));
-}
-
 }  // namespace
 
 Handle::Handle(std::string path, std::string_view flags, const Settings& s, const std::string& cufile_library)
@@ -119,12 +113,12 @@ bool Handle::direct_io_supported() const {
 std::unique_ptr<Future> Handle::submit(bool write, uintptr_t buf, bool device, size_t size, int64_t offset,
                                        const Settings& s) {
   std::shared_ptr<const OpenFile> st = open_for(write);
-  if (size == 0) return finished(0);
+  if (size == 0) return Future::ready(0);
   MemoryTarget mem = target_for(buf, device);
   Backend* backend = mem.device ? st->backends.device.get() : st->backends.host.get();
   char* base = reinterpret_cast<char*>(buf);
   if (write && st->file->mode().append) {
-    if (backend->append_whole(mem, base, size)) return finished(size);
+    if (backend->append_whole(mem, base, size)) return Future::ready(size);
     offset = st->file->reserve_append(size);
   }
   detail::Dispatch d = detail::plan_dispatch(offset, size, s);

@@ -211,6 +211,8 @@ size_t MappedFile::read(uintptr_t buf, bool device, size_t size, int64_t offset,
 std::unique_ptr<Future> MappedFile::pread(uintptr_t buf, bool device, size_t size, int64_t offset,
                                           const Settings& s) {
   std::shared_ptr<const Mapping> m = checked(size, offset);
+  // Nothing to copy, as read(): an empty GPU array has no address to resolve.
+  if (size == 0) return Future::ready(0);
   const MemoryTarget mem = target_for(buf, device);
   detail::Dispatch d = detail::plan_dispatch(offset, size, s);
   auto req = std::make_shared<detail::Request>(d.tasks, m);

@@ -20,7 +20,7 @@ import importlib as _importlib
 # command's start); type checkers treat this name as true.
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # what the lazy names are, for type checkers
-    from . import defaults
+    from . import buffer, cufile, defaults, mmap, remote_file, stream
     from ._errors import ArgumentError, ClosedFileError, CudaError, CuFileError, EnvironmentVariableError
     from .buffer import bounce_buffer_free, memory_deregister, memory_register, prepare
     from .bulk import BulkJob, copy_files, read_files, replicate, write_files
@@ -67,6 +67,10 @@ _HOME = {
 
 __all__ = sorted(_HOME) + ["__version__"]
 
+# KvikIO's modules of the same names, which ``import kvikio`` makes attributes
+# of the package: ``kvikio.mmap.Mmap``, ``kvikio.cufile.IOFuture``, ...
+_MODULES = frozenset({"buffer", "cufile", "mmap", "remote_file", "stream"})
+
 
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version  # noqa: PLC0415 - slow to import
@@ -84,6 +88,8 @@ def __getattr__(name: str) -> object:
         home = _HOME[name]
         module = _importlib.import_module(f"{__name__}.{home or name}")
         value = module if home is None else getattr(module, name)
+    elif name in _MODULES:
+        value = _importlib.import_module(f"{__name__}.{name}")
     else:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     globals()[name] = value  # the next lookup finds it without coming here
@@ -91,4 +97,4 @@ def __getattr__(name: str) -> object:
 
 
 def __dir__() -> list[str]:
-    return sorted((set(globals()) - {"TYPE_CHECKING"}) | set(__all__))
+    return sorted((set(globals()) - {"TYPE_CHECKING"}) | set(__all__) | _MODULES)

@@ -85,6 +85,24 @@ def test_kvikios_signatures(func):
     assert all(p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD for p in params)
 
 
+def test_kvikios_modules_are_attributes_after_import_gdscp():
+    """``import kvikio`` makes its modules attributes of the package (its
+    __init__ imports from them): ``kvikio.mmap.Mmap``, ``kvikio.cufile.IOFuture``
+    work without importing the module by name. A fresh interpreter, where
+    nothing imported them yet."""
+    code = (
+        "import gdscp as kvikio\n"
+        "assert kvikio.mmap.Mmap is kvikio.Mmap and kvikio.cufile.IOFuture is kvikio.IOFuture\n"
+        "assert kvikio.stream.stream_register is kvikio.stream_register\n"
+        "assert kvikio.buffer.memory_register is kvikio.memory_register\n"
+        "assert kvikio.remote_file.RemoteFile is kvikio.RemoteFile\n"
+        "print(sorted({'buffer', 'cufile', 'mmap', 'remote_file', 'stream'} - set(dir(kvikio))))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "[]\n"
+
+
 def test_unknown_attribute_is_an_attribute_error():
     with pytest.raises(AttributeError, match="no_such_thing"):
         gdscp.no_such_thing  # noqa: B018

@@ -250,6 +250,10 @@ def test_bulk_reads_into_device_memory_overlap_across_files(go, depth):
     go(scenario_bulk_reads_queued, depth=depth)
 
 
+def test_a_failed_copy_of_any_piece_fails_its_queued_file(go):
+    go(scenario_bulk_copy_failure_mid_file)
+
+
 # ==========================================================================
 # helpers for the scenarios (child process)
 # ==========================================================================
@@ -1633,6 +1637,37 @@ def scenario_bulk_reads_queued(folder, depth):
             assert results[i].bytes == n and bytes(landed[o : o + n]) == datas[i], i
     assert [i for i, r in enumerate(streamed) if r.status != "done"] == [30]
     assert "has no bytes [0, " in streamed[30].error, streamed[30].error
+
+
+def scenario_bulk_copy_failure_mid_file(folder):
+    """A copy that fails on a piece before a file's last one, found while the
+    worker already reads the next file, fails the file it belongs to (naming
+    the driver's error), not the next one, and is not lost: each file's
+    pieces wrap a ring of two staging buffers, so the failing wait is for a
+    piece in the middle of the first file."""
+    import gdscp
+    import gdscp.memory
+
+    without_cupy()
+    piece = 64 * KiB
+    datas = [random_bytes(5 * piece, seed=200 + i) for i in range(2)]
+    paths = [new_file(folder, f"m{i}.bin", d) for i, d in enumerate(datas)]
+    values = {"compat_mode": "on", "num_threads": 1, "bounce_buffer_size": piece, "pipeline_depth": 2}
+    with settings(**values):
+        buf = gdscp.memory.allocate(len(datas[0]) + len(datas[1]), 0)
+        # The first file's pieces go round slots 0, 1, 0, 1, 0: its first three
+        # are waited for while it is read, its fourth (slot 1) once the second
+        # file's first piece needs that slot, and its last after that.
+        standin.cuda.fail("cuEventSynchronize", CUDA_ERROR_ILLEGAL_ADDRESS, skip=3)
+        m = mark()
+        results = gdscp.read_files(paths, [buf[: len(datas[0])], buf[len(datas[0]) :]]).results()
+        waits = since(m, "cuEventSynchronize", lib="cuda")
+    assert [c.result for c in waits[:5]] == [0, 0, 0, CUDA_ERROR_ILLEGAL_ADDRESS, 0], [c.result for c in waits]
+    assert [r.status for r in results] == ["failed", "done"], [r.error for r in results]
+    assert "cuEventSynchronize: CUDA_ERROR_ILLEGAL_ADDRESS" in results[0].error, results[0].error
+    assert results[0].bytes == 0
+    assert results[1].bytes == len(datas[1])
+    assert bytes(gdscp.memory.to_host(buf[len(datas[0]) :])) == datas[1]
 
 
 def scenario_small_sizes(folder, compat):

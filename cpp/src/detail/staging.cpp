@@ -224,19 +224,20 @@ UploadRing::UploadRing(const Settings& s)
 UploadRing::~UploadRing() { drain(); }
 
 void UploadRing::wait_slot(size_t k) noexcept {
-  std::exception_ptr copy_error;
   if (busy_[k]) {
     const CudaDriver& drv = CudaDriver::require();
     try {
       drv.check(drv.cuEventSynchronize(stream_state(drv, ctx_).events[k]), "cuEventSynchronize");
     } catch (...) {
-      copy_error = std::current_exception();
+      if (!copy_error_) copy_error_ = std::current_exception();
     }
     busy_[k] = 0;
   }
   if (!waiting_[k].landed) return;
   Waiting w = std::move(waiting_[k]);
   waiting_[k].landed = nullptr;
+  std::exception_ptr copy_error = std::move(copy_error_);
+  copy_error_ = nullptr;
   try {
     w.landed(w.got, w.error ? w.error : copy_error);
   } catch (...) {

@@ -85,6 +85,11 @@ class UploadRing {
   std::vector<BufferPool::Lease> bufs_;
   std::vector<char> busy_;
   std::vector<Waiting> waiting_;
+  // The first copy error met since a chunk last landed. Slots are waited for
+  // in the order their copies were queued, and a chunk's pieces are queued
+  // one after another, so it belongs to the chunk whose last slot is waited
+  // for next: a failed copy of any piece fails its chunk, not only the last.
+  std::exception_ptr copy_error_;
 };
 
 // Makes, before any transfer needs them, what the workers' staged transfers

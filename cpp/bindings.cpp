@@ -300,6 +300,7 @@ NB_MODULE(_core, m) {
     return std::make_pair(info.cached_pages, info.total_pages);
   }, "fd"_a, "offset"_a, "length"_a, "path"_a, release());
   m.def("default_num_threads", &gdscp::default_num_threads);
+  m.attr("MAX_NUM_THREADS") = gdscp::kMaxNumThreads;
   m.def("set_num_threads", &gdscp::set_num_threads, "n"_a, release());
   m.def("num_threads", &gdscp::num_threads);
   m.def("prepare_device", &gdscp::prepare_device, "ordinal"_a, "settings"_a, "workers"_a, release());

@@ -30,6 +30,8 @@ Values are checked as KvikIO checks them, with the same exception types: a
 count or size of 0 where it must be positive is a ``ValueError``, a negative
 or too large one an ``OverflowError``, a value of the wrong type (a string,
 None) a ``TypeError``; a float is truncated to an integer, as KvikIO does.
+``num_threads`` above ``MAX_NUM_THREADS`` (4096) is a ``ValueError`` where
+KvikIO would try to start that many threads.
 gdscp also takes "ON", "off", "auto"... for ``compat_mode``. KvikIO's remote
 file settings (``http_*``, ``remote_io_*``) raise ``NotImplementedError``
 (a ``RuntimeError``): gdscp has no remote files.
@@ -48,6 +50,7 @@ from ._errors import EnvironmentVariableError as _EnvironmentVariableError
 
 __all__ = [
     "CompatMode",
+    "MAX_NUM_THREADS",
     "bounce_buffer_size",
     "bounce_buffer_size_reset",
     "compat_mode",
@@ -82,6 +85,9 @@ class CompatMode(_enum.IntEnum):
 # -- checking values ---------------------------------------------------------
 _UINT32_MAX = 2**32 - 1
 _UINT64_MAX = 2**64 - 1
+# The most workers num_threads takes: a larger count is a ValueError before
+# any thread starts (KvikIO tries to start them all).
+MAX_NUM_THREADS: int = _core.MAX_NUM_THREADS
 _TRUE = frozenset({"1", "true", "yes", "on", "y"})
 _FALSE = frozenset({"0", "false", "no", "off", "n"})
 
@@ -189,7 +195,9 @@ def _int_text(text: str) -> int:
 _SIZE_EXAMPLES = f"such as {_sizes.EXAMPLES}"
 _SPEC: dict[str, _Setting] = {
     "compat_mode": _Setting(_compat_mode, str, "ON, OFF or AUTO"),
-    "num_threads": _Setting(_integer(1, _UINT32_MAX, _UINT32_MAX), _int_text, "a positive integer"),
+    "num_threads": _Setting(
+        _integer(1, MAX_NUM_THREADS, _UINT32_MAX), _int_text, f"an integer from 1 to {MAX_NUM_THREADS}"
+    ),
     "task_size": _Setting(_integer(1, _UINT64_MAX, _UINT64_MAX), _size_text, f"a positive size {_SIZE_EXAMPLES}"),
     "gds_threshold": _Setting(_integer(0, _UINT64_MAX, _UINT64_MAX), _size_text, f"a size {_SIZE_EXAMPLES}"),
     "bounce_buffer_size": _Setting(

@@ -124,7 +124,7 @@ def test_an_ignored_sigint_stays_ignored():
     "variable, value, accepted",
     [
         ("GDSCP_TASK_SIZE", "big", "positive size such as"),
-        ("GDSCP_NUM_THREADS", "0", "positive integer"),
+        ("GDSCP_NUM_THREADS", "0", "from 1 to 4096"),
         ("GDSCP_COMPAT_MODE", "sometimes", "ON, OFF or AUTO"),
         ("GDSCP_DIRECT_IO", "sideways", "on, off or auto"),
     ],

@@ -261,11 +261,11 @@ def _sanitized() -> bool:
 
 @pytest.mark.skipif(_sanitized(), reason="an address-space limit cannot hold a sanitizer's shadow memory")
 def test_pool_that_cannot_start_threads_stays_consistent(tmp_path):
-    """num_threads = 5000 under an address-space limit with room for a few
-    dozen thread stacks: the pool grows as far as it can and raises an error
-    that says how many workers run and why; the caller's signal mask is what
-    it was; the setting reports what runs; every worker carries its name; and
-    transfers still move exact bytes."""
+    """num_threads = 4096 (the most it takes) under an address-space limit
+    with room for a few dozen thread stacks: the pool grows as far as it can
+    and raises an error that says how many workers run and why; the caller's
+    signal mask is what it was; the setting reports what runs; every worker
+    carries its name; and transfers still move exact bytes."""
     script = textwrap.dedent(
         """
         import os, resource, signal, sys
@@ -295,21 +295,21 @@ def test_pool_that_cannot_start_threads_stays_consistent(tmp_path):
         mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])
         assert signal.SIGINT not in mask and signal.SIGTERM not in mask, mask
 
-        # Room for a few dozen more 8 MiB thread stacks, far from 5000.
+        # Room for a few dozen more 8 MiB thread stacks, far from 4096.
         resource.setrlimit(resource.RLIMIT_AS, (vm_size() + (512 << 20), resource.RLIM_INFINITY))
         try:
-            gdscp.defaults.set("num_threads", 5000)
+            gdscp.defaults.set("num_threads", 4096)
         except RuntimeError as e:
             message = str(e)
         else:
-            raise AssertionError("5000 threads started under the limit: the test proves nothing")
+            raise AssertionError("4096 threads started under the limit: the test proves nothing")
         running = _core.num_threads()
         print("error:", message)
         print("running:", running)
         assert signal.pthread_sigmask(signal.SIG_BLOCK, []) == mask, "the caller's signal mask changed"
         assert gdscp.defaults.get("num_threads") == running, (gdscp.defaults.get("num_threads"), running)
-        assert before < running < 5000, running
-        assert f"runs {running} workers" in message and "5000" in message, message
+        assert before < running < 4096, running
+        assert f"runs {running} workers" in message and "4096" in message, message
         assert "Cannot allocate memory" in message or "Resource temporarily unavailable" in message, message
         assert worker_names() == sorted(f"gdscp-io-{i}" for i in range(running)), worker_names()
         resource.setrlimit(resource.RLIMIT_AS, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))

@@ -164,6 +164,41 @@ def test_zero_is_a_value_error_where_a_setting_must_be_positive(name, value):
     assert defaults.get(name) == before
 
 
+def _worker_threads() -> int:
+    """The engine's worker threads in this process, parked ones too."""
+    count = 0
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                count += f.read().startswith("gdscp-io-")
+        except FileNotFoundError:  # a thread that ended meanwhile
+            pass
+    return count
+
+
+@pytest.mark.parametrize("value", [defaults.MAX_NUM_THREADS + 1, 100_000, 2**32 - 1])
+def test_num_threads_above_the_maximum_starts_no_thread(value, tmp_file):
+    """KvikIO takes any thread count its C++ type holds and tries to start
+    them all; gdscp refuses more than MAX_NUM_THREADS with a ValueError naming
+    the maximum before any thread starts, and the pool runs on as it was."""
+    assert defaults.MAX_NUM_THREADS == 4096
+    before, threads = defaults.get("num_threads"), _worker_threads()
+    for setter in (lambda: defaults.set("num_threads", value), lambda: defaults.num_threads_reset(value)):
+        with pytest.raises(ValueError, match=f"num_threads must be at most 4096 \\(got {value}\\)"):
+            setter()
+        assert defaults.get("num_threads") == before == _core.num_threads()
+        assert _worker_threads() == threads
+    # The engine refuses it too, whoever calls it.
+    with pytest.raises(ValueError, match=f"at most 4096 \\(got {value}\\)"):
+        _core.set_num_threads(value)
+    assert _core.num_threads() == before and _worker_threads() == threads
+    path, data = tmp_file(3 * MiB + 7)
+    buf = np.zeros(len(data), np.uint8)
+    with defaults.set("gds_threshold", 0), gdscp.CuFile(path, "r") as f:
+        assert f.read(buf, task_size=64 << 10) == len(data)
+    assert buf.tobytes() == data
+
+
 @pytest.mark.parametrize(
     "name, value, expect",
     [
@@ -498,8 +533,9 @@ def test_environment_compat_mode_auto_and_off():
 @pytest.mark.parametrize(
     "variable, value, accepted",
     [
-        ("GDSCP_NUM_THREADS", "0", "positive integer"),
-        ("GDSCP_NUM_THREADS", "4M", "positive integer"),
+        ("GDSCP_NUM_THREADS", "0", "from 1 to 4096"),
+        ("GDSCP_NUM_THREADS", "4M", "from 1 to 4096"),
+        ("GDSCP_NUM_THREADS", "4097", "from 1 to 4096"),
         ("GDSCP_TASK_SIZE", "big", "4K"),
         ("GDSCP_GDS_THRESHOLD", "-1", "4K"),
         ("GDSCP_COMPAT_MODE", "sometimes", "ON, OFF or AUTO"),

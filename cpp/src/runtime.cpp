@@ -1,14 +1,23 @@
 #include "gdscp/runtime.hpp"
 
+#include <string>
+
 #include "gdscp/detail/buffer_pool.hpp"
 #include "gdscp/detail/numa.hpp"
 #include "gdscp/detail/staging.hpp"
 #include "gdscp/detail/thread_pool.hpp"
+#include "gdscp/error.hpp"
 #include "gdscp/shim/cuda_driver.hpp"
 
 namespace gdscp {
 
-void set_num_threads(unsigned n) { detail::ThreadPool::process_default().resize(n); }
+void set_num_threads(unsigned n) {
+  if (n > kMaxNumThreads)
+    throw_invalid("num_threads must be at most " + std::to_string(kMaxNumThreads) + " (got " + std::to_string(n) +
+                  ")");
+  detail::ThreadPool::process_default().resize(n);
+}
+
 unsigned num_threads() { return detail::ThreadPool::process_default().size(); }
 
 void prepare_device(int ordinal, const Settings& s, size_t workers) {

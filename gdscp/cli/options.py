@@ -65,9 +65,7 @@ def count_option(minimum: int, maximum: Optional[int] = None):
     return parse
 
 
-# More workers than this only costs memory and start-up: every chunk is
-# already smaller than a worker's share long before.
-MAX_THREADS = 4096
+MAX_THREADS = defaults.MAX_NUM_THREADS
 
 Threads = Annotated[
     Optional[int],

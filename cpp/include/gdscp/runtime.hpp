@@ -10,8 +10,9 @@
 namespace gdscp {
 
 // Sets the process-wide pool's size (gdscp.defaults num_threads); safe while
-// transfers run. Where the system refuses new threads it throws, and the pool
-// runs the workers it could start (num_threads() says how many).
+// transfers run. More than kMaxNumThreads is an invalid-argument Error that
+// changes nothing. Where the system refuses new threads it throws, and the
+// pool runs the workers it could start (num_threads() says how many).
 void set_num_threads(unsigned n);
 unsigned num_threads();
 

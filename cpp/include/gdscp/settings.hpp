@@ -35,4 +35,11 @@ struct Settings {
 // least 4 (so a small machine still overlaps I/O waits) and at most 32.
 unsigned default_num_threads();
 
+// The most workers the pool may be given (gdscp.defaults num_threads, the
+// command line's --threads). More only costs memory and start-up: every chunk
+// is smaller than a worker's share long before. A larger count is refused
+// before any thread starts, instead of the pool starting threads until the
+// system refuses (and keeping them, which leaves the machine none to spare).
+constexpr unsigned kMaxNumThreads = 4096;
+
 }  // namespace gdscp

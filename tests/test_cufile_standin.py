@@ -254,6 +254,10 @@ def test_a_failed_copy_of_any_piece_fails_its_queued_file(go):
     go(scenario_bulk_copy_failure_mid_file)
 
 
+def test_a_bounce_buffer_larger_than_memory_is_a_clear_memory_error(go):
+    go(scenario_bounce_buffer_too_large)
+
+
 # ==========================================================================
 # helpers for the scenarios (child process)
 # ==========================================================================
@@ -1668,6 +1672,37 @@ def scenario_bulk_copy_failure_mid_file(folder):
     assert results[0].bytes == 0
     assert results[1].bytes == len(datas[1])
     assert bytes(gdscp.memory.to_host(buf[len(datas[0]) :])) == datas[1]
+
+
+def scenario_bounce_buffer_too_large(folder):
+    """bounce_buffer_size takes any size KvikIO takes, up to 2**64-1; staging
+    buffers of a size no machine can map fail a device transfer with a
+    MemoryError that names the buffer, its size, the setting and the OS's
+    reason (not a bare "std::bad_alloc"), and the next transfer at a sane size
+    moves exact bytes."""
+    import gdscp
+
+    data = random_bytes(MiB + 77, seed=41)
+    path = new_file(folder, "b.bin", data)
+    base = {"compat_mode": "on", "gds_threshold": 0}
+    for size, shown in ((1 << 50, 1 << 50), (2**64 - 1, 2**64 - 1)):
+        with settings(**base, bounce_buffer_size=size), gdscp.CuFile(path, "r+") as f:
+            for op in ("read", "write"):
+                buf = poisoned(len(data)) if op == "read" else standin.cuda.alloc(len(data)).set(data)
+                with pytest.raises(MemoryError) as info:
+                    (f.read if op == "read" else f.write)(buf)
+                message = str(info.value)
+                assert message.startswith(f"cannot allocate a pinned staging buffer of {shown} bytes "), message
+                assert "bounce_buffer_size" in message and "Cannot allocate memory" in message, message
+                if op == "read":
+                    assert buf.bytes() == bytes([POISON]) * len(data)
+            [r] = gdscp.read_files([path], [poisoned(len(data))]).results()
+            assert r.status == "failed" and "bounce_buffer_size" in r.error, (r.status, r.error)
+        assert file_bytes(path) == data
+        assert standin.cuda.pending() == 0
+        with settings(**base, bounce_buffer_size=64 * KiB), gdscp.CuFile(path, "r") as f:
+            buf = poisoned(len(data))
+            assert f.read(buf) == len(data) and buf.bytes() == data
 
 
 def scenario_small_sizes(folder, compat):

@@ -4,9 +4,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <climits>
 #include <cstdlib>
+#include <cstring>
 #include <new>
+#include <string>
 
 #include "gdscp/detail/device_pointer.hpp"
 #include "gdscp/detail/numa.hpp"
@@ -17,6 +20,25 @@ namespace gdscp::detail {
 
 // Idle buffers kept per size; beyond this many of one size, returns are freed.
 constexpr size_t kMaxIdlePerSize = 256;
+
+namespace {
+
+// A std::bad_alloc (a MemoryError in Python) that says which pinned staging
+// buffer could not be had and why, where a bare one says only "std::bad_alloc":
+// their size is the bounce_buffer_size setting, which may be far more than
+// the machine has.
+class NoStagingMemory : public std::bad_alloc {
+ public:
+  NoStagingMemory(size_t size, int err)
+      : what_("cannot allocate a pinned staging buffer of " + std::to_string(size) +
+              " bytes (bounce_buffer_size sets its size): " + std::strerror(err)) {}
+  const char* what() const noexcept override { return what_.c_str(); }
+
+ private:
+  std::string what_;
+};
+
+}  // namespace
 
 BufferPool::Lease& BufferPool::Lease::operator=(Lease&& o) noexcept {
   if (this != &o) {
@@ -48,7 +70,7 @@ void* BufferPool::allocate(size_t size) {
     // buffers of every worker of a new process were made one at a time.
     const CudaDriver& drv = CudaDriver::require();
     void* p = map_on_node(size, node_);
-    if (!p) throw std::bad_alloc();
+    if (!p) throw NoStagingMemory(size, errno);
     const CUresult r = drv.cuMemHostRegister(p, size, CU_MEMHOSTREGISTER_PORTABLE);
     if (r != CUDA_SUCCESS) unmap_on_node(p, size);
     drv.check(r, "cuMemHostRegister (pinned staging buffer)");
@@ -95,6 +117,11 @@ size_t BufferPool::bucket(size_t size) noexcept {
 
 BufferPool::Lease BufferPool::acquire(size_t size) {
   const size_t capacity = bucket(size);
+  // No bucket holds more than half the address space: no such buffer can exist.
+  if (capacity < size) {
+    if (kind_ == Kind::pinned) throw NoStagingMemory(size, ENOMEM);
+    throw std::bad_alloc();
+  }
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = idle_.find(capacity);

@@ -265,8 +265,9 @@ bool read_layout(PyObject* cai, CudaArrayLayout& out) {
       if (PyErr_Occurred()) return false;
     }
   }
+  PyObject* mask = PyDict_GetItemString(cai, "mask");
   out = {static_cast<uintptr_t>(ptr), nbytes.value_or(0), readonly != 0, dense(extents, steps, itemsize),
-         PyDict_GetItemString(cai, "stream"), !nbytes};
+         PyDict_GetItemString(cai, "stream"), !nbytes, mask && mask != Py_None};
   return true;
 }
 
@@ -288,6 +289,13 @@ nb::tuple cuda_array_layout(nb::handle cai) {
     throw nb::type_error("__cuda_array_interface__ is not a dict with data (address, read-only), shape and typestr");
   if (l.too_large) {
     PyErr_SetString(PyExc_OverflowError, "__cuda_array_interface__ describes an array of more than 2**63-1 bytes");
+    throw nb::python_error();
+  }
+  // A masked array's invalid elements are only marked in the mask: moving its
+  // data bytes alone would read or write them as if they were valid.
+  if (l.masked) {
+    PyErr_SetString(PyExc_NotImplementedError,
+                    "__cuda_array_interface__ has a mask: masked device arrays are not supported");
     throw nb::python_error();
   }
   return nb::make_tuple(l.ptr, l.nbytes, l.readonly, l.contiguous, nb::borrow(l.stream ? l.stream : Py_None));

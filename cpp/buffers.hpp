@@ -36,13 +36,15 @@ struct CudaArrayLayout {
   bool contiguous = true;
   PyObject* stream = nullptr;
   bool too_large = false;  // its bytes overflow int64_t (nbytes is then 0)
+  bool masked = false;     // it has a mask (a masked array), which gdscp does not take
 };
 
 // Reads `cai`; false, with no Python error set, where it is not such a dict.
 bool read_cuda_array_interface(PyObject* cai, CudaArrayLayout& out) noexcept;
 
 // (address, nbytes, readonly, contiguous, stream or None) of a
-// __cuda_array_interface__ dict, for gdscp._buffers; TypeError where it is none.
+// __cuda_array_interface__ dict, for gdscp._buffers; TypeError where it is none,
+// NotImplementedError where it has a mask (as KvikIO).
 nanobind::tuple cuda_array_layout(nanobind::handle cai);
 
 // (address, nbytes) of a buffer-protocol object; contiguous required (C or

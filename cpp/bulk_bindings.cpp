@@ -79,7 +79,8 @@ bool plain_cai(PyObject* o, bool writable, Plain& out) {
   }
   const nb::object cai = nb::steal(raw);
   CudaArrayLayout l;
-  if (!read_cuda_array_interface(raw, l) || l.too_large || !l.contiguous || (writable && l.readonly)) return false;
+  if (!read_cuda_array_interface(raw, l) || l.too_large || l.masked || !l.contiguous || (writable && l.readonly))
+    return false;
   if (l.ptr == 0 && l.nbytes > 0) return false;  // the general path refuses it, saying why
   // No stream, or the legacy / per-thread default one, which the engine's
   // blocking streams already wait for; another is the general path's to sync.

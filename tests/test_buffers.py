@@ -318,6 +318,18 @@ def test_cuda_array_interface_read_once_for_both_paths():
             layout(bad)
 
 
+def test_cuda_array_interface_with_a_mask_is_not_implemented():
+    """A mask (a masked array) is a NotImplementedError, as KvikIO raises; a
+    mask of None is no mask."""
+    from gdscp import _core
+
+    cai = {"data": (8, False), "shape": (4,), "typestr": "<f8", "version": 3}
+    assert _core.cuda_array_layout({**cai, "mask": None}) == (8, 32, False, True, None)
+    for mask in ({**cai, "typestr": "|b1"}, np.ones(4, np.bool_), 0):
+        with pytest.raises(NotImplementedError, match="__cuda_array_interface__ has a mask"):
+            _core.cuda_array_layout({**cai, "mask": mask})
+
+
 @pytest.mark.parametrize(("typestr", "itemsize"), [("<M8[ns]", 8), ("<m8[s]", 8), ("<M8", 8), ("<U4", 16), ("|V12", 12),
                                                    ("<c16", 16), ("|b1", 1)])
 def test_cuda_array_interface_item_sizes_are_numpys(typestr, itemsize):

@@ -258,6 +258,10 @@ def test_a_bounce_buffer_larger_than_memory_is_a_clear_memory_error(go):
     go(scenario_bounce_buffer_too_large)
 
 
+def test_masked_device_arrays_are_refused(go):
+    go(scenario_masked_device_array)
+
+
 # ==========================================================================
 # helpers for the scenarios (child process)
 # ==========================================================================
@@ -1672,6 +1676,47 @@ def scenario_bulk_copy_failure_mid_file(folder):
     assert results[0].bytes == 0
     assert results[1].bytes == len(datas[1])
     assert bytes(gdscp.memory.to_host(buf[len(datas[0]) :])) == datas[1]
+
+
+class _Masked:
+    """Device memory whose __cuda_array_interface__ carries a mask (itself an
+    object with the interface, as Numba's masked arrays give)."""
+
+    def __init__(self, buf: standin.DeviceBuffer, mask):
+        self.buf = buf
+        self.mask = mask
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        return {**self.buf.__cuda_array_interface__, "mask": self.mask}
+
+
+def scenario_masked_device_array(folder):
+    """A __cuda_array_interface__ with a mask is a NotImplementedError, as
+    KvikIO raises, wherever a buffer is taken (CuFile calls, futures, bulk
+    jobs), before any byte moves: its invalid elements are only marked in the
+    mask, and moving the data bytes alone would treat them as valid. A mask of
+    None is no mask."""
+    import gdscp
+
+    data = random_bytes(64 * KiB + 3, seed=51)
+    path = new_file(folder, "m.bin", data)
+    out = os.path.join(folder, "out.bin")
+    mask = standin.cuda.alloc(len(data)).fill(1)
+    with settings(compat_mode="on", gds_threshold=0):
+        with gdscp.CuFile(path, "r+") as f:
+            target = poisoned(len(data))
+            source = standin.cuda.alloc(len(data)).set(bytes(reversed(data)))
+            for call in (lambda: f.read(_Masked(target, mask)), lambda: f.pread(_Masked(target, mask)).get(),
+                         lambda: f.raw_read(_Masked(target, mask)), lambda: f.write(_Masked(source, mask)),
+                         lambda: f.pwrite(_Masked(source, mask)).get(),
+                         lambda: gdscp.read_files([path], [_Masked(target, mask)]).results(),
+                         lambda: gdscp.write_files([_Masked(source, mask)], [out]).results()):
+                with pytest.raises(NotImplementedError, match="__cuda_array_interface__ has a mask"):
+                    call()
+            assert target.bytes() == bytes([POISON]) * len(data)
+            assert file_bytes(path) == data and not os.path.exists(out)
+            assert f.read(_Masked(target, None)) == len(data) and target.bytes() == data
 
 
 def scenario_bounce_buffer_too_large(folder):

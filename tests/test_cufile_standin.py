@@ -262,6 +262,10 @@ def test_masked_device_arrays_are_refused(go):
     go(scenario_masked_device_array)
 
 
+def test_a_handle_answers_while_its_close_is_under_way(go):
+    go(scenario_slow_close)
+
+
 # ==========================================================================
 # helpers for the scenarios (child process)
 # ==========================================================================
@@ -1676,6 +1680,39 @@ def scenario_bulk_copy_failure_mid_file(folder):
     assert results[0].bytes == 0
     assert results[1].bytes == len(datas[1])
     assert bytes(gdscp.memory.to_host(buf[len(datas[0]) :])) == datas[1]
+
+
+def scenario_slow_close(folder):
+    """While close() is still letting go of the file (its cuFile handle's
+    deregistration held at a gate, as a slow close(2) on a network filesystem
+    would hold it), the handle answers at once, though those calls hold the
+    GIL: closed, fileno() -1, no O_DIRECT, I/O a ClosedFileError. The
+    descriptor stays open until the deregistration is done."""
+    import gdscp
+
+    data = random_bytes(8192, seed=61)
+    path = new_file(folder, "c.bin", data)
+    with settings(compat_mode="off"):
+        f = gdscp.CuFile(path, "r+")
+    assert f.backend == "cufile", f.backend_reason
+    fd = f.fileno()
+    m = mark()
+    standin.cufile.gate("cuFileHandleDeregister")
+    closing = threading.Thread(target=f.close)
+    closing.start()
+    try:
+        assert standin.cufile.gate_wait(30), "close() never reached cuFileHandleDeregister"
+        assert f.closed and f.fileno() == -1 and not f.is_direct_io_supported()
+        assert "closed" in repr(f)
+        with pytest.raises(gdscp.ClosedFileError):
+            f.read(poisoned(100))
+        assert os.path.samefile(f"/proc/self/fd/{fd}", path)
+    finally:
+        standin.cufile.release()
+        closing.join()
+    (dereg,) = since(m, "cuFileHandleDeregister")
+    assert dereg.flags & standin.FD_OPEN
+    assert standin.cufile.live_handles() == 0
 
 
 class _Masked:

@@ -76,8 +76,16 @@ Handle::Handle(std::string path, std::string_view flags, const Settings& s, cons
 }
 
 void Handle::close() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  open_.reset();  // descriptors close once the last request holding them ends
+  std::shared_ptr<const OpenFile> last;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    last = std::move(open_);
+  }
+  // Descriptors close once the last request holding them ends; where none
+  // runs, here, outside the lock: closing (close(2) flushing to a network
+  // filesystem, cuFileHandleDeregister) can take a while, and closed() and
+  // fileno(), called with the GIL held, would wait that long for the lock.
+  last.reset();
 }
 
 bool Handle::closed() const {

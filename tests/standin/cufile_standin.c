@@ -215,6 +215,7 @@ STANDIN_EXPORT CUfileError_t cuFileHandleRegister(CUfileHandle_t* fh, CUfileDesc
 STANDIN_EXPORT void cuFileHandleDeregister(CUfileHandle_t fh) {
   standin_call call = begin("cuFileHandleDeregister");
   call.handle = (uint64_t)(uintptr_t)fh;
+  standin_pass_gate("cuFileHandleDeregister");
   handle* h = live_handle(fh, "cuFileHandleDeregister");
   if (h) {
     call.host = (uint64_t)(int64_t)h->fd;

@@ -216,7 +216,14 @@ void define_bulk(nb::module_& m) {
 
   m.def("stop_running_jobs", &stop_running_jobs, release());
   m.def("plain_buffer_items", &plain_buffer_items, "kind"_a, "paths"_a, "buffers"_a);
-  m.def("clean_temporaries", [](const FsPath& dir) { return clean_temporaries(dir.value); }, "dir"_a, release());
+  m.def(
+      "clean_temporaries",
+      [](const FsPath& dir, const std::vector<FsPath>& keep) {
+        std::vector<std::string> paths;
+        for (const FsPath& p : keep) paths.push_back(p.value);
+        return clean_temporaries(dir.value, paths);
+      },
+      "dir"_a, "keep"_a, release());
   m.def("create_temporary", [](const FsPath& dst) {
     std::pair<int, std::string> made;
     {

@@ -617,11 +617,13 @@ def copy_files(
     return BulkJob(items, options, keep)
 
 
-def clean_temporaries(directory: PathLike) -> int:
+def clean_temporaries(directory: PathLike, keep: Iterable[PathLike] = ()) -> int:
     """Remove the temporary files that dead runs left in ``directory`` (those
-    no live writer holds locked); the number removed. Jobs do this by
-    themselves for each directory they write into."""
-    return _core.clean_temporaries(_args.path(directory))
+    no live writer holds locked), but not the files that ``keep`` names
+    (sources about to be read, however their paths are spelled); the number
+    removed. Jobs do this by themselves for each directory they write into,
+    leaving their own sources."""
+    return _core.clean_temporaries(_args.path(directory), [_args.path(p) for p in keep])
 
 
 def create_temporary(dst: PathLike) -> tuple[int, str]:

@@ -1497,6 +1497,44 @@ def test_a_source_named_like_a_temporary_file_is_read_not_removed(tmp_path):
     assert src.read_bytes() == data and (tmp_path / "rescued").read_bytes() == data
 
 
+@pytest.mark.parametrize("spelling", ["relative", "dot", "link", "dot-dot"])
+def test_a_source_named_like_a_temporary_file_survives_its_directory_spelled_otherwise(tmp_path, monkeypatch,
+                                                                                        spelling):
+    """The source and the destination in one directory, their paths spelled
+    differently (relative against absolute, "./", through a symbolic link to
+    the directory, through ".."): the cleaning of the destination's directory
+    still knows the source for one of the job's own, and leaves it."""
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    (folder / "sub").mkdir()
+    os.symlink("folder", tmp_path / "alias")
+    src = folder / ".data.abcdefgh.gdscp-tmp"
+    data = random_bytes(5000, 5)
+    src.write_bytes(data)
+    monkeypatch.chdir(tmp_path)
+    named = {
+        "relative": "folder/.data.abcdefgh.gdscp-tmp",
+        "dot": "./folder/./.data.abcdefgh.gdscp-tmp",
+        "link": "alias/.data.abcdefgh.gdscp-tmp",
+        "dot-dot": "folder/sub/../.data.abcdefgh.gdscp-tmp",
+    }[spelling]
+    (result,) = gdscp.copy_files([(named, folder / "rescued")]).results()
+    assert result.status == "done", result
+    assert src.read_bytes() == data and (folder / "rescued").read_bytes() == data
+
+
+def test_clean_temporaries_leaves_the_files_it_is_told_to_keep(tmp_path):
+    """``keep`` names files by path however spelled; the other dead
+    temporary files go."""
+    kept = tmp_path / ".kept.abcdefgh.gdscp-tmp"
+    kept.write_bytes(b"a source")
+    dead = tmp_path / ".dead.abcdefgh.gdscp-tmp"
+    dead.write_bytes(b"left by a killed run")
+    assert bulk.clean_temporaries(tmp_path, [tmp_path / "." / kept.name]) == 1
+    assert kept.read_bytes() == b"a source" and not dead.exists()
+    assert bulk.clean_temporaries(tmp_path) == 1 and not kept.exists()
+
+
 def test_a_wait_for_something_other_than_seconds_is_a_type_error():
     job = gdscp.write_files([], [])
     with pytest.raises(TypeError, match="number of seconds"):

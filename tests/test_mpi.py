@@ -496,6 +496,19 @@ def test_a_copy_over_ranks_removes_dead_runs_temporaries(tmp_path):
 
 
 @needs_mpi
+def test_a_copy_over_ranks_leaves_its_sources_named_like_temporaries(tmp_path):
+    """As a process on its own: the cleaning of the directories written into
+    leaves the job's own sources, however named (a dead run's leftover being
+    rescued beside itself)."""
+    src = tmp_path / ".data.abcdefgh.gdscp-tmp"
+    data = os.urandom(5000)
+    src.write_bytes(data)
+    done = _run(["copy", str(src), str(tmp_path / "rescued"), "--host"], ranks=2)
+    assert done.returncode == 0, done.stderr
+    assert src.read_bytes() == data and (tmp_path / "rescued").read_bytes() == data
+
+
+@needs_mpi
 def test_a_read_over_ranks_goes_on_past_a_file_it_cannot_read(tmp_path):
     """As one process: with several files, one that cannot be read is a failed
     file in its place, said once, and the others are read; exit status 1."""

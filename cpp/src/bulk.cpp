@@ -181,10 +181,11 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
 
   std::mutex dirs_mutex;
   std::unordered_set<std::string> cleaned_dirs;
-  // Sources of this job named like temporary files, by directory: the
-  // cleaning of a directory written into leaves them (a dead run's leftover
-  // being copied, or a file of the user's so named, is read, not removed).
-  std::unordered_map<std::string, std::vector<std::string>> sources_named_temporary;
+  // Sources of this job named like temporary files: the cleaning of a
+  // directory written into leaves them (a dead run's leftover being copied,
+  // or a file of the user's so named, is read, not removed). Known by their
+  // identity, which no spelling of their directory's path changes.
+  std::vector<FileId> sources_named_temporary;
 
   mutable std::mutex done_mutex;
   mutable std::condition_variable done_cv;
@@ -287,8 +288,7 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
       std::lock_guard<std::mutex> lock(dirs_mutex);
       if (!cleaned_dirs.insert(dir).second) return;
     }
-    const auto kept = sources_named_temporary.find(dir);
-    clean_temporaries(dir, kept == sources_named_temporary.end() ? std::vector<std::string>{} : kept->second);
+    clean_temporaries(dir, sources_named_temporary);
   }
 
   // A file that failed, or whose job was cancelled, before it was put in
@@ -868,8 +868,10 @@ BulkJob::BulkJob(std::vector<BulkItem> items, const BulkOptions& options, const 
     if (!item.replicas.empty())
       st->replica_peer[i] = detail::resolve_replicas(item, st->item_mem[i], st->replica_mem[i]) ? 1 : 0;
     if (item.kind != BulkKind::read) ++writers;
-    if (item.kind == BulkKind::copy && detail::is_temporary_name(detail::base_of(item.src)))
-      st->sources_named_temporary[detail::dir_of(item.src)].emplace_back(detail::base_of(item.src));
+    detail::FileId source{};
+    if (item.kind == BulkKind::copy && detail::is_temporary_name(detail::base_of(item.src)) &&
+        detail::file_id(item.src, source))
+      st->sources_named_temporary.push_back(source);
     if (item.kind == BulkKind::copy || (item.kind == BulkKind::read && item.buf == 0)) staging_needed = true;
     if (item.size > 0) st->bytes_total.fetch_add(static_cast<uint64_t>(item.size), std::memory_order_relaxed);
   }
@@ -983,7 +985,14 @@ std::vector<uint64_t> BulkJob::group_bytes() const {
   return out;
 }
 
-size_t clean_temporaries(const std::string& dir) { return detail::clean_temporaries(dir); }
+size_t clean_temporaries(const std::string& dir, const std::vector<std::string>& keep) {
+  std::vector<detail::FileId> ids;
+  for (const std::string& path : keep) {
+    detail::FileId id{};
+    if (detail::file_id(path, id)) ids.push_back(id);
+  }
+  return detail::clean_temporaries(dir, ids);
+}
 
 std::pair<int, std::string> create_temporary(const std::string& dst) {
   detail::check_replaceable(dst);

@@ -33,7 +33,7 @@ from typing import Any, Iterator, Optional
 
 import typer
 
-from .. import mpi
+from .. import _core, mpi
 from ..bulk import clean_temporaries, copy_files, stop_running_jobs, stream_files
 from ..mpi.split import split_by_bytes
 from ..mpi.comm import Status, Unavailable, World, job_code, worst
@@ -386,9 +386,10 @@ def _copy_plan(world: World, copier: Any, srcs: list[str], dst: str) -> dict[str
     # Dead runs' temporary files in the directories written into go first, as
     # a process on its own removes them: here, before any rank of this job has
     # made one (the ranks' own jobs do not clean, whose locks other nodes may
-    # not see).
+    # not see). As there, the job's own sources so named stay.
+    named_temporary = [j.src for j, _ in files if _core.is_temporary_name(os.path.basename(j.src))]
     for folder in sorted({os.path.dirname(os.path.abspath(j.dst)) for j, _ in files}):
-        clean_temporaries(folder)
+        clean_temporaries(folder, named_temporary)
     shares = split_by_bytes([j.st.st_size for j, _ in files], world.size)
     # The files cut among several ranks: one temporary file each, made here.
     owners: dict[int, list[int]] = {}

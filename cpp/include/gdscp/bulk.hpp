@@ -148,8 +148,9 @@ class BulkJob {
 void stop_running_jobs();
 
 // Temporary files of dead writers in `dir` (named as temp_file.hpp says, and
-// unlocked): removed; returns how many.
-size_t clean_temporaries(const std::string& dir);
+// unlocked): removed, but for the files that the paths in `keep` name (the
+// sources of a copy); returns how many.
+size_t clean_temporaries(const std::string& dir, const std::vector<std::string>& keep = {});
 
 // A new locked temporary file beside `dst`, for callers that write it
 // themselves: (descriptor, path). The lock lives as long as the descriptor.

@@ -259,7 +259,14 @@ int TempFile::release() noexcept {
   return fd;
 }
 
-size_t clean_temporaries(const std::string& dir, const std::vector<std::string>& keep) {
+bool file_id(const std::string& path, FileId& id) {
+  struct stat st{};
+  if (::lstat(path.c_str(), &st) != 0) return false;
+  id = {st.st_dev, st.st_ino};
+  return true;
+}
+
+size_t clean_temporaries(const std::string& dir, const std::vector<FileId>& keep) {
   const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd < 0) return 0;
   DIR* d = ::fdopendir(dfd);
@@ -271,9 +278,10 @@ size_t clean_temporaries(const std::string& dir, const std::vector<std::string>&
   const time_t now = ::time(nullptr);
   while (const dirent* e = ::readdir(d)) {
     if (!is_temporary_name(e->d_name)) continue;
-    if (std::find(keep.begin(), keep.end(), e->d_name) != keep.end()) continue;
     struct stat st{};
     if (::fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+    const auto kept = [&](const FileId& k) { return k.dev == st.st_dev && k.ino == st.st_ino; };
+    if (std::any_of(keep.begin(), keep.end(), kept)) continue;
     if (S_ISLNK(st.st_mode)) {
       if (now - st.st_ctime > kLinkGraceSeconds && ::unlinkat(dfd, e->d_name, 0) == 0) ++removed;
       continue;

@@ -88,8 +88,18 @@ class TempFile {
   int link_at(const std::string& path) const noexcept;
 };
 
-// Removes the dead writers' temporary files in `dir`, but for the names in
+// A file as the filesystem knows it, however its path is spelled: the device
+// and inode of its directory entry (lstat's, a symbolic link's own).
+struct FileId {
+  dev_t dev = 0;
+  ino_t ino = 0;
+};
+
+// The FileId of `path`; false where it cannot be looked up.
+bool file_id(const std::string& path, FileId& id);
+
+// Removes the dead writers' temporary files in `dir`, but for the files in
 // `keep` (files a job reads); returns how many.
-size_t clean_temporaries(const std::string& dir, const std::vector<std::string>& keep = {});
+size_t clean_temporaries(const std::string& dir, const std::vector<FileId>& keep = {});
 
 }  // namespace gdscp::detail

@@ -1481,6 +1481,20 @@ def test_no_file_is_made_under_a_temporary_files_name(capsys, tmp_path):
     assert not (tmp_path / ".b.abcdefgh.gdscp-tmp").exists()
 
 
+def test_no_symbolic_link_is_made_under_a_temporary_files_name(capsys, tmp_path):
+    """As for a file: a link in a tree named like a gdscp temporary file is not
+    copied under that name (the next run into the directory would remove it
+    as a dead run's); the rest of the tree is copied."""
+    src = tmp_path / "src"
+    src.mkdir()
+    os.symlink("real", src / ".a.12345678.gdscp-tmp")
+    (src / "real").write_bytes(b"data")
+    code, _, err = cli(capsys, "copy", "-r", "--host", "-q", src, tmp_path / "dst")
+    assert code == 1 and "name is that of a gdscp temporary file" in err
+    assert sorted(os.listdir(tmp_path / "dst")) == ["real"]
+    assert (tmp_path / "dst" / "real").read_bytes() == b"data"
+
+
 def test_write_goes_through_a_symbolic_link(capsys, tmp_path):
     """As copy and dd: the link stays, its target gets the bytes; a dangling
     link is refused and left as it was."""

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Iterator, Optional
 
 import typer
 
+from .. import _core
 from .._interrupts import through_interrupts
 from ..bulk import FileResult, clean_temporaries, copy_files, stop_running_jobs
 from . import options, ranks
@@ -350,6 +351,11 @@ class _Copier:
             os.chmod(job.dst, stat.S_IMODE(job.st.st_mode) & 0o777 & ~self.umask)
 
     def _link(self, job: _Job, record: _Record) -> None:
+        if _core.is_temporary_name(os.path.basename(job.dst)):
+            # As the engine refuses such a name for a file: the next run into
+            # the directory would remove the link as a dead run's.
+            raise Failure(f"will not write '{job.dst}': its name is that of a gdscp temporary file, which the "
+                          "next run into its directory would remove as a dead run's")
         if os.path.lexists(job.dst):
             if self.no_clobber:
                 record.status = "skipped"

@@ -4,6 +4,7 @@ unreadable sources, quiet runs and signals at awkward moments."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import shutil
@@ -437,6 +438,28 @@ def test_the_command_guard_removes_pending_temporary_files(capsys, tmp_path, mon
     assert code == 130
     assert temp_files(tmp_path) == []
     assert not (tmp_path / "dst").exists()
+
+
+def test_a_signal_right_after_a_write_is_renamed_waits_for_its_name_to_be_durable(tmp_path, monkeypatch):
+    """Ctrl-C the moment the new file takes FILE's name: the command ends as
+    interrupted, but only once the directory is fsynced, so that FILE is the
+    complete and durable new file."""
+    write_command = importlib.import_module("gdscp.cli.write")
+    real_commit = write_command.commit
+    synced = []
+
+    def commit_then_interrupt(tmp, dst):
+        real_commit(tmp, dst)
+        os.kill(os.getpid(), signal.SIGINT)  # handled at the next line that lets it through
+
+    monkeypatch.setattr(write_command, "commit", commit_then_interrupt)
+    monkeypatch.setattr(write_command, "fsync_dir", synced.append)
+    (tmp_path / "dst").write_bytes(b"old")
+    code = run(["write", str(tmp_path / "dst"), "--size", "1K", "--host", "-q"])
+    assert code == 130
+    assert (tmp_path / "dst").read_bytes() == bytes(1024)
+    assert synced == [str(tmp_path)]
+    assert temp_files(tmp_path) == []
 
 
 def test_test_runs_keep_only_the_folders_of_failed_tests(request):

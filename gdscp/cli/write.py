@@ -20,7 +20,7 @@ from .._interrupts import through_interrupts
 from ..bulk import clean_temporaries
 from ..page_cache import drop_file_page_cache as drop_cache
 from . import options, ranks
-from .atomic import commit, discard, fsync_dir, keep_owner, make_temp
+from .atomic import commit, discard, fsync_dir, keep_owner, make_temp, signals_held
 from .jobs import run_job
 from .output import EXIT_FAILURE, Failure, Output, UsageError, shown
 from .progress import TransferProgress
@@ -230,9 +230,12 @@ def write(
                     verify_pattern(target, size, kind, seed, shown_as=path)
                 keep_owner(target, path)
                 os.chmod(target, _new_file_mode(path))
-                commit(target, path)
-                if fsync:
-                    fsync_dir(os.path.dirname(os.path.abspath(path)))
+                # Once renamed, the name is made durable before an interrupt
+                # can end the command: FILE is then the complete, durable file.
+                with signals_held():
+                    commit(target, path)
+                    if fsync:
+                        fsync_dir(os.path.dirname(os.path.abspath(path)))
         finally:
             if special is None and os.path.lexists(target):
                 discard(target)

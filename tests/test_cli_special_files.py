@@ -462,6 +462,29 @@ def test_a_signal_right_after_a_write_is_renamed_waits_for_its_name_to_be_durabl
     assert temp_files(tmp_path) == []
 
 
+def test_an_interrupted_tree_copy_makes_the_names_it_made_durable(tmp_path, monkeypatch):
+    """Ctrl-C as the files' job starts, after the directories and links are
+    made: each directory holding one is still fsynced before the command ends
+    as interrupted, as the job's renamed files are."""
+    copy_command = importlib.import_module("gdscp.cli.copy")
+    src = tmp_path / "src"
+    (src / "sub").mkdir(parents=True)
+    (src / "sub" / "file").write_bytes(b"data")
+    os.symlink("sub/file", src / "link")
+    synced = []
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(copy_command, "copy_files", interrupted)
+    monkeypatch.setattr(copy_command, "fsync_dir", synced.append)
+    code = run(["copy", "-r", "--host", "-q", str(src), str(tmp_path / "dst")])
+    assert code == 130
+    assert os.readlink(tmp_path / "dst" / "link") == "sub/file"
+    assert sorted(synced) == [str(tmp_path), str(tmp_path / "dst")]
+    assert temp_files(tmp_path) == []
+
+
 def test_test_runs_keep_only_the_folders_of_failed_tests(request):
     """Passing tests' temporary folders (some hold files of hundreds of MiB) go at
     the end of the run, so repeated runs do not fill the disk."""

@@ -189,29 +189,42 @@ class _Copier:
     def run(self, jobs: list[_Job], progress: TransferProgress) -> None:
         """Directories and links in order, then every file in one bulk job, then
         the directories' modes and times (those too when the job is interrupted
-        or fails: no directory is left at the 0700 it was made with)."""
+        or fails: no directory is left at the 0700 it was made with), then
+        their names and the links' made durable (those too when interrupted:
+        what was put in place is then complete and durable, as each file the
+        job renamed is)."""
         try:
-            files, _ = self.prepare(jobs)
-            if files:
-                self._copy_files(files, progress)
+            try:
+                files, _ = self.prepare(jobs)
+                if files:
+                    self._copy_files(files, progress)
+            except BaseException:
+                # An interrupt before the command waited on its job (which would
+                # have cancelled it): the job stops, its temporary files removed,
+                # before the directories get their modes (a read-only one would
+                # keep its files from being removed).
+                stop_running_jobs()
+                raise
+            finally:
+                self.finish(jobs)
         except BaseException:
-            # An interrupt before the command waited on its job (which would
-            # have cancelled it): the job stops, its temporary files removed,
-            # before the directories get their modes (a read-only one would
-            # keep its files from being removed).
-            stop_running_jobs()
+            # The exception on its way is the one reported: a directory that
+            # cannot be synced, or a signal meanwhile, does not replace it.
+            through_interrupts(lambda: self.sync_names(strict=False))
             raise
-        finally:
-            self.finish(jobs)
         self.sync_names()
 
-    def sync_names(self) -> None:
+    def sync_names(self, strict: bool = True) -> None:
         """The names of the directories made and the links put in place made
         durable, as the files' are by their job: each directory that holds
-        one, fsynced once."""
+        one, fsynced once (not ``strict``: past those that cannot be)."""
         holders = {os.path.dirname(os.path.abspath(d)) for d in self.created_dirs} | self.link_dirs
         for folder in sorted(holders):
-            fsync_dir(folder)
+            try:
+                fsync_dir(folder)
+            except OSError:
+                if strict:
+                    raise
 
     def prepare(self, jobs: list[_Job]) -> tuple[list[tuple[_Job, _Record]], list[_Job]]:
         """Makes the directories and links, in order; returns the files to copy

@@ -637,9 +637,10 @@ def copy(world: World, out: Output, copier: Any, srcs: list[str], dst: str, *, h
                 _copy_commit(world, copier, plan, everyone, interrupted)
             finally:  # no directory made is left at 0700, interrupted or not
                 copier.finish(plan["_after"])
+            # Interrupted or not, what was put in place is durable.
+            copier.sync_names(strict=not interrupted)
             if interrupted:
                 raise typer.Exit(job_code(everyone))
-            copier.sync_names()
             extra = {"ranks": world.size}
             report(out, copier.records, where, copier.verify, time.perf_counter() - start, extra)
 

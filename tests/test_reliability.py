@@ -30,7 +30,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import wait_engine_idle
+from conftest import random_bytes, wait_engine_idle
 
 CHILD_TIMEOUT = 60
 MiB = 1 << 20
@@ -532,6 +532,60 @@ assert_healthy({str(scratch)!r})
     finally:
         os.chmod(secret, 0o600)
         os.chmod(locked, 0o755)
+
+
+def test_a_directory_that_may_be_written_but_not_read_takes_copies(tmp_path):
+    """A drop box (write and search permission, no read) cannot be opened to
+    fsync the names put in it: they are made durable through a sync of its
+    filesystem instead, and every file is put in place and reported done, as
+    cp copies into such a directory. A few files into one, files into four
+    (one sync per filesystem), and the command line's own renames (write,
+    and the directories and links of copy -r)."""
+    src = tmp_path / "src"
+    src.mkdir()
+    data = {f"f{i}": random_bytes(1000 + i, i) for i in range(20)}
+    for name, content in data.items():
+        (src / name).write_bytes(content)
+    tree = tmp_path / "tree"
+    (tree / "sub").mkdir(parents=True)
+    (tree / "sub" / "file").write_bytes(b"in a tree")
+    os.symlink("sub/file", tree / "link")
+    boxes = [tmp_path / f"box{i}" for i in range(4)]
+    for box in boxes:
+        box.mkdir()
+        os.chmod(box, 0o333)
+    try:
+        run_child(
+            DROP_DAC_OVERRIDE
+            + f"""
+from gdscp.cli.app import run
+src, tree = {str(src)!r}, {str(tree)!r}
+boxes = {[str(b) for b in boxes]!r}
+try:
+    os.listdir(boxes[0])
+except PermissionError:
+    pass
+else:
+    print("SKIP: the drop box could be read"); sys.exit(77)
+few = gdscp.copy_files([(os.path.join(src, n), os.path.join(boxes[0], n)) for n in ("f0", "f1")]).results()
+assert [r.status for r in few] == ["done"] * 2, few
+many = gdscp.copy_files([(os.path.join(src, f"f{{i}}"), os.path.join(boxes[i % 4], f"f{{i}}"))
+                         for i in range(2, 20)]).results()
+assert [r.status for r in many] == ["done"] * 18, [r.error for r in many if r.status != "done"]
+assert run(["write", "-q", "--host", os.path.join(boxes[1], "written"), "--size", "1K"]) == 0
+assert run(["copy", "-r", "-q", "--host", tree, boxes[2]]) == 0
+""",
+            tmp_path,
+        )
+    finally:
+        for box in boxes:
+            os.chmod(box, 0o755)
+    for i in range(20):
+        assert (boxes[0 if i < 2 else i % 4] / f"f{i}").read_bytes() == data[f"f{i}"]
+    assert (boxes[1] / "written").read_bytes() == bytes(1024)
+    assert (boxes[2] / "tree" / "sub" / "file").read_bytes() == b"in a tree"
+    assert os.readlink(boxes[2] / "tree" / "link") == "sub/file"
+    assert not [p for p in tmp_path.rglob("*") if p.name.endswith(".gdscp-tmp")]
 
 
 # -- the GPU out of memory ---------------------------------------------------------

@@ -406,10 +406,9 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
     if (ended_early(*t)) return;
     try {
       bool placed = true;
-      if (t->tmp) {
-        placed = opt.no_clobber ? t->tmp.link_to(t->dst) : (t->tmp.rename_to(t->dst), true);
-        t->tmp.close();
-      }
+      // Once in place, the file keeps its descriptor until the batch ends:
+      // sync_dirs may sync its filesystem through it.
+      if (t->tmp) placed = opt.no_clobber ? t->tmp.link_to(t->dst) : (t->tmp.rename_to(t->dst), true);
       if (placed) {
         t->placed = true;
         succeed(*t, BulkStatus::done);
@@ -462,27 +461,38 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
   }
 
   // Makes the renames durable: each directory's fsync for a few, else one
-  // syncfs per filesystem. A failure fails the files in place there: their
-  // names might not survive a crash.
+  // syncfs per filesystem. A directory this process may write but not read
+  // (a drop box) cannot be opened to be synced: its whole filesystem is,
+  // through the descriptor of a file just put in it. A failure fails the
+  // files in place there: their names might not survive a crash.
   void sync_dirs(const std::vector<std::shared_ptr<Transfer>>& batch) {
-    std::map<std::string, dev_t> dirs;
+    std::map<std::string, const Transfer*> dirs;  // each directory, and a file put in place there
     for (auto& t : batch)
-      if (t->placed) dirs.emplace(t->dir, t->dev);
+      if (t->placed) dirs.emplace(t->dir, t.get());
     std::map<dev_t, int> errors;             // filesystem -> errno of its syncfs
     std::map<std::string, int> dir_errors;   // directory -> errno of its fsync
+    const auto open_dir = [](const std::string& dir) {
+      return ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    };
+    const auto unreadable = [] { return errno == EACCES || errno == EPERM; };
     if (dirs.size() < kSyncfsMin) {
-      for (const auto& [dir, dev] : dirs) {
-        const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      for (const auto& [dir, t] : dirs) {
+        const int fd = open_dir(dir);
+        if (fd < 0 && unreadable()) {
+          if (::syncfs(t->dst_fd) != 0) dir_errors[dir] = errno;
+          continue;
+        }
         // Some filesystems cannot sync a directory (EINVAL): nothing more to do there.
         if (fd < 0 || (::fsync(fd) != 0 && errno != EINVAL && errno != ENOTSUP)) dir_errors[dir] = errno;
         if (fd >= 0) ::close(fd);
       }
     } else {
-      std::map<dev_t, std::string> one_dir;  // a directory on each filesystem, to syncfs through
-      for (const auto& [dir, dev] : dirs) one_dir.emplace(dev, dir);
-      for (const auto& [dev, dir] : one_dir) {
-        const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (dfd < 0 || ::syncfs(dfd) != 0) errors[dev] = errno;
+      std::map<dev_t, std::pair<std::string, const Transfer*>> one_dir;  // on each filesystem, to syncfs through
+      for (const auto& [dir, t] : dirs) one_dir.emplace(t->dev, std::make_pair(dir, t));
+      for (const auto& [dev, entry] : one_dir) {
+        const int dfd = open_dir(entry.first);
+        const int through = dfd >= 0 ? dfd : unreadable() ? entry.second->dst_fd : -1;
+        if (through < 0 || ::syncfs(through) != 0) errors[dev] = errno;
         if (dfd >= 0) ::close(dfd);
       }
     }

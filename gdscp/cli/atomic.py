@@ -13,6 +13,7 @@ temporary files.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import os
 import signal
@@ -77,8 +78,14 @@ def signals_held() -> Iterator[None]:
 
 
 def fsync_dir(path: str) -> None:
-    """Make a rename in directory ``path`` durable."""
-    fd = os.open(path or ".", os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    """Make a rename in directory ``path`` durable. A directory this process may
+    write but not read (a drop box) cannot be opened to be synced: its whole
+    filesystem is, as the engine's jobs sync it."""
+    try:
+        fd = os.open(path or ".", os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except PermissionError:
+        _sync_filesystem_of(path or ".")
+        return
     try:
         os.fsync(fd)
     except OSError as exc:
@@ -86,6 +93,31 @@ def fsync_dir(path: str) -> None:
             raise
     finally:
         os.close(fd)
+
+
+def _sync_filesystem_of(path: str) -> None:
+    """syncfs(2) of the filesystem holding directory ``path``, through the
+    nearest directory above it on that filesystem that this process may open
+    (PermissionError naming ``path`` where there is none)."""
+    device = os.stat(path).st_dev
+    folder = os.path.abspath(path)
+    while folder != os.path.dirname(folder):
+        folder = os.path.dirname(folder)
+        try:
+            fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        except OSError:
+            continue
+        try:
+            if os.fstat(fd).st_dev != device:
+                continue
+            libc = ctypes.CDLL(None, use_errno=True)
+            if libc.syncfs(fd) != 0:
+                err = ctypes.get_errno()
+                raise OSError(err, os.strerror(err), path)
+            return
+        finally:
+            os.close(fd)
+    raise PermissionError(errno.EACCES, "cannot open the directory to sync it", path)
 
 
 def _drop(tmp: str) -> None:

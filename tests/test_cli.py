@@ -1283,6 +1283,24 @@ def test_read_of_many_files_reports_each(capsys, tmp_path):
         assert f["status"] == "failed" or f["bytes"] == size
 
 
+def test_several_writes_name_each_file_that_fails(capsys, tmp_path, monkeypatch):
+    """A write that fails is said with its FILE, also where the engine's error
+    names only the temporary file, whose name holds FILE's."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a").write_bytes(b"old")
+    _core.testing.arm_fault("pwrite", 0, 1, errno.EIO)
+    try:
+        code, _, err = cli(capsys, "write", "--host", "--threads", "1", "a", "b", "--size", "2M")
+    finally:
+        _core.testing.disarm_fault()
+    assert code == 1
+    (line,) = error_lines(err)
+    assert "Input/output error" in line
+    assert "cannot write 'a'" in line or "cannot write 'b'" in line, line
+    assert (tmp_path / "a").read_bytes() in (b"old", bytes(2 * MiB))
+    assert temp_files(tmp_path) == []
+
+
 def _limit_file_size():
     # A write past the limit then fails with EFBIG instead of killing the process.
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)

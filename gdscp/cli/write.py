@@ -300,8 +300,11 @@ def _write_many(out: Output, paths: list[str], size: int, *, kind: str, seed: in
     owner = [gpus[i % len(gpus)] for i in range(len(paths))]
 
     def failed(r: Any) -> None:
+        # An error that names FILE is said as it is; one that names only the
+        # temporary file (".FILE.XXXXXXXX.gdscp-tmp", which holds FILE's name)
+        # is said with FILE first.
         path = paths[r.index]
-        out.error(r.error if path in (r.error or "") else f"cannot write '{path}': {r.error}")
+        out.error(r.error if f"'{path}'" in (r.error or "") else f"cannot write '{path}': {r.error}")
 
     with TransferProgress(out, size * len(paths), len(paths), "write", enabled=out.show_progress) as progress:
         start = time.perf_counter()

@@ -891,6 +891,22 @@ def test_copy_preserve_mode_and_times(capsys, tmp_path):
     assert st.st_mtime_ns != 1_100_000_987_654_321
 
 
+def test_copy_keeps_a_directorys_sticky_bit_as_cp_does(capsys, tmp_path):
+    """Without --preserve, as cp -r: a directory made keeps the sticky bit (a
+    shared directory where only a file's owner may remove it stays so), not
+    a set-group-ID bit; the permission bits lose the umask."""
+    src = tmp_path / "src"
+    for name, mode in (("shared", 0o1777), ("group", 0o2750), ("both", 0o3775)):
+        (src / name).mkdir(parents=True)
+        (src / name).chmod(mode)
+    code, _, err = cli(capsys, "copy", "-r", "--host", "-q", src, tmp_path / "dst")
+    assert code == 0, err
+    mask = os.umask(0)
+    os.umask(mask)
+    for name, mode in (("shared", 0o1777), ("group", 0o2750), ("both", 0o3775)):
+        assert stat.S_IMODE((tmp_path / "dst" / name).stat().st_mode) == mode & 0o1777 & ~mask, name
+
+
 def test_copy_over_an_existing_file_keeps_its_mode(capsys, tmp_path):
     data = random_file(tmp_path / "src.bin", 5000)
     dst = tmp_path / "dst.bin"

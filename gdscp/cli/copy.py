@@ -360,8 +360,9 @@ class _Copier:
             os.chmod(job.dst, mode)
             os.utime(job.dst, ns=(job.st.st_atime_ns, job.st.st_mtime_ns))
         elif job.dst in self.created_dirs:
-            # As cp without -p: the permission bits, less the umask; no set-ID or sticky bit.
-            os.chmod(job.dst, stat.S_IMODE(job.st.st_mode) & 0o777 & ~self.umask)
+            # As cp without -p: the permission bits, less the umask, and the
+            # sticky bit (a shared directory's restricted deletion); no set-ID bit.
+            os.chmod(job.dst, stat.S_IMODE(job.st.st_mode) & 0o1777 & ~self.umask)
 
     def _link(self, job: _Job, record: _Record) -> None:
         if _core.is_temporary_name(os.path.basename(job.dst)):

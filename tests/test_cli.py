@@ -907,6 +907,29 @@ def test_copy_keeps_a_directorys_sticky_bit_as_cp_does(capsys, tmp_path):
         assert stat.S_IMODE((tmp_path / "dst" / name).stat().st_mode) == mode & 0o1777 & ~mask, name
 
 
+def test_copy_keeps_the_set_group_id_bit_a_directory_takes_from_its_parent(capsys, tmp_path):
+    """As cp -r into a set-group-ID directory (a group's shared folder): each
+    directory made takes the bit, and the group, from its parent and keeps
+    them, so that the files made in it later still take the group."""
+    src = tmp_path / "src"
+    (src / "sub" / "deeper").mkdir(parents=True)
+    for rel, mode in (("", 0o755), ("sub", 0o750), ("sub/deeper", 0o755)):
+        (src / rel).chmod(mode)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o2775)
+    if not shared.stat().st_mode & stat.S_ISGID:
+        pytest.skip("this filesystem keeps no set-group-ID bit on directories")
+    code, _, err = cli(capsys, "copy", "-r", "--host", "-q", src, shared)
+    assert code == 0, err
+    mask = os.umask(0)
+    os.umask(mask)
+    for rel, mode in (("src", 0o755), ("src/sub", 0o750), ("src/sub/deeper", 0o755)):
+        made = (shared / rel).stat()
+        assert stat.S_IMODE(made.st_mode) == stat.S_ISGID | (mode & ~mask), rel
+        assert made.st_gid == shared.stat().st_gid, rel
+
+
 def test_copy_over_an_existing_file_keeps_its_mode(capsys, tmp_path):
     data = random_file(tmp_path / "src.bin", 5000)
     dst = tmp_path / "dst.bin"

@@ -361,8 +361,11 @@ class _Copier:
             os.utime(job.dst, ns=(job.st.st_atime_ns, job.st.st_mtime_ns))
         elif job.dst in self.created_dirs:
             # As cp without -p: the permission bits, less the umask, and the
-            # sticky bit (a shared directory's restricted deletion); no set-ID bit.
-            os.chmod(job.dst, stat.S_IMODE(job.st.st_mode) & 0o1777 & ~self.umask)
+            # sticky bit (a shared directory's restricted deletion); no set-ID
+            # bit of the source's, but the set-group-ID bit the directory took
+            # from its parent when made (its files keep taking the group).
+            inherited = os.stat(job.dst).st_mode & stat.S_ISGID
+            os.chmod(job.dst, (stat.S_IMODE(job.st.st_mode) & 0o1777 & ~self.umask) | inherited)
 
     def _link(self, job: _Job, record: _Record) -> None:
         if _core.is_temporary_name(os.path.basename(job.dst)):

@@ -930,6 +930,35 @@ def test_copy_keeps_the_set_group_id_bit_a_directory_takes_from_its_parent(capsy
         assert made.st_gid == shared.stat().st_gid, rel
 
 
+def test_copy_of_a_tree_deeper_than_the_recursion_limit(capsys, tmp_path):
+    """A tree as deep as a path within PATH_MAX allows, deeper than Python's
+    recursion limit, is copied as cp copies it (and cleaned with --clean),
+    not failed with a RecursionError."""
+    depth = sys.getrecursionlimit() + 100
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    deepest = os.path.join(str(src), *["d"] * depth)
+    if len(deepest) + 100 > os.pathconf(str(tmp_path), "PC_PATH_MAX"):
+        pytest.skip("the path of the deepest folder would not fit in PATH_MAX")
+    try:
+        folder = str(src)
+        os.mkdir(folder)
+        for _ in range(depth):
+            folder = os.path.join(folder, "d")
+            os.mkdir(folder)
+        with open(os.path.join(folder, "leaf"), "wb") as f:
+            f.write(b"at the bottom")
+        code, _, err = cli(capsys, "copy", "-r", "--host", "-q", src, dst)
+        assert code == 0, err
+        copied = os.path.join(str(dst), *["d"] * depth, "leaf")
+        with open(copied, "rb") as f:
+            assert f.read() == b"at the bottom"
+        code, _, err = cli(capsys, "copy", "-r", "--host", "-q", "--clean", str(src) + "/.", dst)
+        assert code == 0, err
+    finally:
+        # shutil.rmtree, and so pytest's own clean-up, recurses as deep as the tree.
+        subprocess.run(["rm", "-rf", str(src), str(dst)], check=True)
+
+
 def test_copy_over_an_existing_file_keeps_its_mode(capsys, tmp_path):
     data = random_file(tmp_path / "src.bin", 5000)
     dst = tmp_path / "dst.bin"

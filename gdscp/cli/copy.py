@@ -160,30 +160,46 @@ class _Copier:
         return kept
 
     def _walk(self, src: str, dst: str, st: os.stat_result) -> Iterator[_Job]:
+        """The jobs of the tree ``src``, depth first: a directory's "mkdir",
+        its entries in name order (a directory's own jobs in its place), its
+        "dirmeta". The directories being walked are a stack of this walk's
+        own, not calls: a tree deeper than Python's recursion limit (a path
+        within PATH_MAX may have 2,000 levels) is walked as any other."""
         yield _Job("mkdir", src, dst, st)
+        stack = [(src, dst, st, self._entries(src, dst))]
+        while stack:
+            folder, target, folder_st, entries = stack[-1]
+            inside = target if target.endswith(os.sep) else target + os.sep
+            for entry in entries:
+                s, d = entry.path, inside + entry.name
+                try:
+                    est = entry.stat(follow_symlinks=False)
+                except OSError as exc:
+                    self.problem(f"cannot stat '{s}': {exc.strerror}", s, d)
+                    continue
+                if stat.S_ISLNK(est.st_mode):
+                    yield _Job("link", s, d, est)
+                elif stat.S_ISDIR(est.st_mode):
+                    yield _Job("mkdir", s, d, est)
+                    stack.append((s, d, est, self._entries(s, d)))
+                    break  # its entries first; this directory's rest after them
+                elif stat.S_ISREG(est.st_mode):
+                    yield _Job("file", s, d, est)
+                else:
+                    self.problem(f"'{s}' is not a regular file, directory or symbolic link; not copied", s, d)
+            else:
+                stack.pop()
+                # (One that could not be read is made all the same: it gets its mode.)
+                yield _Job("dirmeta", folder, target, folder_st)
+
+    def _entries(self, src: str, dst: str) -> Iterator[os.DirEntry]:
+        """The entries of directory ``src`` in name order; none where it
+        cannot be read (said once)."""
         try:
-            entries = sorted(os.scandir(src), key=lambda e: e.name)
+            return iter(sorted(os.scandir(src), key=lambda e: e.name))
         except OSError as exc:
             self.problem(f"cannot read directory '{src}': {exc.strerror}", src, dst)
-            yield _Job("dirmeta", src, dst, st)  # made all the same: it gets its mode
-            return
-        inside = dst if dst.endswith(os.sep) else dst + os.sep
-        for entry in entries:
-            s, d = entry.path, inside + entry.name
-            try:
-                est = entry.stat(follow_symlinks=False)
-            except OSError as exc:
-                self.problem(f"cannot stat '{s}': {exc.strerror}", s, d)
-                continue
-            if stat.S_ISLNK(est.st_mode):
-                yield _Job("link", s, d, est)
-            elif stat.S_ISDIR(est.st_mode):
-                yield from self._walk(s, d, est)
-            elif stat.S_ISREG(est.st_mode):
-                yield _Job("file", s, d, est)
-            else:
-                self.problem(f"'{s}' is not a regular file, directory or symbolic link; not copied", s, d)
-        yield _Job("dirmeta", src, dst, st)
+            return iter(())
 
     # -- doing --------------------------------------------------------------------------
     def run(self, jobs: list[_Job], progress: TransferProgress) -> None:
@@ -393,10 +409,18 @@ class _Copier:
 
 
 def _clean(dst: str) -> int:
-    """Remove dead runs' temporary files in ``dst`` (a directory, and everything below it)."""
+    """Remove dead runs' temporary files in ``dst`` (a directory, and everything
+    below it, however deep: the folders to clean are a list, not calls)."""
     removed = 0
-    for folder, dirs, _files in os.walk(dst):
+    folders = [dst]
+    while folders:
+        folder = folders.pop()
         removed += clean_temporaries(folder)
+        try:
+            with os.scandir(folder) as entries:
+                folders += [e.path for e in entries if e.is_dir(follow_symlinks=False)]
+        except OSError:
+            pass  # as os.walk: a folder that cannot be read is passed over
     return removed
 
 

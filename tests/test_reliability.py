@@ -588,6 +588,52 @@ assert run(["copy", "-r", "-q", "--host", tree, boxes[2]]) == 0
     assert not [p for p in tmp_path.rglob("*") if p.name.endswith(".gdscp-tmp")]
 
 
+def test_copies_of_read_only_files_and_writes_under_a_strict_umask(tmp_path):
+    """A temporary file is written through its path as well as its descriptor
+    (files of 1 MiB and more): the copy of a read-only file, and any new file
+    under a umask that takes the owner's write bit (0277), must still let its
+    owner write it until it gets its mode, once written."""
+    big = random_bytes(2 * 1024 * 1024 + 5, 8)
+    (tmp_path / "read-only.bin").write_bytes(big)
+    os.chmod(tmp_path / "read-only.bin", 0o444)
+    (tmp_path / "plain.bin").write_bytes(big)
+    out = tmp_path / "out"
+    out.mkdir()
+    run_child(
+        DROP_DAC_OVERRIDE
+        + f"""
+from gdscp.cli.app import run
+folder, out = {str(tmp_path)!r}, {str(out)!r}
+def where(name):
+    return os.path.join(out, name)
+try:
+    open(os.path.join(folder, "read-only.bin"), "r+b")
+except PermissionError:
+    pass
+else:
+    print("SKIP: a read-only file could be written"); sys.exit(77)
+copies = gdscp.copy_files([(os.path.join(folder, "read-only.bin"), where("copy.bin"))]).results()
+copies += gdscp.copy_files([(os.path.join(folder, "read-only.bin"), where("preserved.bin"))], preserve=True).results()
+assert [r.status for r in copies] == ["done"] * 2, [r.error for r in copies]
+os.umask(0o277)
+buffer = np.frombuffer(bytes(range(256)) * 8192, dtype=np.uint8)
+written = gdscp.write_files([buffer], [where("written.bin")]).results()
+written += gdscp.copy_files([(os.path.join(folder, "plain.bin"), where("umask.bin"))]).results()
+assert [r.status for r in written] == ["done"] * 2, [r.error for r in written]
+assert run(["write", "-q", "--host", where("one.bin"), "--size", "2M"]) == 0
+""",
+        tmp_path,
+    )
+    for name, mode in (("copy.bin", 0o444), ("preserved.bin", 0o444), ("umask.bin", 0o400)):
+        assert (out / name).read_bytes() == big, name
+        assert stat.S_IMODE((out / name).stat().st_mode) == mode, name
+    assert (out / "written.bin").read_bytes() == bytes(range(256)) * 8192
+    assert stat.S_IMODE((out / "written.bin").stat().st_mode) == 0o400
+    assert (out / "one.bin").stat().st_size == 2 * 1024 * 1024
+    assert stat.S_IMODE((out / "one.bin").stat().st_mode) == 0o400
+    assert not [p for p in tmp_path.rglob("*") if p.name.endswith(".gdscp-tmp")]
+
+
 # -- the GPU out of memory ---------------------------------------------------------
 
 

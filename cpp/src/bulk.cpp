@@ -1007,6 +1007,9 @@ size_t clean_temporaries(const std::string& dir, const std::vector<std::string>&
 std::pair<int, std::string> create_temporary(const std::string& dst) {
   detail::check_replaceable(dst);
   detail::TempFile tmp(dst);
+  // Its callers open it again by its path, to read and write it: 0600 whatever
+  // the umask (0277 would leave 0400); each gives it its mode once written.
+  if (::fchmod(tmp.fd(), 0600) != 0) throw_os_error(errno, "cannot set the mode of", tmp.path());
   std::string path = tmp.path();
   return {tmp.release(), std::move(path)};
 }

@@ -257,14 +257,21 @@ bool open_destination(const TransferContext& cx, Transfer& t, std::string& note)
   if (t.mode < 0) t.mode = static_cast<int>(0666 & ~cx.umask);
   if (cx.opt.atomic) {
     // Created with its final mode where the umask leaves it so (a new copy's
-    // usual case): one fchmod less per file.
+    // usual case): one fchmod less per file. One that a File opens again by
+    // its path (see open_transfer) is read and written there, which its
+    // owner may not do under a mode without those bits (the copy of a
+    // read-only file) or a umask that takes them (0277): it is made 0600,
+    // and gets its mode once written.
+    const bool by_path = t.mem.device || t.size >= kFileMin;
     const unsigned create = static_cast<unsigned>(t.mode) & 0777;
-    t.chmod = (create & ~cx.umask) != static_cast<unsigned>(t.mode);
-    // A new file that no File opens again by its path (see open_transfer)
-    // needs no name until it is complete: an unnamed one, linked into place.
+    t.chmod = (create & ~cx.umask) != static_cast<unsigned>(t.mode) || (by_path && (create & 0600) != 0600);
+    // A new file that no File opens again by its path needs no name until it
+    // is complete: an unnamed one, linked into place.
     const unsigned tmp_mode = t.chmod ? 0600 : create;
-    const bool by_fd = !exists && !t.mem.device && t.size < kFileMin;
+    const bool by_fd = !exists && !by_path;
     t.tmp = by_fd ? TempFile::unnamed(t.dst, tmp_mode) : TempFile(t.dst, tmp_mode);
+    if (by_path && (0600 & ~cx.umask) != 0600 && ::fchmod(t.tmp.fd(), 0600) != 0)
+      throw_os_error(errno, "cannot set the mode of", t.tmp.path());
     t.dst_fd = t.tmp.fd();
     static std::atomic<uint64_t> opened{0};
     t.dst_opened = opened.fetch_add(1, std::memory_order_relaxed);

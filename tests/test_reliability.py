@@ -634,6 +634,26 @@ assert run(["write", "-q", "--host", where("one.bin"), "--size", "2M"]) == 0
     assert not [p for p in tmp_path.rglob("*") if p.name.endswith(".gdscp-tmp")]
 
 
+def test_a_write_in_place_of_a_new_file_under_a_strict_umask(tmp_path):
+    """``write_files(atomic=False)`` makes a new file of 1 MiB or more that it
+    opens again by its path: under a umask that takes the owner's write bit
+    (0277) it is still written, then given its mode, as ``open(path, "wb")``
+    writes one (it failed, and left the file empty)."""
+    run_child(
+        DROP_DAC_OVERRIDE
+        + f"""
+path = os.path.join({str(tmp_path)!r}, "in-place.bin")
+os.umask(0o277)
+buffer = np.frombuffer(bytes(range(256)) * 8192, dtype=np.uint8)
+(result,) = gdscp.write_files([buffer], [path], atomic=False).results()
+assert result.status == "done", result.error
+""",
+        tmp_path,
+    )
+    assert (tmp_path / "in-place.bin").read_bytes() == bytes(range(256)) * 8192
+    assert stat.S_IMODE((tmp_path / "in-place.bin").stat().st_mode) == 0o400
+
+
 # -- the GPU out of memory ---------------------------------------------------------
 
 

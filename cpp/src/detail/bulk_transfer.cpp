@@ -255,14 +255,15 @@ bool open_destination(const TransferContext& cx, Transfer& t, std::string& note)
     t.gid = src.st_gid;
   }
   if (t.mode < 0) t.mode = static_cast<int>(0666 & ~cx.umask);
+  // Whether a File opens the file written again by its path (see
+  // open_transfer), to read and write it there: its owner may not do so under
+  // a mode without those bits (the copy of a read-only file) or a umask that
+  // takes them (0277). Such a file that this job makes is made 0600, and gets
+  // its mode once written.
+  const bool by_path = t.mem.device || t.size >= kFileMin;
   if (cx.opt.atomic) {
     // Created with its final mode where the umask leaves it so (a new copy's
-    // usual case): one fchmod less per file. One that a File opens again by
-    // its path (see open_transfer) is read and written there, which its
-    // owner may not do under a mode without those bits (the copy of a
-    // read-only file) or a umask that takes them (0277): it is made 0600,
-    // and gets its mode once written.
-    const bool by_path = t.mem.device || t.size >= kFileMin;
+    // usual case): one fchmod less per file.
     const unsigned create = static_cast<unsigned>(t.mode) & 0777;
     t.chmod = (create & ~cx.umask) != static_cast<unsigned>(t.mode) || (by_path && (create & 0600) != 0600);
     // A new file that no File opens again by its path needs no name until it
@@ -280,11 +281,18 @@ bool open_destination(const TransferContext& cx, Transfer& t, std::string& note)
     // Not emptied first: the buffer may be a mapping of this very file (a
     // memmap written back to its file), whose bytes a truncation would take
     // before they are read. Cut to its new size once written.
-    t.dst_fd = open_plain(t.dst, O_RDWR | O_CREAT, static_cast<mode_t>(t.mode));
+    t.chmod = false;
+    if (!exists && by_path) {
+      // Made here (not by another at the same moment, which O_EXCL tells).
+      t.dst_fd = open_plain(t.dst, O_RDWR | O_CREAT | O_EXCL, 0600);
+      t.chmod = t.dst_fd >= 0;
+    }
+    if (t.dst_fd < 0) t.dst_fd = open_plain(t.dst, O_RDWR | O_CREAT, static_cast<mode_t>(t.mode));
     if (t.dst_fd < 0) throw_os_error(errno, "cannot create", t.dst);
     t.own_dst_fd = true;
     t.cut_to_size = true;
-    t.chmod = false;
+    if (t.chmod && (0600 & ~cx.umask) != 0600 && ::fchmod(t.dst_fd, 0600) != 0)
+      throw_os_error(errno, "cannot set the mode of", t.dst);
     struct stat made{};
     if (::fstat(t.dst_fd, &made) == 0) t.dev = made.st_dev;
   }

@@ -13,9 +13,11 @@ import glob
 import json
 import mmap
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -27,6 +29,7 @@ from gdscp.bench import ceilings, config, files, measure, report, runner, tools
 from gdscp.bench.config import BenchConfig, BenchConfigError
 from gdscp.bench.targets import HostTarget
 from gdscp.cli.app import run
+from gdscp.info import mount_of
 
 MiB = 1 << 20
 CEILINGS = {
@@ -70,7 +73,8 @@ def check_spread(value: dict) -> None:
 # -- the command, end to end ---------------------------------------------------------
 
 
-def test_json_holds_every_mode_baseline_and_ceiling(capsys, tmp_path):
+def test_json_holds_every_mode_baseline_and_ceiling(capsys, page_cache_folder):
+    tmp_path = page_cache_folder  # cold reads need a disk behind the files
     code, out, err = cli(
         capsys, "--size", "4M", "--threads", "1,2", "--io-size", "4K,64K", "--ops", "100",
         "--runs", "3", "--drop-cache", "--dir", tmp_path, "--json",
@@ -473,9 +477,11 @@ def test_drop_cache_says_how(tmp_path):
     assert files.drop_cache(str(path), use_drop_caches=False) == "posix_fadvise(POSIX_FADV_DONTNEED)"
 
 
-def test_direct_io_refused_is_reported_not_raised(tmp_path, monkeypatch):
+def test_direct_io_refused_is_reported_not_raised(page_cache_folder, monkeypatch):
     """tmpfs before Linux 6.6, many FUSE and network filesystems: open(O_DIRECT) fails with EINVAL."""
     import errno
+
+    tmp_path = page_cache_folder  # the disk's cold read ceilings need a disk
 
     def refuse(path, flags):
         raise OSError(errno.EINVAL, os.strerror(errno.EINVAL), path)
@@ -743,10 +749,12 @@ def test_the_json_says_why_this_memory_without_claiming_it_was_asked_for(capsys,
     assert json.loads(out)["config"]["memory_reason"] == "host memory was asked for"
 
 
-def test_only_drop_cache_drops_the_machines_page_cache(tmp_path, monkeypatch):
+def test_only_drop_cache_drops_the_machines_page_cache(page_cache_folder, monkeypatch):
     """The disk's cold read ceilings drop the data file's own pages; the whole
     machine's page cache (as root) only when --drop-cache asks for it."""
     from gdscp.bench import files as bench_files
+
+    tmp_path = page_cache_folder
 
     calls = []
     monkeypatch.setattr(bench_files, "drop_system_page_cache", lambda **kw: calls.append(kw) or False)
@@ -756,6 +764,46 @@ def test_only_drop_cache_drops_the_machines_page_cache(tmp_path, monkeypatch):
     assert calls == []
     runner.run_benchmark(small(tmp_path, modes=["read"], drop_cache=True))
     assert calls
+
+
+@pytest.fixture
+def in_memory_folder():
+    """A writable directory on tmpfs (/dev/shm, where the machine has one);
+    removed afterwards. Skipped where there is none."""
+    for base in ("/dev/shm", "/run/user/%d" % os.getuid(), "/tmp"):
+        if os.path.isdir(base) and os.access(base, os.W_OK) and mount_of(base)["filesystem"] == "tmpfs":
+            folder = Path(tempfile.mkdtemp(prefix="gdscp-test-", dir=base))
+            try:
+                yield folder
+            finally:
+                shutil.rmtree(folder, ignore_errors=True)
+            return
+    pytest.skip("no tmpfs directory here")
+
+
+def test_cold_reads_are_refused_on_a_filesystem_in_memory(capsys, in_memory_folder):
+    """tmpfs and ramfs keep their files in memory only: a dropped page cache
+    leaves them where they are, so "cold" figures there would be hot ones
+    under a cold label. --drop-cache is a usage error naming the filesystem,
+    before any file is made; without it the disk's cold read ceilings are
+    not measured, and say why."""
+    for mode in ("read", "randread"):
+        code, out, err = cli(capsys, "--host", "--size", "1M", "--mode", mode, "--drop-cache",
+                             "--dir", in_memory_folder, "--json")
+        assert code == 2, err
+        doc = json.loads(out)
+        assert "--drop-cache" in doc["error"] and "tmpfs" in doc["error"] and str(in_memory_folder) in doc["error"]
+        assert os.listdir(in_memory_folder) == []
+    with pytest.raises(BenchConfigError, match="tmpfs") as raised:
+        runner.run_benchmark(small(in_memory_folder, modes=["read"], drop_cache=True))
+    assert raised.value.option == "drop_cache"
+
+    doc = runner.run_benchmark(small(in_memory_folder, modes=["read"], threads=[1]))
+    for name in ("disk_direct_read", "disk_buffered_read"):
+        assert doc["ceilings"][name]["available"] is False
+        assert "tmpfs" in doc["ceilings"][name]["reason"]
+    assert all(r["cache"] == "hot" for r in doc["results"])
+    assert os.listdir(in_memory_folder) == []
 
 
 def test_fresh_buffers_are_new_memory_every_run(tmp_path, monkeypatch):

@@ -8,7 +8,7 @@ from typing import Optional, Sequence
 
 from .. import defaults as gdscp_defaults
 from .. import memory
-from .files import available_memory, free_disk
+from .files import available_memory, free_disk, memory_filesystem
 
 __all__ = [
     "MODES",
@@ -273,6 +273,10 @@ def resolve(config: BenchConfig) -> Plan:
             modes.append(mode)
     if not modes:
         raise BenchConfigError("mode", f"needs at least one mode ({', '.join(MODES)})")
+    in_memory = memory_filesystem(directory) if config.drop_cache and {"read", "randread"} & set(modes) else None
+    if in_memory:
+        raise BenchConfigError("drop_cache", f"{directory} is on {in_memory}, which keeps its files in memory only: "
+                                             "no read from it is cold (choose a directory on a disk)")
 
     if config.threads is None:
         threads, threads_reason = default_threads()

@@ -16,6 +16,7 @@ import numpy as np
 import numpy.random  # noqa: F401, E402
 
 from .._interrupts import through_interrupts
+from ..info import mount_of
 from ..page_cache import drop_file_page_cache, drop_system_page_cache
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "scratch_dir",
     "make_file",
     "drop_cache",
+    "memory_filesystem",
     "warm_cache",
     "free_disk",
     "available_memory",
@@ -104,6 +106,18 @@ def drop_cache(path: str, use_drop_caches: bool = True) -> str:
     if use_drop_caches and os.geteuid() == 0 and drop_system_page_cache(reclaim_dentries_and_inodes=False):
         method += " + /proc/sys/vm/drop_caches"
     return method
+
+
+# Filesystems whose files live in memory only: their pages are the data, so
+# dropping cached pages drops nothing and no read from them is cold.
+_IN_MEMORY = frozenset({"tmpfs", "ramfs", "devtmpfs"})
+
+
+def memory_filesystem(directory: str) -> Optional[str]:
+    """The type of the filesystem holding ``directory`` where it keeps its
+    files in memory only (tmpfs, ramfs); None for any other."""
+    kind = mount_of(directory)["filesystem"]
+    return kind if kind in _IN_MEMORY else None
 
 
 def warm_cache(path: str, size: Optional[int] = None) -> None:

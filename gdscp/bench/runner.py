@@ -17,7 +17,7 @@ from .. import memory
 from . import ceilings as ceil
 from . import report
 from .config import BenchConfig, Plan, resolve
-from .files import BenchFiles, drop_cache, expected_bytes, warm_cache
+from .files import BenchFiles, drop_cache, expected_bytes, memory_filesystem, warm_cache
 from .machine import describe_machine, now_iso
 from .measure import (
     BenchError,
@@ -285,7 +285,7 @@ class Benchmark:
                         hot,
                     )
                 )
-        if reads:
+        if reads and not memory_filesystem(plan.dir):
             for threads in plan.threads:
                 jobs.append(
                     (
@@ -347,6 +347,10 @@ class Benchmark:
         if not reads:
             for name in ("pinned_h2d", "host_memcpy", "page_cache_read", "disk_direct_read", "disk_buffered_read"):
                 skip(name, "read mode was not measured")
+        elif in_memory := memory_filesystem(plan.dir):
+            for name in ("disk_direct_read", "disk_buffered_read"):
+                skip(name, f"{plan.dir} is on {in_memory}, which keeps its files in memory only: no disk to read "
+                           "them cold from")
         if "write" not in plan.modes:
             for name in ("pinned_d2h", "disk_direct_write", "disk_buffered_write"):
                 skip(name, "write mode was not measured")

@@ -387,7 +387,7 @@ def benchmark(
         typer.Option(
             "--drop-cache",
             help="Also measure cold reads: drop the file's cached pages before each run "
-            "(posix_fadvise; drop_caches as root).",
+            "(posix_fadvise; drop_caches as root). Not on tmpfs or ramfs, whose files are only in memory.",
             rich_help_panel=_MEASURE,
         ),
     ] = False,

@@ -822,6 +822,40 @@ def test_copy_recursive_tree(capsys, tmp_path):
     assert temp_files(tmp_path) == []
 
 
+def test_copy_recursive_copies_a_symbolic_link_named_as_src_as_a_link(capsys, tmp_path):
+    """As cp -r: a SRC that is a symbolic link is copied as a link, as one
+    inside a tree is (to a directory, to a file, dangling, or in a loop),
+    never followed; LINK/ names the directory it points at. Without -r a
+    link to a file is followed, one to a directory omitted."""
+    make_tree(tmp_path / "real")
+    os.symlink("real", tmp_path / "to-dir")
+    os.symlink("real/top.bin", tmp_path / "to-file")
+    os.symlink("missing", tmp_path / "dangling")
+    os.symlink("loop-b", tmp_path / "loop-a")
+    os.symlink("loop-a", tmp_path / "loop-b")
+    links = ["to-dir", "to-file", "dangling", "loop-a"]
+    for name in links:
+        code, doc, err = cli_json(capsys, "copy", "-r", tmp_path / name, tmp_path / f"new-{name}")
+        assert code == 0 and doc["copied"] == 1 and doc["bytes"] == 0, err
+        assert os.readlink(tmp_path / f"new-{name}") == os.readlink(tmp_path / name)
+    (tmp_path / "into").mkdir()
+    code, doc, err = cli_json(capsys, "copy", "-r", *(tmp_path / name for name in links), tmp_path / "into")
+    assert code == 0 and doc["copied"] == 4, err
+    assert tree(tmp_path / "into") == {name: ("link", os.readlink(tmp_path / name)) for name in links}
+
+    code, _, err = cli(capsys, "copy", "-r", str(tmp_path / "to-dir") + "/", tmp_path / "through")
+    assert code == 0, err
+    assert not (tmp_path / "through").is_symlink() and tree(tmp_path / "through") == tree(tmp_path / "real")
+
+    code, _, err = cli(capsys, "copy", tmp_path / "to-file", tmp_path / "plain.bin")
+    assert code == 0, err
+    assert not (tmp_path / "plain.bin").is_symlink()
+    assert (tmp_path / "plain.bin").read_bytes() == (tmp_path / "real" / "top.bin").read_bytes()
+    code, _, err = cli(capsys, "copy", tmp_path / "to-dir", tmp_path / "not-made")
+    assert code == 1 and "omitting directory" in err and not os.path.lexists(tmp_path / "not-made")
+    assert temp_files(tmp_path) == []
+
+
 def test_copy_directory_without_r(capsys, tmp_path):
     make_tree(tmp_path / "src")
     data = random_file(tmp_path / "f.bin", 100)

@@ -112,7 +112,10 @@ class _Copier:
         jobs: list[_Job] = []
         for src in sources:
             try:
-                st = os.stat(src)
+                # As cp: with -r a symbolic link is copied as a link, here as
+                # inside a tree (LINK/, through the link, names what it
+                # points at); without -r it is followed.
+                st = os.lstat(src) if self.recursive else os.stat(src)
             except OSError as exc:
                 self.problem(f"cannot stat '{src}': {exc.strerror}", src)
                 continue
@@ -120,7 +123,9 @@ class _Copier:
             target = os.path.join(dst, name) if dst_is_dir else dst
             if os.path.basename(src.rstrip(os.sep)) == ".":
                 target = dst  # as cp: DIR/. into an existing DST merges DIR's contents into it
-            if stat.S_ISDIR(st.st_mode):
+            if stat.S_ISLNK(st.st_mode):
+                jobs.append(_Job("link", src, target, st))
+            elif stat.S_ISDIR(st.st_mode):
                 if not self.recursive:
                     self.problem(f"-r not given; omitting directory '{src}'", src)
                     continue
@@ -471,8 +476,10 @@ def copy(
     """Copy SRC to DST, or SRCs into the directory DST; through GPU memory with --device or --devices.
 
     cp's semantics: file to file, files into a directory, -r for trees (empty
-    files and directories included; symbolic links inside trees are copied as
-    links). By default no GPU is used: regular files are copied inside the
+    files and directories included). With -r a symbolic link, named as SRC or
+    met inside a tree, is copied as a link (pointing where it points, even
+    nowhere), never followed; name LINK/ to copy the directory it points at.
+    Without -r, SRC is followed to the file it names. By default no GPU is used: regular files are copied inside the
     kernel, as cp copies them, and other files (devices, FIFOs) through host
     memory. --device N moves every file through that GPU's memory (storage ->
     GPU -> storage, with cuFile where GPUDirect Storage works). Many files

@@ -224,6 +224,16 @@ void define_bulk(nb::module_& m) {
         return clean_temporaries(dir.value, paths);
       },
       "dir"_a, "keep"_a, release());
+  m.def(
+      "same_destinations",
+      [](const std::vector<FsPath>& paths, const std::vector<bool>& follow, bool in_place) {
+        std::vector<std::string> names;
+        names.reserve(paths.size());
+        for (const FsPath& p : paths) names.push_back(p.value);
+        const ReleaseGil unlocked;
+        return same_destinations(names, follow, in_place);
+      },
+      "paths"_a, "follow"_a, "in_place"_a);
   m.def("create_temporary", [](const FsPath& dst) {
     std::pair<int, std::string> made;
     {

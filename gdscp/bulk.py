@@ -300,29 +300,22 @@ def _range(part: Any, src: str) -> tuple[int, Optional[int]]:
     return start, count
 
 
-def _distinct_destinations(paths: Iterable[tuple[int, str]]) -> None:
-    """ValueError if two items would write the same file: both would report
-    "done" while only one's bytes remained. A name is its directory, as the
-    filesystem knows it (device and inode: one lookup per directory named,
-    so "a/../b" and a symbolic link to a directory are found), and its last
-    component. A symbolic link among the names, to another of them, is not
-    looked at (a lookup of every name)."""
-    here = os.getcwd()
-    dirs: dict[str, Any] = {}
-    seen: dict[Any, int] = {}
-    for i, path in paths:
-        full = path if path.startswith("/") else f"{here}/{path}"
-        parts = [c for c in full.split("/") if c and c != "."]
-        folder, name = "/" + "/".join(parts[:-1]), parts[-1] if parts else ""
-        if folder not in dirs:
-            try:
-                st = os.stat(folder)
-                dirs[folder] = (st.st_dev, st.st_ino)
-            except OSError:  # not there (the item fails on its own), or not reachable
-                dirs[folder] = folder
-        first = seen.setdefault((dirs[folder], name), i)
-        if first != i:
-            raise ValueError(f"destination '{path}' is given twice (items {first} and {i})")
+def _distinct_destinations(paths: Iterable[tuple[int, str]], *, in_place: bool = False) -> None:
+    """ValueError, naming both, if two items would write the same file: both
+    would report "done" while only one's bytes remained (or, written in
+    place, their bytes would interleave). A name is its directory, as the
+    filesystem knows it (device and inode, so "a/../b" and a symbolic link to
+    a directory are found), and its last component; an existing symbolic link
+    is also what a write through it replaces; a FIFO or device, and with
+    ``in_place`` any existing file, is also the file itself (two names of it
+    written in place). One lookup per name, before anything is written."""
+    numbered = list(paths)
+    clashes = _core.same_destinations([p for _, p in numbered], [], in_place)
+    if clashes:
+        (i, first), (j, later) = numbered[clashes[0][0]], numbered[clashes[0][1]]
+        if first == later:
+            raise ValueError(f"destination '{later}' is given twice (items {i} and {j})")
+        raise ValueError(f"destinations '{first}' (item {i}) and '{later}' (item {j}) name the same file")
 
 
 def _size_to_allocate(path: str) -> int:
@@ -537,7 +530,7 @@ def write_files(
     ``devices``: the GPUs (or "all") whose buffers these are; each GPU's
     files are written by its own workers, through staging near it."""
     paths = _paths(paths)
-    _distinct_destinations(enumerate(paths))
+    _distinct_destinations(enumerate(paths), in_place=not atomic)
     items, keep = _buffer_items(_WRITE, paths, buffers)
     options = _options(fsync=fsync, atomic=atomic, no_clobber=no_clobber, fail_fast=fail_fast, verify=verify)
     if devices is not None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno
 import os
 import random
+import re
 import shutil
 import signal
 import stat
@@ -971,9 +972,11 @@ def test_a_destination_given_twice_is_refused_before_anything_is_written(tmp_pat
     twice_over = (["d", "d"], ["d", "./d"], ["d", str(tmp_path / "d")], ["sub/d", "sub//d"],
                   [str(tmp_path / "sub" / "d"), "sub/./d"], [f"{tmp_path}//d", "d"])
     for twice in twice_over:
-        with pytest.raises(ValueError, match=r"destination '.*d' is given twice \(items 0 and 1\)"):
+        said = (r"destination 'd' is given twice \(items 0 and 1\)" if twice[0] == twice[1] else
+                rf"destinations '{re.escape(twice[0])}' \(item 0\) and '{re.escape(twice[1])}' \(item 1\) name the same file")
+        with pytest.raises(ValueError, match=said):
             gdscp.write_files([ones, zeros], twice)
-        with pytest.raises(ValueError, match=r"is given twice \(items 0 and 1\)"):
+        with pytest.raises(ValueError, match=said):
             gdscp.copy_files([(src, twice[0]), (src, twice[1])])
     assert sorted(os.listdir(tmp_path)) == ["src"]
     with pytest.raises(ValueError, match=r"'e' is given twice \(items 1 and 3\)"):
@@ -1443,9 +1446,49 @@ def test_a_destination_spelled_two_ways_is_refused_before_anything_is_written(tm
     (tmp_path / "link").symlink_to("sub")
     for other in (tmp_path / "sub" / ".." / "x", tmp_path / "sub" / "y"):
         first = tmp_path / "x" if other.name == "x" else tmp_path / "link" / "y"
-        with pytest.raises(ValueError, match="given twice"):
+        with pytest.raises(ValueError, match=f"destinations '{first}' \\(item 0\\) and '{other}' \\(item 1\\) name "
+                                             "the same file"):
             gdscp.write_files([b"A", b"B"], [first, other])
     assert sorted(os.listdir(tmp_path)) == ["link", "sub"] and os.listdir(tmp_path / "sub") == []
+
+
+@pytest.mark.parametrize("crowd", [0, 20])  # a few names in the directory, or enough that it is read whole
+def test_a_destination_reached_through_a_link_to_it_is_refused_before_anything_is_written(tmp_path, crowd):
+    """A symbolic link to a file is written through: a job naming the link
+    and the file (or two links to one file) would write one file twice, both
+    reported done while one's bytes were lost. Refused, naming both, with
+    nothing written; as are two names of one FIFO, and two hard links to one
+    file written in place. Hard links replaced atomically are two files."""
+    d = tmp_path / "d"
+    d.mkdir()
+    others = [d / f"other-{k:02}" for k in range(crowd)]
+    for p in others:
+        p.write_bytes(b"other")
+    (d / "x").write_bytes(b"old")
+    (d / "link").symlink_to("x")
+    (tmp_path / "far").symlink_to("d/x")
+    src = tmp_path / "src"
+    src.write_bytes(b"new")
+    before = {p: p.read_bytes() for p in [*others, d / "x"]}
+    for a, b in ((d / "x", d / "link"), (d / "link", d / "x"), (d / "link", tmp_path / "far")):
+        pair = [*others, a, b]
+        said = f"destinations '{a}' \\(item {crowd}\\) and '{b}' \\(item {crowd + 1}\\) name the same file"
+        with pytest.raises(ValueError, match=said):
+            gdscp.write_files([b"A"] * len(pair), pair)
+        with pytest.raises(ValueError, match=said):
+            gdscp.copy_files([(src, p) for p in pair])
+    os.mkfifo(d / "fifo")
+    (d / "to-fifo").symlink_to("fifo")
+    with pytest.raises(ValueError, match="'.*/d/to-fifo' \\(item 1\\) name the same file"):
+        gdscp.write_files([b"A", b"B"], [d / "fifo", d / "to-fifo"])
+    os.link(d / "x", d / "hard")
+    with pytest.raises(ValueError, match="'.*/d/hard' \\(item 1\\) name the same file"):
+        gdscp.write_files([b"A", b"B"], [d / "x", d / "hard"], atomic=False)
+    assert {p: p.read_bytes() for p in before} == before and (d / "hard").read_bytes() == b"old"
+    assert sorted(os.listdir(d)) == sorted(["x", "link", "fifo", "to-fifo", "hard", *(p.name for p in others)])
+    job = gdscp.write_files([b"A", b"B"], [d / "x", d / "hard"])
+    assert [r.status for r in job.results()] == ["done", "done"]
+    assert (d / "x").read_bytes() == b"A" and (d / "hard").read_bytes() == b"B"
 
 
 def test_a_write_to_a_fifo_without_a_reader_ends_as_cancelled(tmp_path):

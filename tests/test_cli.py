@@ -1670,6 +1670,32 @@ def test_a_destination_made_twice_is_made_once(capsys, tmp_path):
     assert (tmp_path / "o" / "x").read_bytes() == b"a"
 
 
+def test_a_destination_reached_through_a_link_in_the_tree_is_made_once(capsys, tmp_path):
+    """A tree copied into one that has a symbolic link where the source has
+    a file: the copy goes through the link (as cp's), onto where another
+    file of the tree lands. The two would be copied at once and one lost;
+    the later one fails instead, naming both, and the rest is copied."""
+    (tmp_path / "s").mkdir()
+    for name in ("x", "y", "z"):
+        (tmp_path / "s" / name).write_bytes(name.encode())
+    (tmp_path / "d" / "s").mkdir(parents=True)
+    (tmp_path / "d" / "s" / "x").write_bytes(b"old")
+    (tmp_path / "d" / "s" / "y").symlink_to("x")
+    code, doc, err = cli_json(capsys, "copy", "--host", "-r", tmp_path / "s", tmp_path / "d")
+    assert code == 1 and (doc["copied"], doc["failed"]) == (2, 1), err
+    expected = (f"will not overwrite just-created '{tmp_path}/d/s/x' with '{tmp_path}/s/y' "
+                f"through '{tmp_path}/d/s/y'")
+    assert [f["error"] for f in doc["files"] if f["status"] == "failed"] == [expected]
+    assert (tmp_path / "d" / "s" / "x").read_bytes() == b"x" and (tmp_path / "d" / "s" / "z").read_bytes() == b"z"
+    assert os.readlink(tmp_path / "d" / "s" / "y") == "x"
+    assert temp_files(tmp_path) == []
+
+    code, _, err = cli(capsys, "write", "--host", tmp_path / "d" / "s" / "x", tmp_path / "d" / "s" / "y",
+                       "--size", "1K")
+    assert code == 2 and f"'{tmp_path}/d/s/x' and '{tmp_path}/d/s/y' name the same file" in err, err
+    assert (tmp_path / "d" / "s" / "x").read_bytes() == b"x"
+
+
 @pytest.mark.parametrize(
     "args",
     [

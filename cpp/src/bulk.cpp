@@ -21,6 +21,7 @@
 #include <unordered_set>
 
 #include "gdscp/detail/bulk_transfer.hpp"
+#include "gdscp/detail/destinations.hpp"
 #include "gdscp/detail/fault.hpp"
 #include "gdscp/detail/numa.hpp"
 #include "gdscp/detail/thread_pool.hpp"
@@ -1002,6 +1003,11 @@ size_t clean_temporaries(const std::string& dir, const std::vector<std::string>&
     if (detail::file_id(path, id)) ids.push_back(id);
   }
   return detail::clean_temporaries(dir, ids);
+}
+
+std::vector<std::pair<size_t, size_t>> same_destinations(const std::vector<std::string>& paths,
+                                                         const std::vector<bool>& follow, bool in_place) {
+  return detail::same_destinations(paths, follow, in_place);
 }
 
 std::pair<int, std::string> create_temporary(const std::string& dst) {

@@ -146,23 +146,27 @@ class _Copier:
                     self.problem(f"cannot create '{dst}': Not a directory", src, dst)
                     continue
                 jobs.append(_Job("file", src, target, st))
-        # One source's names are distinct already (a tree's walk gives each once).
-        return self._once_each(jobs) if len(sources) > 1 else jobs
+        return self._once_each(jobs)
 
     def _once_each(self, jobs: list[_Job]) -> list[_Job]:
         """As cp: a destination that an earlier source of this command already
-        makes is not overwritten by a later one; the later one fails."""
-        made: dict[str, str] = {}
-        kept = []
-        for job in jobs:
-            if job.kind in ("file", "link"):
-                key = os.path.normpath(os.path.abspath(job.dst))
-                if key in made:
-                    self.problem(f"will not overwrite just-created '{job.dst}' with '{job.src}'", job.src, job.dst)
-                    continue
-                made[key] = job.src
-            kept.append(job)
-        return kept
+        makes is not overwritten by a later one; the later one fails. So does
+        a file whose destination is, through a symbolic link already in the
+        destination tree, where an earlier file lands: the two would be copied
+        at once, and one of them lost."""
+        placed = [job for job in jobs if job.kind in ("file", "link")]
+        clashes = _core.same_destinations([job.dst for job in placed], [job.kind == "file" for job in placed], False)
+        if not clashes:
+            return jobs
+        dropped = set()
+        for a, b in clashes:
+            first, job = placed[a], placed[b]
+            message = f"will not overwrite just-created '{first.dst}' with '{job.src}'"
+            if os.path.normpath(os.path.abspath(first.dst)) != os.path.normpath(os.path.abspath(job.dst)):
+                message += f" through '{job.dst}'"
+            self.problem(message, job.src, job.dst)
+            dropped.add(id(job))
+        return [job for job in jobs if id(job) not in dropped]
 
     def _walk(self, src: str, dst: str, st: os.stat_result) -> Iterator[_Job]:
         """The jobs of the tree ``src``, depth first: a directory's "mkdir",

@@ -274,12 +274,12 @@ def _write_many(out: Output, paths: list[str], size: int, *, kind: str, seed: in
     file that cannot be written (no such directory, a full disk) fails alone."""
     from ..bulk import write_files  # noqa: PLC0415
 
-    seen: set[str] = set()
-    for p in paths:
-        key = os.path.realpath(p)
-        if key in seen:
-            raise UsageError(f"'{p}' is named twice")
-        seen.add(key)
+    seen: dict[str, int] = {}
+    for i, p in enumerate(paths):
+        first = seen.setdefault(os.path.realpath(p), i)
+        if first != i:
+            same = paths[first]
+            raise UsageError(f"'{p}' is named twice" if same == p else f"'{same}' and '{p}' name the same file")
         if writes_in_place(p) is not None or _names_a_directory(p):
             raise UsageError(f"'{p}' is not a regular file: several FILEs must all be regular files")
     if ranks.join(out, threads) is not None:

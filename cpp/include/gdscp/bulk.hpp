@@ -157,6 +157,14 @@ size_t clean_temporaries(const std::string& dir, const std::vector<std::string>&
 // Refused (EACCES) where `dst` exists and may not be written, as cp refuses it.
 std::pair<int, std::string> create_temporary(const std::string& dst);
 
+// (earlier, later) for each of `paths`, the destinations of one job, that
+// lands where an earlier one does: the same name in the same directory,
+// however spelled; an existing symbolic link (where `follow[i]`; all where
+// `follow` is empty) also as what a write through it replaces; a FIFO or
+// device, and with `in_place` any existing file, also as the file itself.
+std::vector<std::pair<size_t, size_t>> same_destinations(const std::vector<std::string>& paths,
+                                                         const std::vector<bool>& follow, bool in_place);
+
 // The suffix every temporary file's name ends with.
 extern const char* const kTemporarySuffix;
 

@@ -477,6 +477,101 @@ def test_copies_of_many_files_fit_a_low_descriptor_limit(tmp_path, limit):
     assert temporaries(tmp_path) == []
 
 
+FEW_DESCRIPTORS = r"""
+import os, resource, sys
+import numpy as np
+import gdscp
+from gdscp import bulk, memory
+
+src, dst, limit = sys.argv[1], sys.argv[2], int(sys.argv[3])
+names = sorted(os.listdir(src))
+datas = [open(f"{src}/{n}", "rb").read() for n in names]
+gdscp.defaults.set("num_threads", 16)
+resource.setrlimit(resource.RLIMIT_NOFILE, (limit, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+jobs = {}  # one at a time: each may use every descriptor there is
+for kind, start in (
+    ("copy", lambda: gdscp.copy_files([(f"{src}/{n}", f"{dst}/c-{n}") for n in names])),
+    ("write", lambda: gdscp.write_files([np.frombuffer(d, np.uint8) for d in datas], [f"{dst}/w-{n}" for n in names])),
+    ("read", lambda: gdscp.read_files([f"{src}/{n}" for n in names])),
+):
+    jobs[kind] = start()
+    bad = [r for r in jobs[kind].results() if r.status != "done"]
+    print(kind, len(bad), bad[0].error if bad else "")
+print("read-bytes", all(bytes(a) == d for a, d in zip(jobs["read"].arrays, datas)))
+"""
+
+
+@pytest.mark.parametrize("limit", [12, 16, 36])
+def test_a_job_short_of_descriptors_has_fewer_files_in_flight(tmp_path, limit):
+    """Under a limit on open files too low for the workers' files and a
+    batch waiting for its sync (ulimit -n 16, 16 workers), a file that cannot
+    open for want of a descriptor waits for one of the job's to close, and
+    the job keeps fewer files in flight from then on: every file of a copy,
+    a write and a read arrives whole, where they had failed by the hundred."""
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    src.mkdir()
+    dst.mkdir()
+    datas = {}
+    for i in range(300):
+        datas[f"f{i:03d}"] = random_bytes(2 * MiB + 1 if i % 100 == 7 else 1 + i * 37 % 5000, seed=i)
+        (src / f"f{i:03d}").write_bytes(datas[f"f{i:03d}"])
+    proc = subprocess.run([sys.executable, "-c", FEW_DESCRIPTORS, str(src), str(dst), str(limit)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["copy 0 ", "write 0 ", "read 0 ", "read-bytes True"], proc.stdout
+    for name, data in datas.items():
+        assert (dst / f"c-{name}").read_bytes() == data and (dst / f"w-{name}").read_bytes() == data, name
+    assert temporaries(tmp_path) == []
+
+
+NO_DESCRIPTOR_LEFT = r"""
+import errno, os, resource, sys
+import gdscp
+from gdscp import bulk
+
+src, dst = sys.argv[1], sys.argv[2]
+pairs = [(f"{src}/{n}", f"{dst}/{n}") for n in sorted(os.listdir(src))]
+gdscp.defaults.set("num_threads", 16)
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+held = []
+try:
+    while True:
+        held.append(os.open(os.devnull, os.O_RDONLY))
+except OSError as exc:
+    assert exc.errno == errno.EMFILE
+starved = gdscp.copy_files(pairs).results()
+for fd in held:
+    os.close(fd)
+failed = [r for r in starved if r.status == "failed"]
+print(sorted({r.status for r in starved}), len(failed), failed[0].errno, failed[0].error)
+print(os.listdir(dst))
+print(sorted({r.status for r in gdscp.copy_files(pairs).results()}))
+"""
+
+
+def test_a_job_with_no_descriptor_to_spare_fails_once_naming_the_limit(tmp_path):
+    """Where the process's other descriptors leave none for even one file of
+    the job (nothing of its own to wait for), the first file fails naming the
+    limit and the job stops: the rest are cancelled, nothing is written, and
+    the next job, with descriptors again, copies everything."""
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    src.mkdir()
+    dst.mkdir()
+    for i in range(100):
+        (src / f"f{i:03d}").write_bytes(random_bytes(1 + i, seed=i))
+    proc = subprocess.run([sys.executable, "-c", NO_DESCRIPTOR_LEFT, str(src), str(dst)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    first, written, second = proc.stdout.splitlines()
+    assert first.startswith(f"['cancelled', 'failed'] 1 {errno.EMFILE} cannot open "), first
+    assert first.endswith("Too many open files (errno 24); the 64 descriptors this process may have open "
+                          "(ulimit -n) are all in use, none by this job"), first
+    assert written == "[]" and second == "['done']"
+    for i in range(100):
+        assert (dst / f"f{i:03d}").read_bytes() == random_bytes(1 + i, seed=i)
+    assert temporaries(tmp_path) == []
+
+
 DESCRIPTOR_TABLE = r"""
 import os, sys, gdscp
 def table():

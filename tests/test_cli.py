@@ -856,6 +856,28 @@ def test_copy_recursive_copies_a_symbolic_link_named_as_src_as_a_link(capsys, tm
     assert temp_files(tmp_path) == []
 
 
+def test_copy_of_a_tree_under_a_low_limit_on_open_files(tmp_path):
+    """ulimit -n 16, 16 workers: more files in flight than descriptors, and
+    a batch of files waiting for their sync holding one each. The copy keeps
+    fewer files in flight once it runs short, and copies every file whole."""
+    src = tmp_path / "src"
+    (src / "sub").mkdir(parents=True)
+    datas = {}
+    for i in range(300):
+        name = f"sub/f{i:03d}" if i % 3 else f"f{i:03d}"
+        datas[name] = random_file(src / name, 1 + i * 53 % 9000, seed=i)
+    env = {**os.environ, "GDSCP_NUM_THREADS": "16"}
+    proc = subprocess.run(["bash", "-c", 'ulimit -n 16 && exec "$0" -m gdscp copy -r --json "$1" "$2"',
+                           sys.executable, str(src), str(tmp_path / "dst")],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert (doc["copied"], doc["failed"]) == (300, 0) and proc.stderr == ""
+    for name, data in datas.items():
+        assert (tmp_path / "dst" / name).read_bytes() == data, name
+    assert temp_files(tmp_path) == []
+
+
 def test_copy_directory_without_r(capsys, tmp_path):
     make_tree(tmp_path / "src")
     data = random_file(tmp_path / "f.bin", 100)

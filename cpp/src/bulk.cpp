@@ -112,6 +112,36 @@ unsigned read_umask() {
   return mask;
 }
 
+// Whether `e` is the process (EMFILE) or the system (ENFILE) out of descriptors.
+bool descriptors_ran_out(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const Error& err) {
+    return err.kind() == ErrorKind::os && (err.code() == EMFILE || err.code() == ENFILE);
+  } catch (...) {
+    return false;
+  }
+}
+
+// `e` (see descriptors_ran_out), saying which limit was reached.
+std::exception_ptr with_descriptor_limit(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const Error& err) {
+    std::string message = err.what();
+    if (err.code() == EMFILE) {
+      const size_t limit = descriptor_limit();
+      message += "; the " + (limit == SIZE_MAX ? std::string() : std::to_string(limit) + " ") +
+                 "descriptors this process may have open (ulimit -n) are all in use, none by this job";
+    } else {
+      message += "; the system's limit on open files (fs.file-max) is reached";
+    }
+    return std::make_exception_ptr(Error(err.kind(), err.code(), message, err.path(), err.offset()));
+  } catch (...) {
+    return e;
+  }
+}
+
 std::string describe(std::exception_ptr e, int& kind, int& code) {
   try {
     std::rethrow_exception(e);
@@ -188,6 +218,18 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
   // identity, which no spelling of their directory's path changes.
   std::vector<FileId> sources_named_temporary;
 
+  // Files in flight: opened (or being opened) and not yet closed, each
+  // holding a few descriptors. Where the process has no descriptor left
+  // (EMFILE, ENFILE), fewer are let in flight at once (most_in_flight), and a
+  // worker whose file could not open waits until one of the job's has
+  // closed, then tries again; with none of its own open, the job stops.
+  std::mutex flight_mutex;
+  std::condition_variable flight_cv;
+  size_t in_flight = 0;
+  size_t most_in_flight = SIZE_MAX;
+  uint64_t closed = 0;  // files that have left flight
+  std::atomic<bool> starved{false};  // a file could not open with none of the job's open
+
   mutable std::mutex done_mutex;
   mutable std::condition_variable done_cv;
   unsigned running = 0;
@@ -250,6 +292,85 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
       cancelled.store(true);
     }
     split_cv.notify_all();
+    { std::lock_guard<std::mutex> lock(flight_mutex); }  // a worker about to wait for room sees it
+    flight_cv.notify_all();
+  }
+
+  // -- descriptors ---------------------------------------------------------------
+  // A file taking off: waits while as many are in flight as the process's
+  // descriptors allow (the files waiting for their batch committed first,
+  // and what this worker queued landed: either may let one close). False
+  // if the job was cancelled meanwhile; else `mark` is how many files had
+  // closed as it took off.
+  bool take_off(BulkWorker& w, uint64_t& mark) {
+    std::unique_lock<std::mutex> lock(flight_mutex);
+    if (in_flight >= most_in_flight && !cancelled.load()) {
+      lock.unlock();
+      if (w.ring) w.ring->drain();
+      commit_waiting();
+      lock.lock();
+      flight_cv.wait(lock, [&] { return in_flight < most_in_flight || cancelled.load(); });
+    }
+    if (cancelled.load()) return false;
+    ++in_flight;
+    mark = closed;
+    return true;
+  }
+
+  // A file that took off and did not open (or was skipped): it holds nothing.
+  void abort_flight() {
+    {
+      std::lock_guard<std::mutex> lock(flight_mutex);
+      --in_flight;
+    }
+    flight_cv.notify_all();
+  }
+
+  // The files waiting for their batch, committed now (their descriptors closed).
+  void commit_waiting() {
+    {
+      std::lock_guard<std::mutex> lock(commit_mutex);
+      if (pending.empty()) return;
+    }
+    commit(false);
+  }
+
+  void land() {
+    {
+      std::lock_guard<std::mutex> lock(flight_mutex);
+      --in_flight;
+      ++closed;
+    }
+    flight_cv.notify_all();
+  }
+
+  // Counts `t` in flight until its last descriptor is closed (take_off counted it).
+  void hold_in_flight(Transfer& t) {
+    t.in_flight = std::shared_ptr<void>(nullptr, [job = weak_from_this()](void*) {
+      if (auto self = job.lock()) self->land();
+    });
+  }
+
+  // A file that could not open for want of descriptors (its flight
+  // aborted; `mark` from its take_off): from now on no more files in flight
+  // than there are now, batches small enough to commit before they fill
+  // that, the files waiting for their batch committed at once, and a wait
+  // until one more of the job's files has closed since it took off. False
+  // where none has and none is open (nothing of the job's own to wait for),
+  // or the job was cancelled.
+  bool wait_for_descriptors(BulkWorker& w, uint64_t mark) {
+    if (w.ring) w.ring->drain();
+    {
+      std::lock_guard<std::mutex> lock(flight_mutex);
+      if (in_flight == 0) return closed != mark && !cancelled.load();
+      most_in_flight = std::min(most_in_flight, in_flight);
+      std::lock_guard<std::mutex> batch(commit_mutex);
+      commit_files = std::max<size_t>(1, std::min(commit_files, most_in_flight / 2));
+    }
+    commit_waiting();
+    std::unique_lock<std::mutex> lock(flight_mutex);
+    flight_cv.wait(lock, [&] { return closed != mark || cancelled.load(); });
+    return !cancelled.load();
   }
 
   void record_backends(const Transfer& t) {
@@ -475,11 +596,14 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
     const auto open_dir = [](const std::string& dir) {
       return ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     };
-    const auto unreadable = [] { return errno == EACCES || errno == EPERM; };
+    // A directory that cannot be opened, because this process may write it
+    // but not read it or has no descriptor left (the job's other files hold
+    // them), is synced with its whole filesystem, through the file put there.
+    const auto through_file = [] { return errno == EACCES || errno == EPERM || errno == EMFILE || errno == ENFILE; };
     if (dirs.size() < kSyncfsMin) {
       for (const auto& [dir, t] : dirs) {
         const int fd = open_dir(dir);
-        if (fd < 0 && unreadable()) {
+        if (fd < 0 && through_file()) {
           if (::syncfs(t->dst_fd) != 0) dir_errors[dir] = errno;
           continue;
         }
@@ -492,7 +616,7 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
       for (const auto& [dir, t] : dirs) one_dir.emplace(t->dev, std::make_pair(dir, t));
       for (const auto& [dev, entry] : one_dir) {
         const int dfd = open_dir(entry.first);
-        const int through = dfd >= 0 ? dfd : unreadable() ? entry.second->dst_fd : -1;
+        const int through = dfd >= 0 ? dfd : through_file() ? entry.second->dst_fd : -1;
         if (through < 0 || ::syncfs(through) != 0) errors[dev] = errno;
         if (dfd >= 0) ::close(dfd);
       }
@@ -612,15 +736,48 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
     const BulkItem& item = items[i];
     std::shared_ptr<Transfer> t;
     std::string note;
-    try {
-      const TransferContext cx = context();
-      if (item.kind != BulkKind::read && opt.clean && opt.atomic) clean_dir_once(dir_of(item.dst));
-      t = open_transfer(cx, i, item, item_mem[i], group_staging[w.group], replica_mem[i], replica_peer[i] != 0, note);
-    } catch (...) {
+    for (;;) {
+      uint64_t mark = 0;
+      if (!take_off(w, mark)) {
+        opened(nullptr);
+        recount(item, 0);
+        set_status(i, BulkStatus::cancelled);
+        return;
+      }
+      std::exception_ptr e;
+      try {
+        const TransferContext cx = context();
+        if (item.kind != BulkKind::read && opt.clean && opt.atomic) clean_dir_once(dir_of(item.dst));
+        t = open_transfer(cx, i, item, item_mem[i], group_staging[w.group], replica_mem[i], replica_peer[i] != 0,
+                          note);
+      } catch (...) {
+        e = std::current_exception();
+      }
+      if (!e && t) {
+        hold_in_flight(*t);
+        break;
+      }
+      abort_flight();
+      if (!e) break;  // skipped
+      const bool out_of_descriptors = descriptors_ran_out(e);
+      if (out_of_descriptors && wait_for_descriptors(w, mark)) continue;
       opened(nullptr);
       recount(item, 0);
-      if (cancelled_while_opening(std::current_exception())) set_status(i, BulkStatus::cancelled);
-      else fail(i, std::current_exception());
+      if (cancelled_while_opening(e) || (out_of_descriptors && cancelled.load())) {
+        set_status(i, BulkStatus::cancelled);
+      } else if (out_of_descriptors) {
+        // None of the job's files is open: the process's other descriptors
+        // leave it none, and every file after this one would fail the same
+        // way. The first to find it fails, the job stops, the rest are cancelled.
+        if (starved.exchange(true)) {
+          set_status(i, BulkStatus::cancelled);
+        } else {
+          fail(i, with_descriptor_limit(e));
+          stop();
+        }
+      } else {
+        fail(i, e);
+      }
       return;
     }
     if (!t) {

@@ -353,7 +353,8 @@ class _Copier:
                 when = "it appeared during the copy" if result.note == "appeared" else "it exists"
                 self.out.note(f"not replacing '{record.destination}' ({when}; --no-clobber)")
             elif result.status == "cancelled":
-                record.status, record.error = "cancelled", "not copied: an earlier file failed (--fail-fast)"
+                why = " (--fail-fast)" if self.fail_fast else ", and the copy could not go on"
+                record.status, record.error = "cancelled", f"not copied: an earlier file failed{why}"
 
     def _foreign_link(self, path: str) -> bool:
         """A symbolic link inside the destination: as cp, never followed (only

@@ -47,6 +47,10 @@ struct BulkWorker {
 struct Transfer {
   ~Transfer();
 
+  // Released last, once every descriptor of the transfer is closed: the job
+  // counts its files holding descriptors by it (bulk.cpp).
+  std::shared_ptr<void> in_flight;
+
   size_t index = 0;
   const BulkItem* item = nullptr;
   MemoryTarget mem;  // of the item's buffer (read, write) or of the staging (copy, scratch read)

@@ -173,6 +173,15 @@ def test_names_that_are_not_utf8_copy_read_and_write(capsys, tmp_path):
         with open(dst + name[len(src):], "rb") as f:
             assert f.read() == payload
     assert sorted(os.listdir(dst)) == sorted(os.listdir(src))
+    # The JSON document (ASCII, one to stdout) names each file exactly: its
+    # bytes that are not UTF-8 as lone surrogates, as os.fsdecode gives them.
+    capsys.readouterr()
+    code = run(["copy", "-r", os.fsdecode(src), os.fsdecode(dst + b"-json"), "--host", "--json"])
+    out = capsys.readouterr().out
+    assert code == 0 and out.isascii() and "\\udcfa" in out
+    doc = json.loads(out)
+    assert sorted(os.fsencode(f["destination"]) for f in doc["files"]) == sorted(
+        dst + b"-json" + name[len(src):] for name in data)
 
     code, doc, err = cli_json(capsys, "read", os.fsdecode(first), os.fsdecode(second), "--host", "--verify")
     assert code == 0, err
@@ -184,6 +193,9 @@ def test_names_that_are_not_utf8_copy_read_and_write(capsys, tmp_path):
         code, out, err = cli(capsys, "write", *map(os.fsdecode, names), "--size", "5000", "--host")
         assert code == 0, err
         assert "w1-\\xfd" in out  # the table shows the byte as ls -b does
+        code, doc, err = cli_json(capsys, "write", *map(os.fsdecode, names), "--size", "5000", "--host")
+        assert code == 0, err
+        assert [os.fsencode(p) for p in doc.get("paths", [doc.get("path")])] == names
         for name in names:
             with open(name, "rb") as f:
                 assert f.read() == memory.pattern(5000, "zeros").tobytes()

@@ -484,17 +484,17 @@ def copy(
     files and directories included). With -r a symbolic link, named as SRC or
     met inside a tree, is copied as a link (pointing where it points, even
     nowhere), never followed; name LINK/ to copy the directory it points at.
-    Without -r, SRC is followed to the file it names. By default no GPU is used: regular files are copied inside the
-    kernel, as cp copies them, and other files (devices, FIFOs) through host
-    memory. --device N moves every file through that GPU's memory (storage ->
-    GPU -> storage, with cuFile where GPUDirect Storage works). Many files
-    move at once, each worker taking whole small files; large files are split
-    among the workers, in chunks of at most the buffer size. Each file goes
-    to a temporary file beside DST and is renamed into place only when
-    complete and durable, so a failed or interrupted copy never leaves a
-    partial file or spoils an existing DST. A failed file does not stop the
-    others (unless --fail-fast). Exit code 0 only if every file was copied
-    (or skipped by -n).
+    Without -r, SRC is followed to the file it names. By default no GPU is
+    used: regular files are copied inside the kernel, as cp copies them, and
+    other files (devices, FIFOs) through host memory. --device N moves every
+    file through that GPU's memory (storage -> GPU -> storage, with cuFile
+    where GPUDirect Storage works). Many files move at once, each worker
+    taking whole small files; large files are split among the workers, in
+    chunks of at most the buffer size. Each file goes to a temporary file
+    beside DST and is renamed into place only when complete and durable, so a
+    failed or interrupted copy never leaves a partial file or spoils an
+    existing DST. A failed file does not stop the others (unless --fail-fast).
+    Exit code 0 only if every file was copied (or skipped by -n).
 
     Example: gdscp copy -r --verify /data/checkpoints /mnt/nvme/
     """

@@ -42,7 +42,10 @@ class IOFuture:
         return self._handle.progress()
 
     def cancel(self) -> None:
-        """Skip tasks that have not started; ``get()`` still waits for running ones."""
+        """Skip tasks that have not started. ``get()`` still waits for the
+        running ones (after it the buffer is free to reuse) and returns the
+        bytes moved without a gap from the start, so a cancelled transfer reads
+        as a short one: compare with the size asked for."""
         self._handle.cancel()
 
 

@@ -386,6 +386,35 @@ def test_interrupting_the_launcher_leaves_no_partial_destination(tmp_path, sig, 
 
 
 @needs_mpi
+def test_a_hangup_to_one_rank_ends_the_job_as_sigterm(tmp_path):
+    """SIGHUP to one rank, in the middle of its copy, ends the job as SIGTERM
+    does (143), with nothing put in place: MPI's libraries that take SIGHUP
+    for themselves as they start (UCX's debug log) do not keep it; stdout
+    stays the one document."""
+    src, dst, paused = tmp_path / "src", tmp_path / "dst", tmp_path / "paused"
+    _tree(src, big=40 * MiB)
+    paused.mkdir()
+    cmd = [MPIEXEC, "-n", str(RANKS), *GDSCP, "copy", "-r", "--json", str(src), str(dst)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=_env(GDSCP_MPI_TEST_PAUSE="20", GDSCP_MPI_TEST_PAUSED=str(paused)))
+    deadline = time.monotonic() + 120
+    while proc.poll() is None and time.monotonic() < deadline and not (paused / "rank-1").exists():
+        time.sleep(0.02)
+    if proc.poll() is not None or not (paused / "rank-1").exists():
+        proc.terminate()
+        _out, err = proc.communicate(timeout=120)
+        pytest.fail(f"the launcher (exit {proc.returncode}) had no copy in flight on rank 1:\n{err}")
+    os.kill(int((paused / "rank-1").read_text()), signal.SIGHUP)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err
+    doc = json.loads(out)
+    assert doc["ok"] is False
+    assert not (dst / "big" / "large.bin").exists()
+    _check_what_exists(src, dst)
+    assert not _temporaries(dst)
+
+
+@needs_mpi
 def test_a_shared_file_replaces_a_destination_as_one_process_does(tmp_path):
     """A file cut among ranks, over an existing file of another owner: the copy
     keeps that owner and group (as root); through a link that points at

@@ -495,7 +495,7 @@ def _copy_share(world: World, out: Output, plan: dict[str, Any], where: Optional
                           enabled=world.root and out.show_progress) as progress:
         progress.follow(job)
         with job:  # Ctrl-C while waiting cancels the job: its temporary files go
-            _test_pause()
+            _test_pause(world)
             results = job.results()
     return [
         (p.index, p.whole, r.status, r.bytes, r.seconds, r.error, r.read_backend, r.write_backend, p.offset)
@@ -755,8 +755,17 @@ def _test_fault(world: World) -> None:
         _core.testing.arm_fault("pwrite", skip, 1 << 30, errno.EIO)
 
 
-def _test_pause() -> None:
-    """GDSCP_MPI_TEST_PAUSE=SECONDS: each rank waits that long with its copy in flight."""
+def _test_pause(world: World) -> None:
+    """GDSCP_MPI_TEST_PAUSE=SECONDS: each rank waits that long with its copy in
+    flight; with GDSCP_MPI_TEST_PAUSED=DIR, it first writes its process id
+    to DIR/rank-N."""
     pause = os.environ.get("GDSCP_MPI_TEST_PAUSE")
-    if pause:
-        time.sleep(float(pause))
+    if not pause:
+        return
+    where = os.environ.get("GDSCP_MPI_TEST_PAUSED")
+    if where:
+        path = os.path.join(where, f"rank-{world.rank}")
+        with open(path + ".part", "w") as f:
+            f.write(str(os.getpid()))
+        os.replace(path + ".part", path)
+    time.sleep(float(pause))

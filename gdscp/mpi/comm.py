@@ -13,9 +13,12 @@ MPI_Abort as a last resort. Only here is mpi4py imported.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import threading
 import time
-from typing import Any, NamedTuple, Optional
+from typing import Any, Iterator, NamedTuple, Optional
 
 from .launch import Launch
 
@@ -118,14 +121,40 @@ def _signal_code(exc: BaseException) -> Optional[int]:
     return None
 
 
+_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def _signals_kept() -> Iterator[None]:
+    """Around MPI's start: the handlers this process had for Ctrl-C, SIGTERM
+    and SIGHUP are theirs again afterwards. MPI's libraries may take a signal
+    for themselves as they start (UCX, under MPICH and Open MPI, takes SIGHUP
+    to turn on its debug log, written on stdout), and a rank would then no
+    longer end its job on it. The signals wait meanwhile (blocked, and so in
+    the threads MPI starts), then reach the handlers put back."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # the main thread's signals are not this one's to keep
+        return
+    handlers = {sig: signal.getsignal(sig) for sig in _SIGNALS}
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
+    try:
+        yield
+    finally:
+        for sig, handler in handlers.items():
+            if handler is not None:  # None: not set from Python, nothing to put back
+                signal.signal(sig, handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
 def connect(launch: Launch) -> Optional[World]:
     """The job's world, or None where MPI finds a world of one (a singleton)."""
     try:
-        import mpi4py  # noqa: PLC0415
+        with _signals_kept():
+            import mpi4py  # noqa: PLC0415
 
-        mpi4py.rc.threads = True
-        mpi4py.rc.thread_level = "serialized"  # MPI is called from the main thread only
-        from mpi4py import MPI  # noqa: PLC0415
+            mpi4py.rc.threads = True
+            mpi4py.rc.thread_level = "serialized"  # MPI is called from the main thread only
+            from mpi4py import MPI  # noqa: PLC0415
     except ImportError as exc:
         raise Unavailable(
             f"started as rank {launch.rank} of {launch.size} ({launch.launcher} is set), but mpi4py cannot be "

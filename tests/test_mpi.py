@@ -496,6 +496,25 @@ def test_options_of_one_process_are_usage_errors_under_mpi(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["a"]
 
 
+@needs_mpi
+def test_writes_of_one_process_only_are_refused_once_under_mpi(tmp_path):
+    """A device, or several FILEs, under MPI: refused, exit 2, said once by
+    rank 0 (with --json the one document), nothing written."""
+    (tmp_path / "a").write_bytes(b"old")
+    for args, text in ((["write", os.devnull, "--size", "1K"], "not a regular file"),
+                       (["write", str(tmp_path / "a"), str(tmp_path / "b"), "--size", "1K"], "writes one FILE")):
+        for extra in ([], ["--json"]):
+            done = _run(args + extra, ranks=3)
+            assert done.returncode == 2, (args, done.stderr)
+            assert done.stderr.count(text) == 1 and "rank " not in done.stderr, (args, done.stderr)
+            if extra:
+                doc = json.loads(done.stdout)
+                assert doc["ok"] is False and doc["exit_code"] == 2 and text in doc["error"]
+            else:
+                assert done.stdout == ""
+    assert sorted(os.listdir(tmp_path)) == ["a"] and (tmp_path / "a").read_bytes() == b"old"
+
+
 _DEAD_TEMPORARY = r"""
 import os, sys
 from gdscp import bulk

@@ -506,7 +506,7 @@ def copy(
         )
         world = ranks.join(out, threads)
         if world is not None:  # one rank of an MPI job: the job is shared among the ranks
-            ranks.refuse_options(world, {"--devices": devices is not None})
+            ranks.refuse_options(world, out, {"--devices": devices is not None})
             with ranks.protocol(world):
                 ranks.copy(world, out, copier, srcs, dst, host=host, device=device, chunk_size=chunk_size,
                             clean=clean, report=report)

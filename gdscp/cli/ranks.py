@@ -186,16 +186,22 @@ def _run(world: World, step, *args: Any, interruptible: bool = True) -> tuple[in
         return code, [f"rank {world.rank}: {message}"] if message else [], None
 
 
-def refuse_options(world: World, given: dict[str, bool]) -> None:
-    """A usage error for options that work in one process only (every rank has
-    the same command line, so every rank stops here, exit 2; rank 0 says why)."""
+def refuse_options(world: World, out: Output, given: dict[str, bool], problem: Optional[str] = None) -> None:
+    """A usage error (exit 2) for options that work in one process only, or
+    for ``problem``, found once the ranks have joined. The ranks agree on it,
+    so that rank 0 says it once (as one process would, where every rank found
+    it) and no rank leaves while others wait for it (a rank whose node sees a
+    path otherwise than rank 0's)."""
     names = [name for name, on in given.items() if on]
-    if not names:
-        return
-    if not world.root:
-        raise typer.Exit(EXIT_USAGE)
-    raise UsageError(f"{' and '.join(names)} work in one process; under MPI each rank uses the GPU of its node "
-                     "that --device names (or its node-local one)")
+    if names:
+        problem = (f"{' and '.join(names)} work in one process; under MPI each rank uses the GPU of its node "
+                   "that --device names (or its node-local one)")
+
+    def check() -> None:
+        if problem:
+            raise UsageError(problem)
+
+    phase(world, out, check)
 
 
 @contextlib.contextmanager

@@ -189,7 +189,7 @@ def read(
     with out.guard(), options.settings(threads, task_size, compat_mode):
         world = ranks.join(out, threads)
         if world is not None:  # one rank of an MPI job: the files are shared among the ranks
-            ranks.refuse_options(world, {"--devices": devices is not None, "--replicate": replicate})
+            ranks.refuse_options(world, out, {"--devices": devices is not None, "--replicate": replicate})
         # Several files: one that cannot be read is a failed file, not the end of the command.
         unusable: Optional[list[tuple[int, str, str]]] = [] if len(files) > 1 else None
         if world is not None:

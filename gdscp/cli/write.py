@@ -162,9 +162,9 @@ def write(
         check_room(path, size, special)
         world = ranks.join(out, threads)
         if world is not None:  # one rank of an MPI job: each rank writes its range of one temporary file
-            ranks.refuse_options(world, {"--devices": devices is not None})
-            if special is not None:
-                raise UsageError(f"'{path}' is not a regular file: under MPI only regular files are written")
+            irregular = f"'{path}' is not a regular file: under MPI only regular files are written"
+            ranks.refuse_options(world, out, {"--devices": devices is not None},
+                                 irregular if special is not None else None)
             with ranks.protocol(world):
                 _write_across(world, out, path, size, kind=pattern.value, seed=seed, fsync=fsync, verify=verify,
                               host=host, device=device, chunk_size=chunk_size)
@@ -282,8 +282,10 @@ def _write_many(out: Output, paths: list[str], size: int, *, kind: str, seed: in
             raise UsageError(f"'{p}' is named twice" if same == p else f"'{same}' and '{p}' name the same file")
         if writes_in_place(p) is not None or _names_a_directory(p):
             raise UsageError(f"'{p}' is not a regular file: several FILEs must all be regular files")
-    if ranks.join(out, threads) is not None:
-        raise UsageError("under MPI, gdscp write writes one FILE (its ranges shared among the ranks)")
+    world = ranks.join(out, threads)
+    if world is not None:
+        ranks.refuse_options(world, out, {},
+                             "under MPI, gdscp write writes one FILE (its ranges shared among the ranks)")
     spread = options.choose_devices(host, device, devices)
     where = options.choose_memory(out, host, device) if spread is None else spread[0]
     gpus = spread or [where]

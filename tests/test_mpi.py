@@ -515,6 +515,31 @@ def test_writes_of_one_process_only_are_refused_once_under_mpi(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["a"] and (tmp_path / "a").read_bytes() == b"old"
 
 
+@needs_mpi
+@pytest.mark.parametrize("first, second", [
+    (["copy", "{a}", "{b}"], ["read", "{a}"]),
+    (["write", "{b}", "--size", "3M", "--pattern", "random", "--seed", "1"],
+     ["write", "{b}", "--size", "3M", "--pattern", "random", "--seed", "2"]),
+])
+def test_ranks_given_other_command_lines_are_refused_once(tmp_path, first, second):
+    """Ranks started with other command lines than rank 0's (another command,
+    which would wait in other agreements, or other options, which would
+    write another job's bytes): exit 2, said once by rank 0 (with --json
+    the one document), nothing written."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.write_bytes(os.urandom(3 * MiB))
+    names = {"a": str(a), "b": str(b)}
+    first, second = ([arg.format(**names) for arg in args] + ["--json"] for args in (first, second))
+    cmd = [MPIEXEC, "-n", "1", *GDSCP, *first, ":", "-n", "2", *GDSCP, *second]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=_env())
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("another command line") == 1, done.stderr
+    assert "ranks 1-2 were given another command line than rank 0" in done.stderr, done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["ok"] is False and doc["exit_code"] == 2 and "another command line" in doc["error"]
+    assert sorted(os.listdir(tmp_path)) == ["a"]
+
+
 _DEAD_TEMPORARY = r"""
 import os, sys
 from gdscp import bulk

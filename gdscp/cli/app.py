@@ -20,7 +20,7 @@ import gdscp
 
 from .exits import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, INTERRUPTED, Documents, early_result, json_asked
 
-__all__ = ["app", "run"]
+__all__ = ["Running", "app", "run"]
 
 app = typer.Typer(
     name="gdscp",
@@ -96,9 +96,17 @@ def _fail_before_joining(args: list[str], code: int, message: str) -> Optional[i
     return fail_before_joining(Output(args[0], json=json_asked(args)), code, message)
 
 
+class Running:
+    """The arguments of the command line ``run`` is running (after ``gdscp``):
+    the ranks of an MPI job compare theirs (gdscp.cli.ranks.join)."""
+
+    args: list[str] = []
+
+
 def run(argv: Optional[Sequence[str]] = None) -> int:
     """Run the gdscp command line on ``argv`` (default: ``sys.argv[1:]``); the exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
+    Running.args = args
     Documents.written = False
     _register([args[0]] if args and args[0] in COMMANDS else COMMANDS)
     try:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import os
 import signal
 import stat
@@ -118,6 +119,7 @@ def join(out: Output, threads: Optional[int] = None) -> Optional[World]:
     if not world.root:
         out.quiet = True
         out.json = False
+    _same_command_line(world, out)
     local = world.launch.local_size or 1
     if threads is None and local > 1 and not os.environ.get("GDSCP_NUM_THREADS"):
         from .. import defaults  # noqa: PLC0415
@@ -126,6 +128,33 @@ def join(out: Output, threads: Optional[int] = None) -> Optional[World]:
     if world.root:
         warn_if_bound_tightly(out)
     return world
+
+
+def _same_command_line(world: World, out: Output) -> None:
+    """The job's first agreement: every rank brings a digest of its command
+    line, and where one differs from rank 0's every rank ends with a usage
+    error (exit 2), said once by rank 0. Rank 0 plans the job from its own
+    command line alone: a rank given another command would wait in
+    agreements the others never reach, and one given other options (another
+    --size, --seed or --verify) would do its share of another job. A rank
+    that failed before joining arrives here with its failure."""
+    from .app import Running  # noqa: PLC0415
+
+    args = Running.args or sys.argv[1:]
+    mine = (args[0] if args else "", hashlib.sha256("\0".join(args).encode()).hexdigest())
+    statuses = world.agree(0, data=mine)
+    _settle(world, out, statuses)
+    others = [s.rank for s in statuses if s.data != statuses[0].data]
+    if not others:
+        return
+    command = statuses[0].data[0]
+    differ = [statuses[r].data[0] for r in others if statuses[r].data[0] != command]
+    what = f" ('gdscp {differ[0]}', rank 0 'gdscp {command}')" if differ and len(others) == 1 else ""
+    many = len(others) > 1
+    message = (f"rank{'s' if many else ''} {_spans(others)} {'were' if many else 'was'} given another command line "
+               f"than rank 0{what}: every rank of a job must be given the same one (rank 0 plans the job from its own)")
+    _end(world, out, [Status(s.rank, EXIT_USAGE, [message], None) for s in statuses], EXIT_USAGE)
+    raise typer.Exit(EXIT_USAGE)
 
 
 def warn_if_bound_tightly(out: Output) -> None:

@@ -455,6 +455,20 @@ def test_benchmark_times_the_copy_over_ranks_beside_one_process(tmp_path):
     assert not list(tmp_path.iterdir())  # the tree and its copies are gone
 
 
+@needs_mpi
+def test_benchmark_ranks_are_one_job_whatever_gdscp_mpi_says(tmp_path):
+    """GDSCP_MPI=0 where the benchmark runs does not reach the ranks it times:
+    each on its own would copy the whole tree into the one destination."""
+    argv = [*GDSCP, "benchmark", "--files", "20", "--file-size", "1K-8K", "--mode", "copy", "--ranks", "2",
+            "--runs", "3", "--host", "--dir", str(tmp_path), "--json"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=_env(GDSCP_MPI="0"))
+    assert done.returncode == 0, done.stderr
+    (work,) = json.loads(done.stdout)["workloads"]
+    assert [r["tool"] for r in work["results"]] == ["gdscp", "cp", "gdscp-mpi"]
+    assert work["results"][2]["ranks"] == 2 and len(work["results"][2]["seconds"]) == 3
+    assert not list(tmp_path.iterdir())
+
+
 def test_benchmark_ranks_needs_the_files_copy(tmp_path):
     argv = [*GDSCP, "benchmark", "--files", "3", "--mode", "read", "--ranks", "2", "--dir", str(tmp_path)]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=_env())

@@ -191,6 +191,9 @@ class _Run:
         # The commands run with this process's settings (--task-size, --compat-mode), which the JSON reports.
         env = dict(os.environ, GDSCP_TASK_SIZE=str(gdscp.defaults.get("task_size")),
                    GDSCP_COMPAT_MODE=gdscp.defaults.CompatMode(gdscp.defaults.get("compat_mode")).name)
+        # The ranks run as one job, whatever GDSCP_MPI says here: each on its
+        # own, they would all copy the whole tree into one destination.
+        mpi_env = {k: v for k, v in env.items() if k != "GDSCP_MPI"}
         for run in range(config.runs):
             for tool in tools:
                 self.tick(f"copy: {tool}, run {run + 1}/{config.runs}")
@@ -207,7 +210,8 @@ class _Run:
                 start = time.perf_counter()
                 if tool in command_seconds:
                     argv = gdscp_argv if tool == "gdscp" else mpi_argv
-                    done = subprocess.run(argv + [dst], capture_output=True, text=True, env=env)
+                    done = subprocess.run(argv + [dst], capture_output=True, text=True,
+                                          env=env if tool == "gdscp" else mpi_env)
                 else:
                     done = subprocess.run(cp_argv + [dst], capture_output=True, text=True)
                     if done.returncode == 0:

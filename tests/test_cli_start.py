@@ -25,6 +25,7 @@ case, module, delay = sys.argv[1], sys.argv[2], float(sys.argv[3])
 
 class Hook:
     fired = False
+    sent = False
 
     def find_spec(self, name, path=None, target=None):
         if name == module and not Hook.fired:
@@ -33,6 +34,19 @@ class Hook:
                 os.kill(os.getpid(), signal.SIGINT)  # handled before the import goes on
             elif case == "raise":
                 raise KeyboardInterrupt
+            elif case == "engine":
+                # The engine's extension module makes its enums through
+                # Python's enum module as it loads: the SIGINT comes then.
+                import enum
+                make = enum.EnumType._create_
+
+                def create(cls, *args, **kwargs):
+                    if not Hook.sent:
+                        Hook.sent = True
+                        os.kill(os.getpid(), signal.SIGINT)
+                    return make(cls, *args, **kwargs)
+
+                enum.EnumType._create_ = create
             elif case == "timer":
                 # A daemon: a command that finishes first exits without waiting for it.
                 timer = threading.Timer(delay, os.kill, (os.getpid(), signal.SIGINT))
@@ -87,6 +101,17 @@ def test_ctrl_c_while_the_command_line_loads(args, module):
                                           (("benchmark", "--help"), "numpy")])
 def test_keyboard_interrupt_raised_by_an_import(args, module):
     _interrupted_quietly(_child("raise", module, args=args))
+
+
+@pytest.mark.parametrize("args", [("copy", "a", "b"), ("read", "a"), ("write", "a", "--size", "1K"), ("info",)],
+                         ids=lambda a: a[0])
+def test_ctrl_c_while_the_engine_loads(args):
+    """A Ctrl-C while the engine's extension module loads (inside its own
+    calls into Python) ends the command as interrupted, not with the
+    extension's fatal error and a core dump."""
+    result = _child("engine", "gdscp._core", args=args)
+    assert "nanobind" not in result.stderr, result.stderr
+    _interrupted_quietly(result)
 
 
 @pytest.mark.parametrize("delay", [0.0, 0.01, 0.03, 0.1, 0.2, 0.4])

@@ -20,7 +20,7 @@ import gdscp
 
 from .exits import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, INTERRUPTED, Documents, early_result, json_asked
 
-__all__ = ["Running", "app", "run"]
+__all__ = ["Running", "app", "load", "run"]
 
 app = typer.Typer(
     name="gdscp",
@@ -76,6 +76,15 @@ def _register(names: Sequence[str]) -> None:
     app.registered_commands.sort(key=lambda c: COMMANDS.index(c.name))
 
 
+def load(args: Sequence[str]) -> None:
+    """Imports the module of the command ``args`` names (every command's, for
+    the help), as ``run`` does first. The entry point calls it while a Ctrl-C
+    still ends the process at once: the engine's extension module, which the
+    commands load, cannot be interrupted by an exception while it loads."""
+    args = list(args)
+    _register([args[0]] if args and args[0] in COMMANDS else COMMANDS)
+
+
 def _is_click_error(exc: BaseException) -> bool:
     # Typer re-exports Click's exceptions (and from 0.26 on carries its own copy
     # of Click), so they are recognised by shape rather than by importing Click.
@@ -108,7 +117,7 @@ def run(argv: Optional[Sequence[str]] = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     Running.args = args
     Documents.written = False
-    _register([args[0]] if args and args[0] in COMMANDS else COMMANDS)
+    load(args)
     try:
         code = app(args=args, prog_name="gdscp", standalone_mode=False)
     except KeyboardInterrupt:

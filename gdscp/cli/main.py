@@ -142,7 +142,9 @@ def _run() -> int:
     _load_gpu_driver(sys.argv)
     try:
         try:
-            from .app import run
+            from .app import load, run
+
+            load(sys.argv[1:])  # the command's module, and with it the engine
         finally:
             if previous is not None:
                 signal.signal(signal.SIGINT, _interrupt if previous is signal.default_int_handler else previous)

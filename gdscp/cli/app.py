@@ -20,7 +20,7 @@ import gdscp
 
 from .exits import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, INTERRUPTED, Documents, early_result, json_asked
 
-__all__ = ["Running", "app", "load", "run"]
+__all__ = ["Running", "app", "interrupted_rank", "load", "run"]
 
 app = typer.Typer(
     name="gdscp",
@@ -105,6 +105,19 @@ def _fail_before_joining(args: list[str], code: int, message: str) -> Optional[i
     return fail_before_joining(Output(args[0], json=json_asked(args)), code, message)
 
 
+def interrupted_rank(args: list[str]) -> Optional[int]:
+    """Under an MPI launcher, a Ctrl-C before the command's body joined its
+    job: the rank meets the others all the same, and they end the job with
+    it, said once by rank 0 (a rank that left at once would leave them
+    waiting for it in MPI's start, for ever). The job's exit code; None for
+    a process on its own, or where it cannot meet them (it then speaks for
+    itself)."""
+    try:
+        return _fail_before_joining(args, EXIT_INTERRUPTED, "interrupted")
+    except BaseException:  # noqa: BLE001 - another Ctrl-C on the way: this rank speaks for itself
+        return None
+
+
 class Running:
     """The arguments of the command line ``run`` is running (after ``gdscp``):
     the ranks of an MPI job compare theirs (gdscp.cli.ranks.join)."""
@@ -121,11 +134,17 @@ def run(argv: Optional[Sequence[str]] = None) -> int:
     try:
         code = app(args=args, prog_name="gdscp", standalone_mode=False)
     except KeyboardInterrupt:
+        final = interrupted_rank(args)
+        if final is not None:
+            return final
         sys.stderr.write(INTERRUPTED)
         early_result(args, "interrupted", EXIT_INTERRUPTED)
         return EXIT_INTERRUPTED
     except Exception as exc:
         if type(exc).__name__ == "Abort":  # Click's wrapper of a Ctrl-C outside a command body
+            final = interrupted_rank(args)
+            if final is not None:
+                return final
             sys.stderr.write(INTERRUPTED)
             early_result(args, "interrupted", EXIT_INTERRUPTED)
             return EXIT_INTERRUPTED

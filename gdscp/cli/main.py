@@ -34,6 +34,19 @@ def _interrupted_while_loading(signum: int, frame: object) -> None:
     os._exit(EXIT_INTERRUPTED)
 
 
+class _Loading:
+    """A Ctrl-C while a rank of an MPI job loads the command line: noted
+    (``_noted_while_loading``), not the end of the process at once; once
+    loaded, the rank meets the others to end the job with it (a rank that
+    left at once would leave them waiting for it in MPI's start, for ever)."""
+
+    interrupted = False
+
+
+def _noted_while_loading(signum: int, frame: object) -> None:
+    _Loading.interrupted = True
+
+
 class _Command:
     """Whether the command is over: set with no call between the command's
     return and the setting, so that no signal handler runs in between."""
@@ -58,7 +71,9 @@ def _guard() -> object:
         previous = signal.getsignal(signal.SIGINT)
         if previous is signal.SIG_IGN:  # started in the background: Ctrl-C is not ours
             return None
-        signal.signal(signal.SIGINT, _interrupted_while_loading)
+        from ..mpi.launch import launched  # noqa: PLC0415 - the standard library only
+
+        signal.signal(signal.SIGINT, _interrupted_while_loading if launched() is None else _noted_while_loading)
         return previous
     except ValueError:  # not the main thread: signals are not ours either
         return None
@@ -148,11 +163,16 @@ def _run() -> int:
         finally:
             if previous is not None:
                 signal.signal(signal.SIGINT, _interrupt if previous is signal.default_int_handler else previous)
+        if _Loading.interrupted:
+            raise KeyboardInterrupt
         code = run()
         _Command.over = True
         return code
     except KeyboardInterrupt:  # raised by an import, or before run() took over
+        final = _interrupted_rank()
         _Command.over = True
+        if final is not None:
+            return final
         sys.stderr.write(INTERRUPTED)
         early_result(sys.argv[1:], "interrupted", EXIT_INTERRUPTED)
         return EXIT_INTERRUPTED
@@ -161,6 +181,21 @@ def _run() -> int:
         sys.stderr.write(f"gdscp: error: {exc}\n")
         early_result(sys.argv[1:], str(exc), EXIT_USAGE)
         return EXIT_USAGE
+
+
+def _interrupted_rank() -> object:
+    """Under an MPI launcher, the job's exit code once this interrupted rank
+    has met the others (``app.interrupted_rank``); None for a process on its
+    own, which says so itself, importing nothing more."""
+    from ..mpi.launch import launched  # noqa: PLC0415 - the standard library only
+
+    if launched() is None:
+        return None
+    try:
+        from .app import interrupted_rank  # noqa: PLC0415
+    except BaseException:  # noqa: BLE001 - the command line cannot load: this rank speaks for itself
+        return None
+    return interrupted_rank(sys.argv[1:])
 
 
 def _must_finalize() -> bool:

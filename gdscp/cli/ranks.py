@@ -308,10 +308,12 @@ def fail_before_joining(out: Output, code: int, message: str) -> Optional[int]:
     command runs): the rank joins all the same and the ranks agree, so that
     rank 0 speaks for the job, one line per rank that failed and, with
     --json, the one document, and no rank ends the job before rank 0 has
-    spoken. The job's exit code; None where this process is not a rank of
-    such a job, has joined already, was interrupted, or cannot join (it then
-    speaks for itself)."""
-    if code in (130, 143) or out.command not in _JOINING or mpi.launched() is None or mpi.connected():
+    spoken. An interrupted rank joins too, bringing its code alone (a rank
+    that left at once would leave the others waiting for it in MPI's start,
+    for ever). The job's exit code; None where this process is not a rank of
+    such a job, has joined already, or cannot join (it then speaks for
+    itself)."""
+    if out.command not in _JOINING or mpi.launched() is None or mpi.connected():
         return None
     try:
         world = mpi.world()
@@ -322,7 +324,7 @@ def fail_before_joining(out: Output, code: int, message: str) -> Optional[int]:
     if not world.root:
         out.quiet = True
         out.json = False
-    statuses = world.agree(code, [f"rank {world.rank}: {message}"])
+    statuses = world.agree(code, [] if code in (130, 143) else [f"rank {world.rank}: {message}"])
     final = job_code(statuses)
     _end(world, out, statuses, final)
     return final

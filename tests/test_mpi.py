@@ -465,6 +465,62 @@ def test_a_rank_interrupted_before_it_joins_ends_the_job(tmp_path, where):
     assert sorted(os.listdir(tmp_path)) == ["a"]
 
 
+# Every rank runs the command line through this: "interrupted plan" sends
+# rank 0 a SIGINT once it has made 3 directories of its plan; "failed setup"
+# makes rank 1 fail while it gets ready (rank 0 has made the directories).
+_PLAN_STOPPED = r"""
+import os, signal, sys
+what = sys.argv[1]
+sys.argv = ["gdscp", *sys.argv[2:]]
+rank = os.environ.get("PMI_RANK", os.environ.get("OMPI_COMM_WORLD_RANK"))
+if what == "interrupted plan" and rank == "0":
+    from gdscp.cli import copy
+
+    mkdir = copy._Copier._mkdir
+    made = []
+
+    def interrupted_mkdir(self, job):
+        mkdir(self, job)
+        made.append(job)
+        if len(made) == 3:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    copy._Copier._mkdir = interrupted_mkdir
+elif what == "failed setup" and rank == "1":
+    from gdscp.cli import options
+
+    def failing(*args, **kwargs):
+        raise OSError(5, "Input/output error")
+
+    options.copy_memory = failing
+from gdscp.cli.main import main
+main()
+"""
+
+
+@needs_mpi
+@pytest.mark.parametrize("what, code", [("interrupted plan", 130), ("failed setup", 1)])
+def test_a_copy_stopped_before_the_ranks_copy_leaves_no_directory_at_0700(tmp_path, what, code):
+    """Rank 0's plan interrupted while it makes the directories, or another
+    rank failing as it gets ready once they are made: as a process on its
+    own, every directory made gets its mode (none is left at the 0700 it
+    was made with), and no file or temporary file is there."""
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    for i in range(8):
+        (src / f"d{i}" / "e").mkdir(parents=True)
+        (src / f"d{i}" / "e" / "f").write_bytes(b"x" * i)
+    os.chmod(src / "d1", 0o750)
+    cmd = [MPIEXEC, "-n", "3", sys.executable, "-c", _PLAN_STOPPED, what, "copy", "-r", str(src), str(dst)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=_env())
+    assert done.returncode == code, done.stderr
+    assert dst.is_dir() and not [p for p in dst.rglob("*") if not p.is_dir()]
+    umask = os.umask(0)
+    os.umask(umask)
+    for folder, _, _ in os.walk(dst):
+        want = stat.S_IMODE(os.stat(src / os.path.relpath(folder, dst)).st_mode) & ~umask
+        assert stat.S_IMODE(os.stat(folder).st_mode) == want, folder
+
+
 @needs_mpi
 def test_a_shared_file_replaces_a_destination_as_one_process_does(tmp_path):
     """A file cut among ranks, over an existing file of another owner: the copy

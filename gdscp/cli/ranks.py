@@ -419,6 +419,17 @@ def _shared_destination(copier: Any, job: Any) -> tuple[Optional[str], int, Opti
 def _copy_plan(world: World, copier: Any, srcs: list[str], dst: str) -> dict[str, Any]:
     """Rank 0: walk, make directories and links, share the files out, create the shared temporary files."""
     jobs = copier.plan(srcs, dst)
+    try:
+        return _share_out(world, copier, jobs)
+    except BaseException:
+        # Stopped short (an interrupt, a failure): as a process on its own, no
+        # directory made is left at the 0700 it was made with.
+        copier.finish(jobs)
+        raise
+
+
+def _share_out(world: World, copier: Any, jobs: list[Any]) -> dict[str, Any]:
+    """Rank 0's plan of ``jobs``: the directories and links made, the files shared out."""
     files, after = copier.prepare(jobs)
     # Dead runs' temporary files in the directories written into go first, as
     # a process on its own removes them: here, before any rank of this job has
@@ -651,6 +662,7 @@ def copy(world: World, out: Output, copier: Any, srcs: list[str], dst: str, *, h
         if world.root and plan:
             for tmp in plan["shared"].values():
                 discard(tmp)
+            _run(world, copier.finish, plan["_after"], interruptible=False)  # no directory made is left at 0700
         _settle(world, out, statuses)
     public = {k: v for k, v in plan.items() if not k.startswith("_")} if world.root else None
     shared_plan = world.bcast(public)

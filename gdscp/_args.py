@@ -40,6 +40,19 @@ def _bounded(value: Any, name: str, limit: int, limit_text: str) -> int:
     return number
 
 
+def c_int(value: int, name: str, what: str) -> int:
+    """An integer that a system call takes as a C int (OverflowError past it);
+    ``what`` says what takes it."""
+    if not -(2**31) <= value < 2**31:
+        raise OverflowError(f"{name} {value} is out of range ({what})")
+    return value
+
+
+def uint32(value: Any, name: str) -> int:
+    """An unsigned 32-bit integer: 0 to 2**32-1."""
+    return _bounded(value, name, 2**32 - 1, "2**32-1")
+
+
 def offset(value: Any, name: str = "file_offset") -> int:
     """A file or buffer offset: 0 to 2**63-1."""
     return _bounded(value, name, MAX_OFFSET, "2**63-1")
@@ -76,9 +89,7 @@ def file_descriptor(file: Any) -> tuple[int, bool]:
     if isinstance(file, (str, bytes, os.PathLike)):
         return os.open(path(file), os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK), True
     if isinstance(file, int) and not isinstance(file, bool):
-        if not -(2**31) <= file < 2**31:  # the OS's descriptors are C ints
-            raise OverflowError(f"file descriptor {file} is out of range (a descriptor is an int)")
-        return file, False
+        return c_int(file, "file descriptor", "a descriptor is an int"), False
     if isinstance(file, io.IOBase) or callable(getattr(file, "fileno", None)):
         return file.fileno(), False
     raise ArgumentError(

@@ -25,8 +25,7 @@ def _checked_map_flags(flags: int) -> int:
     and MAP_SHARED_VALIDATE, and none of MAP_ANONYMOUS, MAP_FIXED and
     MAP_FIXED_NOREPLACE (ValueError); mmap(2) takes them as an int
     (OverflowError past it)."""
-    if not -(2**31) <= flags < 2**31:
-        raise OverflowError(f"map_flags {flags:#x} is out of range (mmap(2) takes an int)")
+    _args.c_int(flags, "map_flags", "mmap(2) takes an int")
     if flags & 0x03 not in _SHARING or flags & _FOREIGN_MAP_FLAGS:
         raise ValueError(f"map_flags {flags:#x} must map the file itself: MAP_SHARED or MAP_PRIVATE (with "
                          "modifiers such as MAP_POPULATE), not MAP_ANONYMOUS, MAP_FIXED or MAP_FIXED_NOREPLACE")

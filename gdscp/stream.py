@@ -17,15 +17,11 @@ from . import _args
 __all__ = ["stream_deregister", "stream_register"]
 
 
-_FLAGS_MAX = 2**32 - 1  # cuFile's flags are an unsigned int
-
-
 def stream_register(raw_stream: int, flags: int) -> None:
     """Accepts a raw ``CUstream`` (an int, 0 to 2**64-1) and cuFile stream
     flags (0 to 2**32-1); registers nothing."""
     _args.size(raw_stream, "raw_stream")
-    if _args.size(flags, "flags") > _FLAGS_MAX:
-        raise OverflowError(f"flags {flags} is out of range (at most 2**32-1)")
+    _args.uint32(flags, "flags")  # cuFile's flags are an unsigned int
 
 
 def stream_deregister(raw_stream: int) -> None:

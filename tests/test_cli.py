@@ -1607,6 +1607,39 @@ def test_names_up_to_the_longest_a_directory_takes(capsys, tmp_path):
     assert temp_files(tmp_path) == []
 
 
+def _directory_of_length(root: Path, length: int) -> Path:
+    """A new directory under ``root`` whose path is ``length`` bytes long."""
+    path = str(root)
+    while len(path) < length:
+        path += "/" + "d" * min(200, length - len(path) - 1)
+    os.makedirs(path)
+    assert len(path) == length
+    return Path(path)
+
+
+def test_paths_up_to_the_longest_the_system_takes(capsys, tmp_path):
+    """A destination whose path is PATH_MAX - 1 bytes (the longest a system
+    call takes), under a long name, is copied, replaced and written like any
+    other: its temporary name is cut to fit the path too, and is still one
+    that a later run's cleaning recognises."""
+    name = "z" * 250
+    folder = _directory_of_length(tmp_path / "deep", os.pathconf("/", "PC_PATH_MAX") - 1 - 1 - len(name))
+    dst = folder / name
+    assert len(os.fsencode(dst)) == os.pathconf("/", "PC_PATH_MAX") - 1
+    for size, seed in ((3 * MiB, 1), (3 * MiB, 2), (5000, 3), (5000, 4)):  # named temporaries, then unnamed
+        data = random_file(tmp_path / "src", size, seed=seed)
+        code, _, err = cli(capsys, "copy", "--host", "-q", tmp_path / "src", dst)
+        assert code == 0, err
+        assert dst.read_bytes() == data
+    code, _, err = cli(capsys, "write", "--host", "-q", dst, "--size", "2MiB", "--pattern", "random", "--seed", "5", "--verify")
+    assert code == 0, err
+    assert dst.read_bytes() == memory.pattern(2 * MiB, "random", 5).tobytes()
+    tmp = _core.temporary_name(str(dst))
+    assert len(os.fsencode(tmp)) <= len(os.fsencode(dst)) and os.path.dirname(tmp) == str(folder)
+    assert _core.is_temporary_name(os.path.basename(tmp))
+    assert os.listdir(folder) == [name]
+
+
 def test_no_file_is_made_under_a_temporary_files_name(capsys, tmp_path):
     """A source named like a gdscp temporary file (left by a dead run) is not
     copied under that name, nor written: the next run into the directory

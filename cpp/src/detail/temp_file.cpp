@@ -92,10 +92,15 @@ bool is_temporary_name(std::string_view name) {
 }
 
 std::string temporary_name(const std::string& dst) {
-  // A destination of up to NAME_MAX bytes still has a temporary name.
-  const size_t room = NAME_MAX - (2 + kRandomChars + kTempSuffix.size());
-  return dir_of(dst) + "/." + std::string(base_of(dst).substr(0, room)) + "." + random_chars() +
-         std::string(kTempSuffix);
+  // NAME is cut so that the temporary name fits where its destination does:
+  // a name of NAME_MAX bytes, and a path of up to PATH_MAX - 1 bytes (one that
+  // would not fit even with no NAME fails to be made, naming the limit).
+  const size_t fixed = 2 + kRandomChars + kTempSuffix.size();
+  const std::string dir = dir_of(dst);
+  const size_t used = dir.size() + (dir.back() == '/' ? 0 : 1) + fixed;
+  const size_t room = std::min<size_t>(NAME_MAX - fixed, used < PATH_MAX ? PATH_MAX - 1 - used : 0);
+  return (dir.back() == '/' ? dir : dir + "/") + "." + std::string(base_of(dst).substr(0, room)) + "." +
+         random_chars() + std::string(kTempSuffix);
 }
 
 void check_replaceable(const std::string& dst) {
@@ -112,6 +117,8 @@ TempFile::TempFile(const std::string& dst, unsigned mode) {
     } while (fd < 0 && errno == EINTR);
     if (fd < 0) {
       if (errno == EEXIST) continue;
+      if (errno == ENAMETOOLONG && path.size() >= PATH_MAX)
+        throw_os_error(errno, "no room within PATH_MAX for a temporary file's path beside", dst);
       throw_os_error(errno, "cannot create a temporary file for", dst);
     }
     // Between the open and the lock a cleaner may find the file unlocked and

@@ -31,8 +31,8 @@ std::string_view base_of(std::string_view path);
 bool is_temporary_name(std::string_view name);
 
 // A new temporary name beside `dst` (not made): ".NAME." + 8 random
-// characters + the suffix, NAME cut short so that the whole stays within
-// NAME_MAX.
+// characters + the suffix, NAME cut short (to nothing if need be) so that
+// the name stays within NAME_MAX and the path within PATH_MAX.
 std::string temporary_name(const std::string& dst);
 
 // Throws EACCES ("cannot overwrite") when `dst` exists and this process may

@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 from rich.console import Console
 
+import gdscp
 from gdscp import _core, memory
 from gdscp.bench.tree import make_tree as make_file_tree
 from gdscp.bulk import BulkJob
@@ -363,6 +364,54 @@ def test_write_verify_of_a_block_device_reads_the_length_it_wrote(tmp_path, monk
     write_command.verify_pattern(str(path), 8192, "seq", 0)  # no Failure
     with pytest.raises(output.Failure, match="fewer than"):
         write_command.verify_pattern(str(path), 1 << 20, "seq", 0)
+
+
+@pytest.fixture
+def loop_device(tmp_path):
+    """A 16 MiB block device (a loop device over a file of 0xEE bytes), where
+    this process may make one (root, with losetup); skipped elsewhere."""
+    image = tmp_path / "image"
+    image.write_bytes(b"\xee" * (16 * MiB))
+    try:
+        made = subprocess.run(["losetup", "--find", "--show", str(image)], capture_output=True, text=True)
+    except FileNotFoundError:
+        pytest.skip("no losetup here")
+    if made.returncode != 0:
+        pytest.skip(f"cannot make a loop device here: {made.stderr.strip()}")
+    device = made.stdout.strip()
+    try:
+        yield Path(device)
+    finally:
+        subprocess.run(["losetup", "--detach", device], check=True)
+
+
+def test_copy_verify_onto_a_block_device_reads_back_what_it_wrote(capsys, tmp_path, loop_device):
+    """copy --verify onto a block device (written in place, as cp does) reads
+    the device back from its start as far as the source goes, as write
+    --verify does; the rest of the device is not the copy's to check or touch.
+    A FIFO or character device still cannot be read back."""
+    data = random_file(tmp_path / "src", 3 * MiB + 17)
+    code, doc, err = cli_json(capsys, "copy", "--host", "--verify", tmp_path / "src", loop_device)
+    assert code == 0, err
+    assert doc["verified"] and doc["files"][0]["status"] == "copied"
+    with open(loop_device, "rb") as f:
+        assert f.read(len(data)) == data
+        assert f.read() == b"\xee" * (16 * MiB - len(data))
+    _core.testing.arm_fault("land", 0, 1, 1)  # the first bytes read back are wrong
+    try:
+        code, _, err = cli(capsys, "copy", "--host", "--verify", "-q", tmp_path / "src", loop_device)
+    finally:
+        _core.testing.disarm_fault()
+    (line,) = error_lines(err)
+    assert code == 1 and "verify failed" in line and "at offset 0" in line and "was not changed" not in line
+    bufs = [np.frombuffer(random_file(tmp_path / "other", 5000, seed=2), np.uint8)]
+    (result,) = gdscp.write_files(bufs, [loop_device], verify=True).results()
+    assert result.status == "done", result.error
+    with open(loop_device, "rb") as f:
+        assert f.read(5000) == bufs[0].tobytes() and f.read(len(data) - 5000) == data[5000:]
+    code, _, err = cli(capsys, "copy", "--host", "--verify", "-q", tmp_path / "src", "/dev/null")
+    (line,) = error_lines(err)
+    assert code == 1 and "a FIFO or character device cannot be read back" in line
 
 
 def test_unknown_pattern():

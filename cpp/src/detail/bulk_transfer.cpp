@@ -226,14 +226,17 @@ bool open_destination(const TransferContext& cx, Transfer& t, std::string& note)
     }
     if (!S_ISREG(st.st_mode)) {
       if (S_ISSOCK(st.st_mode)) fail_state("cannot write to '" + t.dst + "': it is a socket", t.dst);
-      if (cx.opt.verify)
-        fail_state("cannot verify a copy into '" + t.dst + "': it is not a regular file and cannot be read back",
+      // A block device is read back from its start as far as it was written
+      // (it is longer, as a rule).
+      t.block_device = S_ISBLK(st.st_mode);
+      if (cx.opt.verify && !t.block_device)
+        fail_state("cannot verify a copy into '" + t.dst + "': a FIFO or character device cannot be read back",
                    t.dst);
       // A device or FIFO is written in place, front to back, as cp does.
       t.in_place = true;
-      t.block_device = S_ISBLK(st.st_mode);
       t.sequential = true;
-      t.dst_fd = S_ISFIFO(st.st_mode) ? open_fifo(cx, t.dst) : open_plain(t.dst, O_WRONLY);
+      t.dst_fd = S_ISFIFO(st.st_mode) ? open_fifo(cx, t.dst)
+                                      : open_plain(t.dst, cx.opt.verify ? O_RDWR : O_WRONLY);
       if (t.dst_fd < 0) throw_os_error(errno, "cannot open for writing", t.dst);
       t.own_dst_fd = true;
       return true;
@@ -468,13 +471,14 @@ void verify_written(Transfer& t, const std::atomic<bool>& cancelled) {
     pos += static_cast<int64_t>(want);
   }
   uint8_t end;
-  if (pread_full(t.dst_fd, reinterpret_cast<char*>(&end), 1, t.size, t.dst) != 0)
+  if (!t.block_device && pread_full(t.dst_fd, reinterpret_cast<char*>(&end), 1, t.size, t.dst) != 0)
     fail_state("verify failed: '" + t.dst + "' read back is longer than its buffer" +
                    (t.tmp ? "; it was not put in place" : ""),
                t.dst);
 }
 
-// The copy in its temporary file, read from storage, against the source.
+// The copy in its temporary file (or on a block device, the device's first
+// bytes), read from storage, against the source.
 void verify_copy(Transfer& t, const std::atomic<bool>& cancelled) {
   ::posix_fadvise(t.dst_fd, 0, 0, POSIX_FADV_DONTNEED);
   auto a = BufferPool::aligned().acquire(kVerifyBlock);
@@ -496,10 +500,11 @@ void verify_copy(Transfer& t, const std::atomic<bool>& cancelled) {
     const size_t m = pread_full(t.dst_fd, y, kVerifyBlock, pos, t.dst);
     if (m > 0 && fault::check(fault::Op::land)) y[0] ^= 0xFF;
     const size_t k = std::min(n, m);
-    if (std::memcmp(x, y, k) != 0 || n != m) {
+    if (std::memcmp(x, y, k) != 0 || n > m || (n < m && !t.block_device)) {
       const size_t i = first_difference(x, y, k);
       fail_state("verify failed: the copy of '" + t.item->src + "' differs at offset " +
-                     std::to_string(pos + static_cast<int64_t>(i)) + "; '" + t.dst + "' was not changed",
+                     std::to_string(pos + static_cast<int64_t>(i)) +
+                     (t.in_place ? "" : "; '" + t.dst + "' was not changed"),
                  t.dst);
     }
     if (n < kVerifyBlock) return;
@@ -894,7 +899,10 @@ void finish_data(const TransferContext& cx, Transfer& t, bool group) {
   if (item.kind == BulkKind::read) return;
   const bool sync = cx.opt.sync != BulkSync::none;
   if (t.in_place) {
-    if (t.block_device && sync && ::fsync(t.dst_fd) != 0) throw_os_error(errno, "cannot fsync", t.dst);
+    if (t.block_device && (sync || cx.opt.verify) && ::fsync(t.dst_fd) != 0)
+      throw_os_error(errno, "cannot fsync", t.dst);
+    if (t.block_device && cx.opt.verify && item.kind == BulkKind::copy) verify_copy(t, cx.cancelled);
+    if (t.block_device && cx.opt.verify && item.kind == BulkKind::write) verify_written(t, cx.cancelled);
     return;
   }
   if (t.part) {

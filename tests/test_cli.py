@@ -336,6 +336,32 @@ def test_a_json_failure_whose_stdout_is_gone_says_both_once(tmp_path):
     assert "Traceback" not in proc.stderr, proc.stderr
 
 
+def test_a_closed_stderr_loses_lines_not_results(tmp_path):
+    """With stderr closed (``2>&-``) a command's warnings and errors are lost,
+    as cp's are, and nothing else: a failure still gives its JSON document
+    and exit status 1, a usage error 2, a write its file; the descriptor is
+    held on /dev/null, so no file of the command's takes its number."""
+
+    def gdscp(*args: object) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "gdscp", *map(str, args)], capture_output=True, text=True,
+                              timeout=60, preexec_fn=lambda: os.close(2))
+
+    proc = gdscp("copy", "--host", tmp_path / "missing", tmp_path / "out", "--json")
+    assert proc.returncode == 1, proc.stdout
+    doc = json.loads(proc.stdout)
+    assert not doc["ok"] and "No such file or directory" in doc["files"][0]["error"]
+    proc = gdscp("copy", "--no-such-option", tmp_path / "missing", tmp_path / "out")
+    assert proc.returncode == 2 and proc.stdout == ""
+    data = random_file(tmp_path / "src", 5000)
+    proc = gdscp("copy", tmp_path / "src", tmp_path / "copied", "--json")
+    assert proc.returncode == 0 and json.loads(proc.stdout)["ok"]
+    assert (tmp_path / "copied").read_bytes() == data
+    proc = subprocess.run([sys.executable, "-c", "from gdscp.cli.main import _hold_standard_descriptors as hold; "
+                           "hold(); import os, sys; print(os.readlink('/proc/self/fd/2'), sys.stderr.fileno())"],
+                          capture_output=True, text=True, timeout=60, preexec_fn=lambda: os.close(2))
+    assert proc.stdout.split() == [os.devnull, "2"], proc
+
+
 @pytest.mark.skipif(not os.path.exists("/sys/kernel/mm/transparent_hugepage/enabled"), reason="no such sysfs file")
 def test_read_takes_a_sysfs_file_whatever_size_it_reports(capsys):
     """sysfs says 4096 bytes for a file of a few: read to its end, not to a length it does not have."""

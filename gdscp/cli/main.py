@@ -79,6 +79,29 @@ def _guard() -> object:
         return None
 
 
+def _hold_standard_descriptors() -> None:
+    """Descriptors 0, 1 and 2 that the shell left closed (``2>&-``) are given
+    /dev/null: otherwise the first file the command opens takes the number,
+    and what is read from stdin, or written to stderr, is that file's. A closed stdout stays ``sys.stdout is None`` to the command (its
+    result cannot be written: a failure, said on stderr); a closed stderr
+    becomes one whose lines are lost, not the command (a warning, or an
+    error, then ends in nothing worse than its exit code)."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            try:
+                null = os.open(os.devnull, os.O_RDONLY if fd == 0 else os.O_WRONLY)
+                if null != fd:
+                    os.dup2(null, fd)
+                    os.close(null)
+                os.set_inheritable(fd, True)
+            except OSError:
+                return
+    if sys.stderr is None:
+        sys.stderr = open(2, "w", closefd=False, errors="backslashreplace")  # noqa: SIM115 - for the process
+
+
 def _raise_open_file_limit() -> None:
     """The soft limit on open descriptors raised to the hard one: a bulk job
     keeps a temporary file open for each file waiting for its batch's sync and
@@ -283,6 +306,7 @@ def _on_signals(handler: object) -> None:
 
 def main() -> None:
     """The ``gdscp`` console script."""
+    _hold_standard_descriptors()
     code = _run()
     _signals_end_quietly()
     _leave(code)

@@ -330,7 +330,7 @@ class Output:
         """One line on stderr. A stderr that cannot be written (closed, a full
         disk, a reader gone) loses its lines, not the command: the transfer and
         the result on stdout go on, as cp's do."""
-        if self._stderr_lost:
+        if self._stderr_lost or sys.stderr is None:  # None: closed before Python started
             return
         try:
             self.stderr.print(line, markup=False, style=style, soft_wrap=True)

@@ -362,6 +362,34 @@ def test_a_closed_stderr_loses_lines_not_results(tmp_path):
     assert proc.stdout.split() == [os.devnull, "2"], proc
 
 
+def test_data_written_to_stdout_is_all_that_stdout_gets(tmp_path):
+    """copy or write to /dev/stdout (a pipe here): stdout carries the data
+    and nothing else, the table going to stderr, as dd's figures do; --json,
+    whose document would land among the data, is a usage error before
+    anything is written. A character device (/dev/null) keeps nothing to mix
+    up: its table stays on stdout."""
+
+    def gdscp(*args: object) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "gdscp", *map(str, args)], capture_output=True, timeout=60)
+
+    data = random_file(tmp_path / "src", 3 * MiB + 5)
+    proc = gdscp("copy", "--host", tmp_path / "src", "/dev/stdout")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == data and b"copied" in proc.stderr
+    proc = gdscp("write", "--host", "/dev/stdout", "--size", "64K", "--pattern", "seq")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == memory.pattern(64 * KiB, "seq", 0).tobytes() and b"/dev/stdout" in proc.stderr
+    for args in (("copy", "--host", tmp_path / "src", "/dev/stdout"), ("write", "--host", "/dev/stdout", "-s", "1K")):
+        proc = gdscp(*args, "--json")
+        assert proc.returncode == 2
+        doc = json.loads(proc.stdout)
+        assert not doc["ok"] and "is standard output" in doc["error"] and doc["exit_code"] == 2
+    for extra in ((), ("--json",)):  # stdout on /dev/null, a copy to /dev/null: the table is not moved to stderr
+        proc = subprocess.run([sys.executable, "-m", "gdscp", "copy", "--host", str(tmp_path / "src"), "/dev/null",
+                               *extra], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=60)
+        assert proc.returncode == 0 and b"copied" not in proc.stderr, proc.stderr
+
+
 @pytest.mark.skipif(not os.path.exists("/sys/kernel/mm/transparent_hugepage/enabled"), reason="no such sysfs file")
 def test_read_takes_a_sysfs_file_whatever_size_it_reports(capsys):
     """sysfs says 4096 bytes for a file of a few: read to its end, not to a length it does not have."""

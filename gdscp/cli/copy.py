@@ -501,6 +501,7 @@ def copy(
     out = Output("copy", json=json, quiet=quiet, debug=debug)
     with out.guard(), options.settings(threads, task_size, compat_mode):
         srcs, dst = options.sources_and_destination(paths)
+        out.writes_data_to([dst])
         copier = _Copier(
             out, recursive=recursive, no_clobber=no_clobber, preserve=preserve, verify=verify, fail_fast=fail_fast
         )

@@ -18,6 +18,7 @@ import functools
 import json
 import os
 import signal
+import stat
 import sys
 import threading
 from functools import cached_property
@@ -285,6 +286,7 @@ class Output:
         self.debug = debug
         self._result_written = False
         self._stderr_lost = False
+        self._table_on_stderr = False
 
     # Rich's consoles are made when first used: a command whose only output is
     # its JSON document (--json -q) never imports Rich's console.
@@ -346,6 +348,31 @@ class Output:
                 pass
 
     # -- stdout -------------------------------------------------------------------
+    def writes_data_to(self, paths: list[str]) -> None:
+        """The command is about to write its data to ``paths``: where one of them
+        is stdout itself (``/dev/stdout``, or what stdout is redirected to),
+        the table goes to stderr, as dd's figures do, not among the data; a
+        JSON document has nowhere to go (a usage error, before anything is
+        written). Not for a character device (a terminal, /dev/null), which
+        keeps nothing to be mixed up."""
+        try:
+            out = os.fstat(1)
+        except OSError:
+            return
+        if stat.S_ISCHR(out.st_mode):
+            return
+        for path in paths:
+            try:
+                st = os.stat(path)
+            except (OSError, ValueError):
+                continue
+            if (st.st_dev, st.st_ino) == (out.st_dev, out.st_ino):
+                if self.json:
+                    raise UsageError(f"--json: '{path}' is standard output, where the document would land among "
+                                     "the data written to it")
+                self._table_on_stderr = True
+                return
+
     def result(self, data: dict[str, Any], render: Optional[Callable[[], RenderableType]] = None) -> None:
         """The command's result: ``data`` as JSON with --json, else what ``render()``
         returns (a table, a line) on stdout. Called once per command."""
@@ -357,6 +384,12 @@ class Output:
                 _write_stdout(json_text(data) + "\n")
             Documents.written = True
         elif render is not None and not (self.quiet and data.get("ok", True)):
+            if self._table_on_stderr:
+                if not self._stderr_lost and sys.stderr is not None:
+                    with contextlib.suppress(OSError, ValueError):  # lost, as _say's lines are
+                        self.stderr.print(render())
+                        sys.stderr.flush()
+                return
             with _stdout_errors():
                 self.stdout.print(render())
                 sys.stdout.flush()

@@ -141,6 +141,7 @@ def write(
     out = Output("write", json=json, quiet=quiet, debug=debug)
     with out.guard(), options.settings(threads, task_size, compat_mode):
         paths = [options.check_path(f, "FILE") for f in files]
+        out.writes_data_to(paths)
         if seed >= 1 << 64:
             raise UsageError(f"--seed {seed} does not fit in 64 bits")
         if len(paths) > 1:

@@ -1743,6 +1743,30 @@ def test_paths_up_to_the_longest_the_system_takes(capsys, tmp_path):
     assert os.listdir(folder) == [name]
 
 
+def test_a_short_name_at_the_longest_path_is_copied_through_its_directory(capsys, tmp_path):
+    """A destination of a short name whose path is PATH_MAX - 1 bytes leaves
+    no room for a temporary path beside it, even with no NAME: copies reach
+    the temporary file through a descriptor of the directory, new and over
+    an existing file, large and small, and leave nothing behind (nor a
+    descriptor open). gdscp write of one such FILE says it cannot."""
+    path_max = os.pathconf("/", "PC_PATH_MAX")
+    folder = _directory_of_length(tmp_path / "deep", path_max - 1 - 2)
+    dst = folder / "x"
+    assert len(os.fsencode(dst)) == path_max - 1
+    before = len(os.listdir("/proc/self/fd"))
+    for size, seed in ((3 * MiB, 1), (3 * MiB, 2), (5000, 3), (5000, 4), (3 * MiB, 5)):
+        data = random_file(tmp_path / "src", size, seed=seed)
+        code, _, err = cli(capsys, "copy", "--host", "-q", tmp_path / "src", dst)
+        assert code == 0, err
+        assert dst.read_bytes() == data
+        assert os.listdir(folder) == ["x"]
+    assert len(os.listdir("/proc/self/fd")) == before
+    code, _, err = cli(capsys, "write", "--host", "-q", dst, "--size", "1K")
+    (line,) = error_lines(err)
+    assert code == 1 and "File name too long" in line
+    assert dst.read_bytes() == data and os.listdir(folder) == ["x"]
+
+
 def test_no_file_is_made_under_a_temporary_files_name(capsys, tmp_path):
     """A source named like a gdscp temporary file (left by a dead run) is not
     copied under that name, nor written: the next run into the directory

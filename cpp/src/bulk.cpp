@@ -1170,6 +1170,10 @@ std::vector<std::pair<size_t, size_t>> same_destinations(const std::vector<std::
 std::pair<int, std::string> create_temporary(const std::string& dst) {
   detail::check_replaceable(dst);
   detail::TempFile tmp(dst);
+  // The caller keeps only a path, which must reach the file without this
+  // object's descriptor of the directory.
+  if (tmp.through_directory())
+    throw_os_error(ENAMETOOLONG, "no room within PATH_MAX for a temporary file's path beside", dst);
   // Its callers open it again by its path, to read and write it: 0600 whatever
   // the umask (0277 would leave 0400); each gives it its mode once written.
   if (::fchmod(tmp.fd(), 0600) != 0) throw_os_error(errno, "cannot set the mode of", tmp.path());

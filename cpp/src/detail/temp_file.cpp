@@ -93,8 +93,8 @@ bool is_temporary_name(std::string_view name) {
 
 std::string temporary_name(const std::string& dst) {
   // NAME is cut so that the temporary name fits where its destination does:
-  // a name of NAME_MAX bytes, and a path of up to PATH_MAX - 1 bytes (one that
-  // would not fit even with no NAME fails to be made, naming the limit).
+  // a name of NAME_MAX bytes, and a path of up to PATH_MAX - 1 bytes (where
+  // even no NAME is too long, TempFile reaches it through its directory).
   const size_t fixed = 2 + kRandomChars + kTempSuffix.size();
   const std::string dir = dir_of(dst);
   const size_t used = dir.size() + (dir.back() == '/' ? 0 : 1) + fixed;
@@ -109,16 +109,23 @@ void check_replaceable(const std::string& dst) {
 }
 
 TempFile::TempFile(const std::string& dst, unsigned mode) {
+  try {
+    create(dst, mode);
+  } catch (...) {
+    close_dir();  // no destructor runs for an object whose constructor throws
+    throw;
+  }
+}
+
+void TempFile::create(const std::string& dst, unsigned mode) {
   for (int attempt = 0; attempt < 100; ++attempt) {
-    std::string path = temporary_name(dst);
+    std::string path = name_beside(dst);
     int fd;
     do {
       fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, static_cast<mode_t>(mode));
     } while (fd < 0 && errno == EINTR);
     if (fd < 0) {
       if (errno == EEXIST) continue;
-      if (errno == ENAMETOOLONG && path.size() >= PATH_MAX)
-        throw_os_error(errno, "no room within PATH_MAX for a temporary file's path beside", dst);
       throw_os_error(errno, "cannot create a temporary file for", dst);
     }
     // Between the open and the lock a cleaner may find the file unlocked and
@@ -182,6 +189,8 @@ TempFile& TempFile::operator=(TempFile&& o) noexcept {
     fd_ = o.fd_;
     dev_ = o.dev_;
     path_ = std::move(o.path_);
+    dir_fd_ = o.dir_fd_;
+    o.dir_fd_ = -1;
     named_ = o.named_;
     unnamed_ = o.unnamed_;
     o.fd_ = -1;
@@ -206,7 +215,7 @@ void TempFile::rename_to(const std::string& dst) {
     } while (r != 0 && errno == EINTR);
     if (r != 0) throw_os_error(errno, "cannot lock the copy of", dst);
     for (int attempt = 0; unnamed_; ++attempt) {
-      std::string path = temporary_name(dst);
+      std::string path = name_beside(dst);
       if (link_at(path) == 0) {
         path_ = std::move(path);
         named_ = true;
@@ -249,6 +258,26 @@ void TempFile::close() noexcept {
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
   unnamed_ = false;
+  close_dir();
+}
+
+void TempFile::close_dir() noexcept {
+  if (dir_fd_ >= 0) ::close(dir_fd_);
+  dir_fd_ = -1;
+}
+
+std::string TempFile::name_beside(const std::string& dst) {
+  std::string path = temporary_name(dst);
+  if (path.size() < PATH_MAX) return path;
+  // No room for it within PATH_MAX, even cut to no NAME (a destination of a
+  // short name, its path within 20 bytes of the limit): the name is reached
+  // through a descriptor of its directory, which a system call takes whole
+  // (the kernel follows /proc/self/fd/N to the directory itself).
+  if (dir_fd_ < 0) {
+    dir_fd_ = ::open(dir_of(dst).c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (dir_fd_ < 0) throw_os_error(errno, "cannot open the directory of", dst);
+  }
+  return "/proc/self/fd/" + std::to_string(dir_fd_) + "/" + std::string(base_of(path));
 }
 
 void TempFile::discard() noexcept {
@@ -263,6 +292,7 @@ int TempFile::release() noexcept {
   fd_ = -1;
   named_ = false;
   unnamed_ = false;
+  close_dir();
   return fd;
 }
 

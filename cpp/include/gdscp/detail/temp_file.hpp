@@ -57,7 +57,11 @@ class TempFile {
   TempFile& operator=(const TempFile&) = delete;
 
   int fd() const noexcept { return fd_; }
-  const std::string& path() const noexcept { return path_; }  // empty while unnamed
+  // Empty while unnamed. Where no temporary path beside the destination fits
+  // within PATH_MAX, one through its directory's descriptor
+  // (/proc/self/fd/N/NAME), which is good while this object holds the file.
+  const std::string& path() const noexcept { return path_; }
+  bool through_directory() const noexcept { return dir_fd_ >= 0; }
   dev_t device() const noexcept { return dev_; }  // the filesystem it is on
   explicit operator bool() const noexcept { return fd_ >= 0; }
 
@@ -73,11 +77,13 @@ class TempFile {
   void close() noexcept;
   // Removes the temporary name, if it is still there, and closes.
   void discard() noexcept;
-  // The descriptor, which the caller now owns (with the lock); the name stays.
+  // The descriptor, which the caller now owns (with the lock); the name stays
+  // (a path through_directory() no longer reaches it).
   int release() noexcept;
 
  private:
   int fd_ = -1;
+  int dir_fd_ = -1;  // the destination's directory, where path_ goes through it
   dev_t dev_ = 0;
   std::string path_;
   bool named_ = false;    // `path_` still names the file
@@ -86,6 +92,11 @@ class TempFile {
   // Links the unnamed file at `path`: 0, or -1 with errno (EEXIST where
   // something is there).
   int link_at(const std::string& path) const noexcept;
+  // A new temporary path beside `dst` (temporary_name), or where that does
+  // not fit within PATH_MAX, one through the directory's descriptor.
+  std::string name_beside(const std::string& dst);
+  void create(const std::string& dst, unsigned mode);  // the constructor's work
+  void close_dir() noexcept;
 };
 
 // A file as the filesystem knows it, however its path is spelled: the device

@@ -162,6 +162,13 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
   BulkState(std::vector<BulkItem> items_in, const BulkOptions& o, const Settings& settings)
       : items(std::move(items_in)), opt(o), s(settings), results(items.size()) {}
 
+  // Files in flight: opened (or being opened) and not yet closed. Where the
+  // process has no descriptor left (EMFILE, ENFILE), fewer are let in flight
+  // at once, and a worker whose file could not open waits until one of the
+  // job's has closed, then tries again. Declared first, so that it outlives
+  // every Transfer (their tickets) this state holds.
+  Flight flight;
+
   std::vector<BulkItem> items;
   BulkOptions opt;
   Settings s;
@@ -218,16 +225,6 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
   // identity, which no spelling of their directory's path changes.
   std::vector<FileId> sources_named_temporary;
 
-  // Files in flight: opened (or being opened) and not yet closed, each
-  // holding a few descriptors. Where the process has no descriptor left
-  // (EMFILE, ENFILE), fewer are let in flight at once (most_in_flight), and a
-  // worker whose file could not open waits until one of the job's has
-  // closed, then tries again; with none of its own open, the job stops.
-  std::mutex flight_mutex;
-  std::condition_variable flight_cv;
-  size_t in_flight = 0;
-  size_t most_in_flight = SIZE_MAX;
-  uint64_t closed = 0;  // files that have left flight
   std::atomic<bool> starved{false};  // a file could not open with none of the job's open
 
   mutable std::mutex done_mutex;
@@ -292,8 +289,7 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
       cancelled.store(true);
     }
     split_cv.notify_all();
-    { std::lock_guard<std::mutex> lock(flight_mutex); }  // a worker about to wait for room sees it
-    flight_cv.notify_all();
+    flight.wake();  // a worker waiting for room, or for a file to close, sees it
   }
 
   // -- descriptors ---------------------------------------------------------------
@@ -303,27 +299,11 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
   // if the job was cancelled meanwhile; else `mark` is how many files had
   // closed as it took off.
   bool take_off(BulkWorker& w, uint64_t& mark) {
-    std::unique_lock<std::mutex> lock(flight_mutex);
-    if (in_flight >= most_in_flight && !cancelled.load()) {
-      lock.unlock();
-      if (w.ring) w.ring->drain();
-      commit_waiting();
-      lock.lock();
-      flight_cv.wait(lock, [&] { return in_flight < most_in_flight || cancelled.load(); });
-    }
+    if (flight.take_off(mark, cancelled)) return true;
     if (cancelled.load()) return false;
-    ++in_flight;
-    mark = closed;
-    return true;
-  }
-
-  // A file that took off and did not open (or was skipped): it holds nothing.
-  void abort_flight() {
-    {
-      std::lock_guard<std::mutex> lock(flight_mutex);
-      --in_flight;
-    }
-    flight_cv.notify_all();
+    if (w.ring) w.ring->drain();
+    commit_waiting();
+    return flight.take_off_waiting(mark, cancelled);
   }
 
   // The files waiting for their batch, committed now (their descriptors closed).
@@ -335,22 +315,6 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
     commit(false);
   }
 
-  void land() {
-    {
-      std::lock_guard<std::mutex> lock(flight_mutex);
-      --in_flight;
-      ++closed;
-    }
-    flight_cv.notify_all();
-  }
-
-  // Counts `t` in flight until its last descriptor is closed (take_off counted it).
-  void hold_in_flight(Transfer& t) {
-    t.in_flight = std::shared_ptr<void>(nullptr, [job = weak_from_this()](void*) {
-      if (auto self = job.lock()) self->land();
-    });
-  }
-
   // A file that could not open for want of descriptors (its flight
   // aborted; `mark` from its take_off): from now on no more files in flight
   // than there are now, batches small enough to commit before they fill
@@ -360,17 +324,15 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
   // or the job was cancelled.
   bool wait_for_descriptors(BulkWorker& w, uint64_t mark) {
     if (w.ring) w.ring->drain();
+    bool landed = false;
+    const size_t most = flight.ration(mark, landed);
+    if (most == 0) return landed && !cancelled.load();
     {
-      std::lock_guard<std::mutex> lock(flight_mutex);
-      if (in_flight == 0) return closed != mark && !cancelled.load();
-      most_in_flight = std::min(most_in_flight, in_flight);
       std::lock_guard<std::mutex> batch(commit_mutex);
-      commit_files = std::max<size_t>(1, std::min(commit_files, most_in_flight / 2));
+      commit_files = std::max<size_t>(1, std::min(commit_files, most / 2));
     }
     commit_waiting();
-    std::unique_lock<std::mutex> lock(flight_mutex);
-    flight_cv.wait(lock, [&] { return closed != mark || cancelled.load(); });
-    return !cancelled.load();
+    return flight.wait_for_landing(mark, cancelled);
   }
 
   void record_backends(const Transfer& t) {
@@ -754,10 +716,10 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
         e = std::current_exception();
       }
       if (!e && t) {
-        hold_in_flight(*t);
+        t->in_flight = flight.ticket();
         break;
       }
-      abort_flight();
+      flight.abort();
       if (!e) break;  // skipped
       const bool out_of_descriptors = descriptors_ran_out(e);
       if (out_of_descriptors && wait_for_descriptors(w, mark)) continue;

@@ -20,6 +20,7 @@
 #include "gdscp/detail/buffer_pool.hpp"
 #include "gdscp/detail/device_pointer.hpp"
 #include "gdscp/detail/file.hpp"
+#include "gdscp/detail/flight.hpp"
 #include "gdscp/detail/plan.hpp"
 #include "gdscp/detail/staging.hpp"
 #include "gdscp/detail/temp_file.hpp"
@@ -49,7 +50,7 @@ struct Transfer {
 
   // Released last, once every descriptor of the transfer is closed: the job
   // counts its files holding descriptors by it (bulk.cpp).
-  std::shared_ptr<void> in_flight;
+  Flight::Ticket in_flight;
 
   size_t index = 0;
   const BulkItem* item = nullptr;

@@ -1,0 +1,69 @@
+#include "gdscp/detail/flight.hpp"
+
+#include <algorithm>
+
+namespace gdscp::detail {
+
+// Why no wake-up is lost: the rationed bit and the counts share one atomic
+// word, so every change of it is ordered against the ration() that set the
+// bit. A landing (or abort) ordered before it is seen by every later read of
+// the word, among them each waiter's check; one ordered after it sees the
+// bit, and notifies under the lock, which a waiter holds from its check
+// until it sleeps. Waiters only wait once rationed.
+
+bool Flight::take_off(uint64_t& mark, const std::atomic<bool>& cancelled) {
+  if (cancelled.load()) return false;
+  uint64_t w = word_.load(std::memory_order_relaxed);
+  while (!(w & kRationed)) {
+    if (word_.compare_exchange_weak(w, w + 1)) {
+      mark = landed(w);
+      return true;
+    }
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (cancelled.load() || in_flight(word_.load()) >= most_) return false;
+  mark = landed(word_.fetch_add(1));
+  return true;
+}
+
+bool Flight::take_off_waiting(uint64_t& mark, const std::atomic<bool>& cancelled) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  cv_.wait(lock, [&] { return in_flight(word_.load()) < most_ || cancelled.load(); });
+  if (cancelled.load()) return false;
+  mark = landed(word_.fetch_add(1));
+  return true;
+}
+
+void Flight::abort() noexcept { changed(word_.fetch_sub(1)); }
+
+void Flight::land() noexcept { changed(word_.fetch_add(kLanding)); }
+
+void Flight::changed(uint64_t before) noexcept {
+  if (!(before & kRationed)) return;
+  { std::lock_guard<std::mutex> lock(mutex_); }
+  cv_.notify_all();
+}
+
+size_t Flight::ration(uint64_t mark, bool& landed_since) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const uint64_t w = word_.fetch_or(kRationed);
+  if (in_flight(w) == 0) {
+    landed_since = landed(w) != mark;
+    return 0;
+  }
+  most_ = std::min(most_, in_flight(w));
+  return most_;
+}
+
+bool Flight::wait_for_landing(uint64_t mark, const std::atomic<bool>& cancelled) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  cv_.wait(lock, [&] { return landed(word_.load()) != mark || cancelled.load(); });
+  return !cancelled.load();
+}
+
+void Flight::wake() {
+  { std::lock_guard<std::mutex> lock(mutex_); }
+  cv_.notify_all();
+}
+
+}  // namespace gdscp::detail

@@ -102,6 +102,9 @@ void define_testing(nb::module_& core) {
         "After `skip` more chunks of bulk transfers, every worker reaching the next one waits there until its job "
         "is cancelled (or disarm_fault(), or a minute): a signal sent then lands while the transfer is in flight.");
   t.def("hold_reached", &detail::fault::hold_reached, "Whether a worker has reached the hold since arm_hold.");
+  t.def("arm_unmap_hold", &detail::fault::arm_unmap_hold,
+        "The next mapped file unmapped waits just before its munmap until disarm_fault() (or a minute).");
+  t.def("unmap_held", &detail::fault::unmap_held, "Whether a mapped file waits at its munmap now.");
   t.def("mapped_read_bytes", &detail::mapped_read_bytes, "Bytes copied by mapped reads since the process started.");
   t.def("pinned_bytes", [] { return detail::BufferPool::pinned().bytes_allocated(); },
         "Pinned staging memory allocated, idle and leased.");

@@ -122,6 +122,52 @@ def test_threads_sharing_one_file(xp, tmp_path):
     assert os.path.getsize(path) == stable_at + stable.nbytes
 
 
+def test_a_mapped_file_closed_while_threads_read_from_it(xp, tmp_path):
+    """Threads read a mapped file (read, and pread in parallel tasks) while
+    another closes it, twice: every read gives the file's bytes or raises as
+    closed (a read in flight holds the mapping until it ends, whoever closed
+    it), and every reader sees the close."""
+    size = 4 * MiB + 123
+    data = payload(size, 31)
+    path = tmp_path / "mapped.bin"
+    data.tofile(path)
+    readers = 6
+    for round_ in range(8):
+        m = gdscp.Mmap(path)
+        have_read = threading.Barrier(readers + 1)  # the close comes once every reader has read once
+        whole = [0] * readers
+        saw_close = [False] * readers
+
+        def work(i: int) -> None:
+            if i == readers:
+                have_read.wait(DEADLINE)
+                m.close()
+                m.close()
+                return
+            offset = (i * 977 * 4096 + round_ * 12345) % (size // 2)
+            length = size - offset - i
+            while True:
+                out = xp.zeros(length, dtype=xp.uint8)
+                try:
+                    if i % 2:
+                        got = m.pread(out, length, offset, task_size=256 << 10).get()
+                    else:
+                        got = m.read(out, length, offset)
+                except RuntimeError as exc:
+                    assert "closed" in str(exc) and whole[i] > 0, exc
+                    saw_close[i] = True
+                    return
+                assert got == length, f"reader {i} round {round_}: {got} of {length} bytes"
+                assert np.array_equal(to_host(out), data[offset : offset + length]), f"reader {i}: wrong bytes"
+                whole[i] += 1
+                if whole[i] == 1:
+                    have_read.wait(DEADLINE)
+
+        with gdscp.defaults.set({"num_threads": 4}):
+            run_threads(work, readers + 1)
+        assert all(saw_close) and m.closed(), (round_, whole, saw_close)
+
+
 def test_num_threads_changes_while_transfers_run(xp, tmp_path):
     """The pool grows and shrinks under running transfers; none is lost."""
     original = gdscp.defaults.get("num_threads")

@@ -14,6 +14,8 @@ import pathlib
 import pydoc
 import subprocess
 import sys
+import threading
+import time
 import warnings
 
 import numpy as np
@@ -362,6 +364,36 @@ def test_mmap_pread_keeps_the_mapping_alive_after_close(mapped_file):
         m.close()
         assert future.get() == len(data)
     assert buf.tobytes() == data
+
+
+def test_mmap_close_unmaps_after_letting_go_of_its_lock(mapped_file):
+    """While close() unmaps (held here just before its munmap, as the munmap
+    of a large region holds it), the handle's other calls do not wait for it,
+    though they hold the GIL: a read raises as closed, closed() is True, the
+    sizes are 0, all while the munmap is still held."""
+    from gdscp import _core
+
+    path, _ = mapped_file
+    m = gdscp.Mmap(path)
+    _core.testing.arm_unmap_hold()
+    closing = threading.Thread(target=m.close, daemon=True)
+    closing.start()
+    seen = []
+    try:
+        deadline = time.monotonic() + 60
+        while not _core.testing.unmap_held() and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert _core.testing.unmap_held(), "close() never reached its munmap"
+        with pytest.raises(RuntimeError, match="closed"):
+            m.read(bytearray(10), 10)
+        seen.append(_core.testing.unmap_held())
+        seen.append((m.closed(), m.initial_map_size(), m.file_size()))
+        seen.append(_core.testing.unmap_held())
+    finally:
+        _core.testing.disarm_fault()
+        closing.join(60)
+    assert not closing.is_alive()
+    assert seen == [True, (True, 0, 0), True], "a call waited for close()'s munmap"
 
 
 # --------------------------------------------------------------------------

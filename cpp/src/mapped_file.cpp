@@ -10,6 +10,7 @@
 
 #include "gdscp/detail/device_pointer.hpp"
 #include "gdscp/detail/dispatch.hpp"
+#include "gdscp/detail/fault.hpp"
 #include "gdscp/detail/file.hpp"
 #include "gdscp/detail/mapped_read.hpp"
 #include "gdscp/detail/request.hpp"
@@ -36,6 +37,7 @@ struct Mapping {
   }
 
   ~Mapping() {
+    fault::unmapping();  // tests only: disarmed, one relaxed load
     if (base) ::munmap(base, length);
     if (fd >= 0) ::close(fd);
   }
@@ -149,8 +151,14 @@ MappedFile::MappedFile(std::string path, std::string_view flags, std::optional<s
 }
 
 void MappedFile::close() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  map_.reset();  // unmapped and closed once the last request holding it ends
+  std::shared_ptr<const Mapping> m;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    m.swap(map_);
+  }
+  // Unmapped and closed as `m` goes, after the lock (the munmap of a large
+  // region takes a while, and the handle's other calls wait for the lock),
+  // or, where reads in flight still hold the mapping, as the last one ends.
 }
 
 bool MappedFile::closed() const {

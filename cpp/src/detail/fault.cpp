@@ -18,6 +18,8 @@ Slot slots[4];
 std::atomic<bool> hold_armed{false};
 std::atomic<long> hold_skip{0};
 std::atomic<bool> reached{false};
+std::atomic<bool> unmap_armed{false};
+std::atomic<bool> unmap_holding{false};
 }  // namespace
 
 void arm(Op op, long skip, long count, int err) noexcept {
@@ -31,6 +33,8 @@ void arm(Op op, long skip, long count, int err) noexcept {
 void disarm() noexcept {
   for (auto& s : slots) s.armed = false;
   hold_armed = false;
+  unmap_armed = false;
+  unmap_holding = false;
 }
 
 void arm_hold(long skip) noexcept {
@@ -48,6 +52,19 @@ void hold(const std::atomic<bool>& cancelled) noexcept {
   const auto limit = std::chrono::steady_clock::now() + std::chrono::minutes(1);
   while (!cancelled.load() && hold_armed.load() && std::chrono::steady_clock::now() < limit)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
+}
+
+void arm_unmap_hold() noexcept { unmap_armed = true; }
+
+bool unmap_held() noexcept { return unmap_holding.load(); }
+
+void unmapping() noexcept {
+  if (!unmap_armed.load(std::memory_order_relaxed) || !unmap_armed.exchange(false)) return;
+  unmap_holding = true;
+  const auto limit = std::chrono::steady_clock::now() + std::chrono::minutes(1);
+  while (unmap_holding.load() && std::chrono::steady_clock::now() < limit)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  unmap_holding = false;
 }
 
 bool io_armed() noexcept {

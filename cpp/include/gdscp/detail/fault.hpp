@@ -1,7 +1,8 @@
 // Test hook: make the Nth pread or pwrite of the process fail with a chosen
 // errno, so tests can prove that mid-transfer failures surface cleanly; or
 // hold a bulk job's workers until the job is cancelled, so that a signal can
-// be sent while a transfer is certainly in flight.
+// be sent while a transfer is certainly in flight; or hold a mapped file's
+// munmap, so that calls can be made while a close() is certainly unmapping.
 // Disarmed, a check is one relaxed atomic load.
 #pragma once
 
@@ -36,5 +37,13 @@ void arm_hold(long skip) noexcept;
 bool hold_reached() noexcept;
 // Called before each chunk of a bulk transfer is moved (bulk.cpp, bulk_transfer.cpp).
 void hold(const std::atomic<bool>& cancelled) noexcept;
+
+// The next mapped file unmapped waits just before its munmap until disarm()
+// (or a minute has passed).
+void arm_unmap_hold() noexcept;
+// Whether a mapped file is waiting there now.
+bool unmap_held() noexcept;
+// Called before a mapped file's munmap (mapped_file.cpp).
+void unmapping() noexcept;
 
 }  // namespace gdscp::detail::fault

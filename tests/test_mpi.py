@@ -747,8 +747,7 @@ def test_a_command_line_refused_on_every_rank_gives_one_json_document(tmp_path):
 def test_what_the_ranks_said_is_said_once_per_text():
     """Rank 0 prints each text once, naming the ranks it came from, and
     unprefixed where every rank said it."""
-    from gdscp.cli.ranks import said
-    from gdscp.mpi.comm import Status
+    from gdscp.mpi.comm import Status, said
 
     statuses = [Status(r, 1, m, None) for r, m in enumerate([
         ["rank 0: disk full"], ["rank 1: disk full"], [], ["rank 3: disk full", "rank 3: cannot read 'a'"],

@@ -37,7 +37,7 @@ import typer
 from .. import _core, mpi
 from ..bulk import clean_temporaries, copy_files, stop_running_jobs, stream_files
 from ..mpi.split import split_by_bytes
-from ..mpi.comm import Status, Unavailable, World, job_code, worst
+from ..mpi.comm import Status, Unavailable, World, job_code, said, spans, worst
 from . import options
 from .atomic import commit, discard, fsync_dir, give_owner, keep_owner, make_temp, remove_pending
 from .exits import EXIT_USAGE
@@ -151,7 +151,7 @@ def _same_command_line(world: World, out: Output) -> None:
     differ = [statuses[r].data[0] for r in others if statuses[r].data[0] != command]
     what = f" ('gdscp {differ[0]}', rank 0 'gdscp {command}')" if differ and len(others) == 1 else ""
     many = len(others) > 1
-    message = (f"rank{'s' if many else ''} {_spans(others)} {'were' if many else 'was'} given another command line "
+    message = (f"rank{'s' if many else ''} {spans(others)} {'were' if many else 'was'} given another command line "
                f"than rank 0{what}: every rank of a job must be given the same one (rank 0 plans the job from its own)")
     _end(world, out, [Status(s.rank, EXIT_USAGE, [message], None) for s in statuses], EXIT_USAGE)
     raise typer.Exit(EXIT_USAGE)
@@ -328,38 +328,6 @@ def fail_before_joining(out: Output, code: int, message: str) -> Optional[int]:
     final = job_code(statuses)
     _end(world, out, statuses, final)
     return final
-
-
-def said(statuses: list[Status]) -> list[str]:
-    """The ranks' messages, each text once, in order: "rank 3: ..." or
-    "ranks 0-2, 5: ..." where it came from some ranks, and as one process
-    would say it where every rank of several said it (a command line all of
-    them refused)."""
-    ranks_of: dict[str, list[int]] = {}
-    for s in statuses:
-        for message in s.messages:
-            text = message.removeprefix(f"rank {s.rank}: ")
-            ranks_of.setdefault(text, [])
-            if s.rank not in ranks_of[text]:
-                ranks_of[text].append(s.rank)
-    lines = []
-    for text, ranks in ranks_of.items():
-        if len(ranks) == len(statuses) > 1:
-            lines.append(text)
-        else:
-            lines.append(f"rank{'s' if len(ranks) > 1 else ''} {_spans(sorted(ranks))}: {text}")
-    return lines
-
-
-def _spans(ranks: list[int]) -> str:
-    """[0, 1, 2, 5] as "0-2, 5"."""
-    spans: list[list[int]] = []
-    for r in ranks:
-        if spans and r == spans[-1][1] + 1:
-            spans[-1][1] = r
-        else:
-            spans.append([r, r])
-    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
 
 
 def _say(out: Output, statuses: list[Status], code: int) -> None:

@@ -8,7 +8,8 @@ its failure. The wait is a nonblocking barrier polled from Python, so that
 Ctrl-C and SIGTERM are seen while waiting; a rank interrupted there goes on
 waiting for the others (they were interrupted too, or will learn of it from
 this agreement) up to ``GDSCP_MPI_ABORT_AFTER`` seconds (60), then calls
-MPI_Abort as a last resort. Only here is mpi4py imported.
+MPI_Abort as a last resort. ``said()`` gives the ranks' messages as rank 0
+says them, each text once. Only here is mpi4py imported.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any, Iterator, NamedTuple, Optional
 
 from .launch import Launch
 
-__all__ = ["Status", "Unavailable", "World", "connect"]
+__all__ = ["Status", "Unavailable", "World", "connect", "job_code", "said", "spans", "worst"]
 
 _POLL = 0.005  # seconds between looks at a pending barrier
 _ABORT_AFTER = 60.0
@@ -111,6 +112,38 @@ def worst(*codes: int) -> int:
         if wanted in codes:
             return wanted
     return max(codes, default=0)
+
+
+def said(statuses: list[Status]) -> list[str]:
+    """The ranks' messages, each text once, in order: "rank 3: ..." or
+    "ranks 0-2, 5: ..." where it came from some ranks, and as one process
+    would say it where every rank of several said it (a command line all of
+    them refused)."""
+    ranks_of: dict[str, list[int]] = {}
+    for s in statuses:
+        for message in s.messages:
+            text = message.removeprefix(f"rank {s.rank}: ")
+            ranks_of.setdefault(text, [])
+            if s.rank not in ranks_of[text]:
+                ranks_of[text].append(s.rank)
+    lines = []
+    for text, ranks in ranks_of.items():
+        if len(ranks) == len(statuses) > 1:
+            lines.append(text)
+        else:
+            lines.append(f"rank{'s' if len(ranks) > 1 else ''} {spans(sorted(ranks))}: {text}")
+    return lines
+
+
+def spans(ranks: list[int]) -> str:
+    """[0, 1, 2, 5] as "0-2, 5"."""
+    runs: list[list[int]] = []
+    for r in ranks:
+        if runs and r == runs[-1][1] + 1:
+            runs[-1][1] = r
+        else:
+            runs.append([r, r])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def _signal_code(exc: BaseException) -> Optional[int]:

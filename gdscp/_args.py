@@ -14,11 +14,16 @@ from typing import Any
 
 from ._errors import ArgumentError
 
-__all__ = ["MAX_OFFSET", "MAX_SIZE", "file_descriptor", "integer", "offset", "path", "size"]
+__all__ = ["FALSE_WORDS", "MAX_OFFSET", "MAX_SIZE", "TRUE_WORDS", "file_descriptor", "integer", "offset", "path",
+           "size"]
 
 # File offsets are off_t in the engine; sizes size_t.
 MAX_OFFSET = 2**63 - 1
 MAX_SIZE = 2**64 - 1
+
+# The words a true or false setting takes (GDSCP_* variables, in any case).
+TRUE_WORDS = frozenset({"1", "true", "yes", "on", "y"})
+FALSE_WORDS = frozenset({"0", "false", "no", "off", "n"})
 
 
 def integer(value: Any, name: str) -> int:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 
 __all__ = ["ArgumentError", "ClosedFileError", "CudaError", "CuFileError", "EnvironmentVariableError", "from_engine",
-           "from_os_error"]
+           "from_os_error", "invalid_variable"]
 
 # Mirrors gdscp::ErrorKind in cpp/include/gdscp/error.hpp.
 _OS, _CUDA, _CUFILE, _INVALID, _STATE, _RANGE, _CLOSED = range(7)
@@ -64,6 +64,13 @@ class EnvironmentVariableError(ValueError):
     def __reduce__(self) -> tuple:
         # Rebuilt (by pickle: a process pool's worker) with both arguments.
         return type(self), (self.args[0], self.variable), self.__dict__
+
+
+def invalid_variable(variable: str, raw: str, why: object, accepted: str) -> EnvironmentVariableError:
+    """The error for ``variable`` set to ``raw``, which it does not take
+    (``why``); ``accepted`` says what it takes. One wording for every
+    ``GDSCP_*`` variable, wherever it is read."""
+    return EnvironmentVariableError(f"{variable}={raw!r} is not valid: {why}; {variable} takes {accepted}", variable)
 
 
 def _engine_str(self) -> str:

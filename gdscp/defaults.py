@@ -44,9 +44,9 @@ import os as _os
 import threading as _threading
 import typing as _typing
 
-from . import _core, _sizes
+from . import _args, _core, _sizes
 from ._errors import ArgumentError as _ArgumentError
-from ._errors import EnvironmentVariableError as _EnvironmentVariableError
+from ._errors import invalid_variable as _invalid_variable
 
 __all__ = [
     "CompatMode",
@@ -88,8 +88,8 @@ _UINT64_MAX = 2**64 - 1
 # The most workers num_threads takes: a larger count is a ValueError before
 # any thread starts (KvikIO tries to start them all).
 MAX_NUM_THREADS: int = _core.MAX_NUM_THREADS
-_TRUE = frozenset({"1", "true", "yes", "on", "y"})
-_FALSE = frozenset({"0", "false", "no", "off", "n"})
+_TRUE = _args.TRUE_WORDS
+_FALSE = _args.FALSE_WORDS
 
 
 def _whole(name: str, value: _typing.Any) -> int:
@@ -324,9 +324,7 @@ def _load_environment() -> None:
         try:
             value = spec.check(variable, spec.from_text(raw))
         except (TypeError, ValueError, OverflowError) as exc:
-            raise _EnvironmentVariableError(
-                f"{variable}={raw!r} is not valid: {exc}; {variable} takes {spec.accepted}", variable
-            ) from None
+            raise _invalid_variable(variable, raw, exc, spec.accepted) from None
         _apply(name, value)
 
 

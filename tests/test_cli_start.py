@@ -152,6 +152,8 @@ def test_an_ignored_sigint_stays_ignored():
         ("GDSCP_NUM_THREADS", "0", "from 1 to 4096"),
         ("GDSCP_COMPAT_MODE", "sometimes", "ON, OFF or AUTO"),
         ("GDSCP_DIRECT_IO", "sideways", "on, off or auto"),
+        ("GDSCP_MPI", "maybe", "1 or 0"),
+        ("GDSCP_MPI_ABORT_AFTER", "nan", "seconds from 0 to 86400"),
     ],
 )
 @pytest.mark.parametrize("args", [["info"], ["--help"]])

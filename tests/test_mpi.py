@@ -85,12 +85,48 @@ def test_split_rejects_nonsense():
         ({"SLURM_PROCID": "5", "SLURM_STEP_NUM_TASKS": "16", "SLURM_LOCALID": "1"}, (5, 16, 1)),
         ({"SLURM_PROCID": "0", "SLURM_NTASKS": "16"}, None),  # a batch script, not an srun step
         ({"PMI_RANK": "2", "PMI_SIZE": "4", "GDSCP_MPI": "0"}, None),
+        ({"PMI_RANK": "2", "PMI_SIZE": "4", "GDSCP_MPI": "N"}, None),  # the words every true/false setting takes
+        ({"PMI_RANK": "2", "PMI_SIZE": "4", "GDSCP_MPI": "yes"}, (2, 4, 2)),
+        ({"PMI_RANK": "2", "PMI_SIZE": "4", "GDSCP_MPI": "maybe"}, (2, 4, 2)),  # refused, by a rank that joins
         ({"PMI_RANK": "x", "PMI_SIZE": "4"}, None),
     ],
 )
 def test_launcher_environment(env, expected):
     got = launched(env)
     assert (None if got is None else (got.rank, got.size, got.local_rank)) == expected
+
+
+@pytest.mark.parametrize("value", ["abc", "", " 7.5 ", "0", "-1", "-0.5", "nan", "inf", "-inf", "1e400", "1e300",
+                                   "86401", "86400"])
+def test_abort_after_takes_seconds_from_0_to_a_day(value):
+    """GDSCP_MPI_ABORT_AFTER, the seconds a signalled rank waits for ranks that
+    do not come before MPI_Abort: a bad value is an EnvironmentVariableError
+    naming the variable, as for the other GDSCP_* variables, never a wait
+    that cannot end (NaN, infinite) or a ValueError from deep in a wait."""
+    from gdscp import EnvironmentVariableError
+    from gdscp.mpi.comm import abort_after
+
+    good = {"": 60.0, " 7.5 ": 7.5, "0": 0.0, "86400": 86400.0}
+    env = {"GDSCP_MPI_ABORT_AFTER": value}
+    if value in good:
+        assert abort_after(env) == good[value]
+        return
+    with pytest.raises(EnvironmentVariableError) as caught:
+        abort_after(env)
+    assert caught.value.variable == "GDSCP_MPI_ABORT_AFTER"
+    assert str(caught.value).startswith(f"GDSCP_MPI_ABORT_AFTER={value!r} is not valid: ")
+    assert "seconds from 0 to 86400" in str(caught.value)
+
+
+def test_gdscp_mpi_takes_true_or_false():
+    from gdscp import EnvironmentVariableError
+    from gdscp.mpi.launch import check_switch
+
+    for value in ("0", "1", "off", "ON", "no", "y", "", " true "):
+        check_switch({"GDSCP_MPI": value})
+    check_switch({})
+    with pytest.raises(EnvironmentVariableError, match=r"GDSCP_MPI='maybe' is not valid: .*takes 1 or 0"):
+        check_switch({"GDSCP_MPI": "maybe"})
 
 
 def test_node_device_is_local_rank_modulo_visible_gpus():

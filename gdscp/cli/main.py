@@ -180,6 +180,9 @@ def _run() -> int:
     _load_gpu_driver(sys.argv)
     try:
         try:
+            from ..mpi import check_environment
+
+            check_environment()
             from .app import load, run
 
             load(sys.argv[1:])  # the command's module, and with it the engine

@@ -10,11 +10,21 @@ for a process on its own. docs/cluster.md says how to run it.
 
 from __future__ import annotations
 
-from .launch import Launch, launched, node_device
+from .launch import Launch, check_switch, launched, node_device
 
-__all__ = ["Launch", "connected", "launched", "node_device", "world"]
+__all__ = ["Launch", "check_environment", "connected", "launched", "node_device", "world"]
 
 _connected = False  # world() was called: this rank has met (or tried to meet) the others
+
+
+def check_environment() -> None:
+    """The ``GDSCP_MPI*`` variables checked (``EnvironmentVariableError`` for
+    a bad one), before MPI starts: a rank that finds one bad joins the others
+    to say so, as for a bad setting (gdscp.cli.main)."""
+    from .comm import abort_after  # noqa: PLC0415 - light: mpi4py only in connect()
+
+    check_switch()
+    abort_after()
 
 
 def connected() -> bool:

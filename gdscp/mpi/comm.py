@@ -7,9 +7,9 @@ therefore never leaves the others blocked in a collective: it arrives with
 its failure. The wait is a nonblocking barrier polled from Python, so that
 Ctrl-C and SIGTERM are seen while waiting; a rank interrupted there goes on
 waiting for the others (they were interrupted too, or will learn of it from
-this agreement) up to ``GDSCP_MPI_ABORT_AFTER`` seconds (60), then calls
-MPI_Abort as a last resort. ``said()`` gives the ranks' messages as rank 0
-says them, each text once. Only here is mpi4py imported.
+this agreement) up to ``GDSCP_MPI_ABORT_AFTER`` seconds (60; at most a
+day), then calls MPI_Abort as a last resort. ``said()`` gives the ranks'
+messages as rank 0 says them, each text once. Only here is mpi4py imported.
 """
 
 from __future__ import annotations
@@ -19,14 +19,16 @@ import os
 import signal
 import threading
 import time
-from typing import Any, Iterator, NamedTuple, Optional
+from typing import Any, Iterator, Mapping, NamedTuple, Optional
 
+from .._errors import invalid_variable
 from .launch import Launch
 
-__all__ = ["Status", "Unavailable", "World", "connect", "job_code", "said", "spans", "worst"]
+__all__ = ["Status", "Unavailable", "World", "abort_after", "connect", "job_code", "said", "spans", "worst"]
 
 _POLL = 0.005  # seconds between looks at a pending barrier
 _ABORT_AFTER = 60.0
+_MOST_ABORT_AFTER = 86400.0  # a day: a longer wait for ranks that do not come is a mistake
 
 
 class Unavailable(Exception):
@@ -50,6 +52,10 @@ class World:
         self.launch = launch
         self.interrupted = 0  # 130 or 143 once a signal arrived
         self.signals = 0  # how many arrived
+        try:
+            self.abort_after = abort_after()
+        except ValueError:  # checked as the command started: this rank joins only to say so (gdscp.cli.main)
+            self.abort_after = _ABORT_AFTER
 
     @property
     def root(self) -> bool:
@@ -70,7 +76,7 @@ class World:
             try:
                 while not request.Test():
                     if deadline is None and self.signals != seen:
-                        deadline = time.monotonic() + float(os.environ.get("GDSCP_MPI_ABORT_AFTER", _ABORT_AFTER))
+                        deadline = time.monotonic() + self.abort_after
                     if deadline is not None and time.monotonic() > deadline:
                         self.abort(self.interrupted or 1)
                     time.sleep(_POLL)
@@ -144,6 +150,33 @@ def spans(ranks: list[int]) -> str:
         else:
             runs.append([r, r])
     return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def abort_after(environ: Optional[Mapping[str, str]] = None) -> float:
+    """``GDSCP_MPI_ABORT_AFTER``: the seconds a rank signalled while it waits
+    for the others goes on waiting before it ends the job (MPI_Abort); 60
+    where unset. ``EnvironmentVariableError`` for anything but a number of
+    seconds from 0 to a day (not a number, negative, NaN, infinite, more)."""
+    env = os.environ if environ is None else environ
+    raw = env.get("GDSCP_MPI_ABORT_AFTER")
+    if raw is None or not raw.strip():
+        return _ABORT_AFTER
+    text = raw.strip()
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds, why = None, f"{text!r} is not a number"
+    else:
+        if seconds != seconds or seconds in (float("inf"), float("-inf")):
+            why = f"{text!r} is not a finite number"
+        elif seconds < 0:
+            why = f"{text} is negative"
+        else:
+            why = f"{text} seconds is more than a day"
+    if seconds is None or not 0 <= seconds <= _MOST_ABORT_AFTER:  # NaN fails both comparisons
+        raise invalid_variable("GDSCP_MPI_ABORT_AFTER", raw, why,
+                               f"a number of seconds from 0 to {_MOST_ABORT_AFTER:.0f} (default {_ABORT_AFTER:.0f})")
+    return seconds
 
 
 def _signal_code(exc: BaseException) -> Optional[int]:

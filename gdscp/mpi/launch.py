@@ -1,7 +1,8 @@
 """Which rank of which job this process is, from its launcher's environment
-alone (no MPI library is loaded): Open MPI and PRRTE (``OMPI_COMM_WORLD_*``),
-MPICH's Hydra and Intel MPI (``PMI_RANK``, ``PMI_SIZE``, ``MPI_LOCALRANKID``),
-PMIx launchers, MVAPICH (``MV2_COMM_WORLD_*``), Cray PALS and SLURM's ``srun``
+alone (no MPI library is loaded; of gdscp, only its light argument and error
+modules): Open MPI and PRRTE (``OMPI_COMM_WORLD_*``), MPICH's Hydra and Intel
+MPI (``PMI_RANK``, ``PMI_SIZE``, ``MPI_LOCALRANKID``), PMIx launchers,
+MVAPICH (``MV2_COMM_WORLD_*``), Cray PALS and SLURM's ``srun``
 (``SLURM_PROCID``, ``SLURM_STEP_NUM_TASKS``, ``SLURM_LOCALID``; a batch
 script's own environment, which has no step, is not a launch).
 
@@ -15,7 +16,10 @@ from __future__ import annotations
 import os
 from typing import Mapping, NamedTuple, Optional
 
-__all__ = ["Launch", "launched", "node_device"]
+from .._args import FALSE_WORDS, TRUE_WORDS
+from .._errors import invalid_variable
+
+__all__ = ["Launch", "check_switch", "launched", "node_device"]
 
 # (rank, size, local rank, local size) variables of each launcher, first match wins.
 _LAUNCHERS = (
@@ -49,7 +53,7 @@ def launched(environ: Optional[Mapping[str, str]] = None) -> Optional[Launch]:
     """This process's place in a job of several ranks, or None: no launcher,
     a world of one, or ``GDSCP_MPI=0`` (each process on its own)."""
     env = os.environ if environ is None else environ
-    if env.get("GDSCP_MPI", "").strip().lower() in ("0", "no", "off", "false"):
+    if env.get("GDSCP_MPI", "").strip().lower() in FALSE_WORDS:
         return None
     for rank_var, size_var, local_var, local_size_var in _LAUNCHERS:
         rank, size = _int(env.get(rank_var)), _int(env.get(size_var))
@@ -60,6 +64,17 @@ def launched(environ: Optional[Mapping[str, str]] = None) -> Optional[Launch]:
         local = _int(env.get(local_var))
         return Launch(rank, size, rank if local is None else local, _int(env.get(local_size_var)), rank_var)
     return None
+
+
+def check_switch(environ: Optional[Mapping[str, str]] = None) -> None:
+    """``GDSCP_MPI`` checked: ``EnvironmentVariableError`` for a value that is
+    neither true nor false (a rank with such a value still counts as one, so
+    that it joins the others to say so)."""
+    env = os.environ if environ is None else environ
+    raw = env.get("GDSCP_MPI")
+    if raw is not None and raw.strip() and raw.strip().lower() not in TRUE_WORDS | FALSE_WORDS:
+        raise invalid_variable("GDSCP_MPI", raw, f"{raw.strip()!r} is neither true nor false",
+                               "1 or 0 (true/false, yes/no, on/off; 0: each process runs on its own)")
 
 
 def node_device(visible: int, environ: Optional[Mapping[str, str]] = None) -> int:

@@ -501,6 +501,83 @@ def test_a_rank_interrupted_before_it_joins_ends_the_job(tmp_path, where):
     assert sorted(os.listdir(tmp_path)) == ["a"]
 
 
+# Every rank runs the command line through this; the ranks listed first
+# (comma-separated) get the VARIABLE=VALUE that comes second.
+_BAD_VARIABLE_ON_RANKS = r"""
+import os, sys
+bad, variable = sys.argv[1].split(","), sys.argv[2]
+sys.argv = ["gdscp", *sys.argv[3:]]
+if os.environ.get("PMI_RANK", os.environ.get("OMPI_COMM_WORLD_RANK")) in bad:
+    name, _, value = variable.partition("=")
+    os.environ[name] = value
+from gdscp.cli.main import main
+main()
+"""
+
+
+def _run_or_kill(cmd: list[str], timeout: float = 120) -> subprocess.CompletedProcess:
+    """``cmd`` (a launcher and its ranks, in a process group of their own) run to
+    its end; where it has not ended within ``timeout`` seconds, every process
+    of it killed and the test failed: a hung job must not hang the tests, or
+    leave its ranks behind."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"the job had not ended after {timeout} s:\n{err}")
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+@needs_mpi
+@pytest.mark.parametrize("bad, variable, said", [
+    ("1", "GDSCP_NUM_THREADS=abc", "rank 1: GDSCP_NUM_THREADS='abc' is not valid"),
+    ("0,2", "GDSCP_TASK_SIZE=lots", "ranks 0, 2: GDSCP_TASK_SIZE='lots' is not valid"),
+    ("0,1,2", "GDSCP_NUM_THREADS=abc", "GDSCP_NUM_THREADS='abc' is not valid"),
+    ("2", "GDSCP_MPI_ABORT_AFTER=nan", "rank 2: GDSCP_MPI_ABORT_AFTER='nan' is not valid"),
+    ("1", "GDSCP_MPI=maybe", "rank 1: GDSCP_MPI='maybe' is not valid"),
+])
+@pytest.mark.parametrize("json_asked", [False, True])
+def test_a_bad_variable_on_some_ranks_ends_the_job_said_once(tmp_path, bad, variable, said, json_asked):
+    """A GDSCP_* variable that some ranks' environment has wrong: with it
+    their command line cannot load, and they still meet the others, so that
+    the job ends at once everywhere with exit 2, said once by rank 0 naming
+    the variable and the ranks (unprefixed where every rank had it), with
+    --json the one document, nothing written. Leaving on their own, they left
+    the other ranks waiting for them in MPI's start for ever."""
+    src = tmp_path / "a"
+    src.write_bytes(os.urandom(MiB))
+    cmd = [MPIEXEC, "-n", "3", sys.executable, "-c", _BAD_VARIABLE_ON_RANKS, bad, variable, "copy", str(src),
+           str(tmp_path / "b"), *(["--json"] if json_asked else [])]
+    done = _run_or_kill(cmd)
+    assert done.returncode == 2, done.stderr
+    name = variable.partition("=")[0]
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and f": error: {said}: " in lines[0], done.stderr
+    assert lines[0].count(name) == 2, done.stderr  # "NAME='value' is not valid: ...; NAME takes ..."
+    if json_asked:
+        doc = json.loads(done.stdout)
+        assert doc["ok"] is False and doc["exit_code"] == 2 and doc["error"].startswith(said)
+    else:
+        assert done.stdout == ""
+    assert sorted(os.listdir(tmp_path)) == ["a"]
+
+
+@needs_mpi
+def test_a_bad_variable_on_a_rank_asked_for_help_ends_there(tmp_path):
+    """Asked for a command's help, the ranks print it and leave without
+    meeting: a rank that cannot load the command line (a bad variable) must
+    not wait to meet them either, but say its error and end."""
+    cmd = [MPIEXEC, "-n", "3", sys.executable, "-c", _BAD_VARIABLE_ON_RANKS, "1", "GDSCP_NUM_THREADS=abc", "copy",
+           "--help"]
+    done = _run_or_kill(cmd)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("GDSCP_NUM_THREADS='abc' is not valid") == 1, done.stderr
+    assert done.stdout.count("Usage:") == 2  # the other ranks' help
+
+
 # Every rank runs the command line through this: "interrupted plan" sends
 # rank 0 a SIGINT once it has made 3 directories of its plan; "failed setup"
 # makes rank 1 fail while it gets ready (rank 0 has made the directories).

@@ -20,7 +20,7 @@ import gdscp
 
 from .exits import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, INTERRUPTED, Documents, early_result, json_asked
 
-__all__ = ["Running", "app", "interrupted_rank", "load", "run"]
+__all__ = ["JOINING", "Running", "app", "interrupted_rank", "joins", "load", "run"]
 
 app = typer.Typer(
     name="gdscp",
@@ -64,6 +64,18 @@ def _root(
 # name (gdscp/cli/NAME.py), which defines one function named after it; its
 # docstring is the command's help.
 COMMANDS = ("copy", "read", "write", "info", "benchmark")
+# The commands that run as one job over the ranks of a launch, and benchmark,
+# which refuses to: its refusal, too, is said once, by rank 0.
+JOINING = ("copy", "read", "write", "benchmark")
+
+
+def joins(args: Sequence[str]) -> bool:
+    """Whether the command line ``args`` (after ``gdscp``), run by one rank of
+    several, meets the other ranks: a command of ``JOINING``, unless it asks
+    for its help, which each rank prints on its own and leaves."""
+    args = list(args)
+    options = args[: args.index("--")] if "--" in args else args
+    return bool(args) and args[0] in JOINING and not any(a in ("--help", "-h") for a in options)
 
 
 def _register(names: Sequence[str]) -> None:
@@ -97,7 +109,7 @@ def _fail_before_joining(args: list[str], code: int, message: str) -> Optional[i
     None for a process on its own."""
     from ..mpi.launch import launched  # noqa: PLC0415 - only on a failure
 
-    if launched() is None or not args or args[0] not in COMMANDS:
+    if launched() is None or not joins(args):
         return None
     from .output import Output  # noqa: PLC0415
     from .ranks import fail_before_joining  # noqa: PLC0415

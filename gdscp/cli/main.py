@@ -7,7 +7,9 @@ thread of its own meanwhile. A Ctrl-C in that time would print a traceback from 
 import it landed in; here it ends the command as a Ctrl-C during a command
 does: "gdscp: interrupted", with ``--json`` the failure document, and exit
 status 130. A bad ``GDSCP_*`` environment
-variable is one line naming it and its accepted values, exit status 2. Until
+variable is one line naming it and its accepted values, exit status 2 (under
+an MPI launcher the ranks that have it meet the others all the same, and
+rank 0 says it once for the job: ``_refused_rank``). Until
 the guard is in place nothing is imported but the standard library's
 ``os``, ``signal`` and ``sys`` and gdscp's light package and exception
 modules. Once the command is done, the process ends as soon as its threads,
@@ -203,7 +205,10 @@ def _run() -> int:
         early_result(sys.argv[1:], "interrupted", EXIT_INTERRUPTED)
         return EXIT_INTERRUPTED
     except EnvironmentVariableError as exc:
+        final = _refused_rank(str(exc))
         _Command.over = True
+        if final is not None:
+            return final
         sys.stderr.write(f"gdscp: error: {exc}\n")
         early_result(sys.argv[1:], str(exc), EXIT_USAGE)
         return EXIT_USAGE
@@ -222,6 +227,45 @@ def _interrupted_rank() -> object:
     except BaseException:  # noqa: BLE001 - the command line cannot load: this rank speaks for itself
         return None
     return interrupted_rank(sys.argv[1:])
+
+
+def _refused_rank(message: str) -> object:
+    """Under an MPI launcher, a rank whose environment is refused (a bad
+    ``GDSCP_*`` variable, with which the command line cannot load) meets the
+    other ranks all the same, as a rank whose command line is refused does,
+    and they end the job with it: exit 2 everywhere, said once by rank 0
+    (with --json the one document), nothing written. A rank that left alone
+    left the others waiting for it in MPI's start for ever. Only modules that
+    load without the settings are used here. The job's exit code; None for a
+    process on its own, or where it cannot meet the others (it then speaks
+    for itself)."""
+    from ..mpi.launch import launched  # noqa: PLC0415 - the standard library only
+
+    if launched() is None:
+        return None
+    args = sys.argv[1:]
+    try:
+        from .. import mpi  # noqa: PLC0415
+        from ..mpi.comm import job_code, said  # noqa: PLC0415
+        from .app import joins  # noqa: PLC0415
+
+        world = mpi.world() if joins(args) else None
+        if world is None:
+            return None
+        code = EXIT_INTERRUPTED if _Loading.interrupted else EXIT_USAGE
+        statuses = world.agree(code, [] if code == EXIT_INTERRUPTED else [f"rank {world.rank}: {message}"])
+        final = job_code(statuses)
+        if world.root:  # what ranks.join's first agreement has rank 0 say, with only what loads here
+            lines = said(statuses)
+            stopped = {130: "interrupted", 143: "terminated"}.get(final)
+            sys.stderr.write("".join(f"gdscp: error: {line}\n" for line in lines))
+            if stopped:
+                sys.stderr.write(f"gdscp: {stopped}\n")
+            early_result(args, stopped or (lines[0] if lines else "failed"), final)
+        world.barrier()  # no rank leaves before rank 0 has spoken
+        return final
+    except BaseException:  # noqa: BLE001 - MPI unusable here, or a signal: this rank speaks for itself
+        return None
 
 
 def _must_finalize() -> bool:

@@ -297,11 +297,6 @@ def _end(world: World, out: Output, statuses: list[Status], code: int) -> None:
     world.barrier()
 
 
-# The commands that run as one job over the ranks of a launch, and benchmark,
-# which refuses to: its refusal, too, is said once, by rank 0.
-_JOINING = ("copy", "read", "write", "benchmark")
-
-
 def fail_before_joining(out: Output, code: int, message: str) -> Optional[int]:
     """A failure of a rank before it joined its job (every rank checks its own
     command line first, and an argument Typer refuses fails before the
@@ -313,7 +308,9 @@ def fail_before_joining(out: Output, code: int, message: str) -> Optional[int]:
     for ever). The job's exit code; None where this process is not a rank of
     such a job, has joined already, or cannot join (it then speaks for
     itself)."""
-    if out.command not in _JOINING or mpi.launched() is None or mpi.connected():
+    from .app import JOINING  # noqa: PLC0415
+
+    if out.command not in JOINING or mpi.launched() is None or mpi.connected():
         return None
     try:
         world = mpi.world()

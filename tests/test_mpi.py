@@ -689,6 +689,56 @@ def test_benchmark_ranks_are_one_job_whatever_gdscp_mpi_says(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize("version, options", [
+    ("mpiexec (Open MPI) 5.0.3", ["--bind-to", "none"]),
+    ("mpiexec (OpenRTE) 4.1.6", ["--bind-to", "none"]),
+    ("HYDRA build details:\n    Version: 4.2.0", ["--bind-to", "none"]),
+    ("Some other MPI 1.0", []),
+])
+def test_benchmark_ranks_are_started_unbound_where_the_launcher_takes_it(tmp_path, version, options):
+    """Open MPI binds each of at most two ranks to one core, where their
+    workers would take turns: the benchmark starts its ranks with
+    --bind-to none where the launcher is Open MPI's or MPICH's (which both
+    take it), and gives another launcher none of their options."""
+    from gdscp.bench import many
+
+    launcher = tmp_path / "mpiexec"
+    launcher.write_text(f"#!/bin/sh\ncat <<'EOF'\n{version}\nEOF\n")
+    launcher.chmod(0o755)
+    assert many._unbound(str(launcher)) == options
+    assert many._unbound(str(tmp_path / "missing")) == []
+
+
+_LOGGING_LAUNCHER = """#!/bin/sh
+if [ "$1" = "--version" ]; then echo "mpiexec (Open MPI) 5.0.3"; exit 0; fi
+printf '%s\\n' "$*" >> "{log}"
+exec "{real}" "$@"
+"""
+
+
+@needs_mpi
+def test_benchmark_ranks_run_as_their_record_says(tmp_path, monkeypatch):
+    """The benchmark's ranks, under a launcher that says it is Open MPI's,
+    are started with --bind-to none, and the record's "what" says so."""
+    from gdscp.bench import many
+
+    work, log = tmp_path / "work", tmp_path / "argv.log"
+    work.mkdir()
+    launcher = tmp_path / "mpiexec"
+    launcher.write_text(_LOGGING_LAUNCHER.format(log=log, real=MPIEXEC))
+    launcher.chmod(0o755)
+    monkeypatch.setattr(many, "_mpiexec", lambda: str(launcher))
+    for name, value in _env().items():
+        monkeypatch.setenv(name, value)
+    doc = many.run_files_benchmark(many.FilesConfig(files=12, low=1024, high=4096, modes=["copy"], runs=3,
+                                                    dir=str(work), memory="host", ranks=2))
+    (result,) = [r for w in doc["workloads"] for r in w["results"] if r["tool"] == "gdscp-mpi"]
+    assert result["what"].startswith("mpiexec -n 2 --bind-to none gdscp copy -r ")
+    runs = log.read_text().splitlines()
+    assert len(runs) == 3 and all(run.startswith("-n 2 --bind-to none ") for run in runs), runs
+    assert not list(work.iterdir())
+
+
 def test_benchmark_ranks_needs_the_files_copy(tmp_path):
     argv = [*GDSCP, "benchmark", "--files", "3", "--mode", "read", "--ranks", "2", "--dir", str(tmp_path)]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=_env())

@@ -119,6 +119,24 @@ def _mpiexec() -> str:
     return found
 
 
+def _unbound(mpiexec: str) -> list[str]:
+    """The options that start ``mpiexec``'s ranks unbound, each free to run
+    its workers on every core (docs/cluster.md, "Threads"): Open MPI binds
+    each of at most two ranks to one core, where its workers would take
+    turns and the ranks be timed at a fraction of their speed. Open MPI's
+    launcher (and PRRTE's) and MPICH's Hydra both take ``--bind-to none``
+    (Hydra's default, said so that a site's HYDRA_BINDING does not bind
+    them); another launcher, whose options are its own, gets none."""
+    try:
+        done = subprocess.run([mpiexec, "--version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    version = done.stdout + done.stderr
+    if any(name in version for name in ("Open MPI", "OpenRTE", "PRRTE", "HYDRA build details")):
+        return ["--bind-to", "none"]
+    return []
+
+
 def _digest(paths: Sequence[str]) -> str:
     h = hashlib.sha256()
     for path in paths:
@@ -181,10 +199,13 @@ class _Run:
         cp_argv = ["cp", "-r", tree.root]
         tools = ["gdscp", "cp"]
         mpi_argv: list[str] = []
+        launcher: list[str] = []  # how the ranks are started, as the record says it
         if config.ranks:
             tools.append("gdscp-mpi")
-            mpi_argv = [_mpiexec(), "-n", str(config.ranks), sys.executable, "-m", "gdscp", "copy", "-r", "-q",
-                        "--json", *place, tree.root]
+            mpiexec = _mpiexec()
+            launcher = ["-n", str(config.ranks), *_unbound(mpiexec)]
+            mpi_argv = [mpiexec, *launcher, sys.executable, "-m", "gdscp", "copy", "-r", "-q", "--json", *place,
+                        tree.root]
         expected = _digest(tree.paths)
         times: dict[str, list[float]] = {tool: [] for tool in tools}
         command_seconds: dict[str, list[float]] = {"gdscp": [], "gdscp-mpi": []}
@@ -238,7 +259,7 @@ class _Run:
         gdscp["factor"] = {"cp": round(cp["median_s"] / gdscp["median_s"], 4)}
         results = [gdscp, cp]
         if config.ranks:
-            mpi = _record("gdscp-mpi", f"mpiexec -n {config.ranks} gdscp copy -r SRC DST (one job over "
+            mpi = _record("gdscp-mpi", f"mpiexec {' '.join(launcher)} gdscp copy -r SRC DST (one job over "
                           f"{config.ranks} ranks, each a new process)", nbytes, times["gdscp-mpi"],
                           command_seconds=spread(command_seconds["gdscp-mpi"]), ranks=config.ranks)
             # Above 1: the ranks are faster than one process (the command's own time, and with starts).

@@ -3,7 +3,8 @@
 ``get(name)``, ``set(name, value)`` and ``set({...})``; ``set`` also works as
 a context manager that restores the previous values (blocks nest), and
 KvikIO's older per-setting accessors (``task_size()``, ``task_size_reset(n)``,
-``set_task_size(n)``, ...) remain. Each setting starts from its ``GDSCP_*``
+``set_task_size(n)``, ...) remain, each warning with a ``FutureWarning`` as
+KvikIO's do. Each setting starts from its ``GDSCP_*``
 environment variable when that is set, else from the engine's built-in
 default (``_core.Settings()`` and ``_core.default_num_threads()``). This is
 the only module that reads those variables; size variables take the command
@@ -43,6 +44,7 @@ import operator as _operator
 import os as _os
 import threading as _threading
 import typing as _typing
+import warnings as _warnings
 
 from . import _args, _core, _sizes
 from ._errors import ArgumentError as _ArgumentError
@@ -404,68 +406,94 @@ def is_compat_mode_preferred() -> bool:
 
 
 # KvikIO's older accessors, for code written against them: name() reads,
-# name_reset(value) sets, set_name(value) sets for a ``with`` block.
+# name_reset(value) sets, set_name(value) sets for a ``with`` block. KvikIO
+# deprecates them (since 25.04; get_num_threads() it has removed) with a
+# FutureWarning, and so does gdscp: the warning names the caller's line.
+def _deprecated(old: str, instead: str) -> None:
+    _warnings.warn(
+        f"gdscp.defaults.{old}() is deprecated, as in KvikIO: use gdscp.defaults.{instead}",
+        FutureWarning,
+        stacklevel=3,  # past this function and the accessor: the line that called the accessor
+    )
+
+
 def compat_mode() -> CompatMode:
+    _deprecated("compat_mode", "get('compat_mode')")
     return get("compat_mode")
 
 
 def compat_mode_reset(compatmode: _typing.Any) -> None:
+    _deprecated("compat_mode_reset", "set('compat_mode', value)")
     set("compat_mode", compatmode)
 
 
 def set_compat_mode(compatmode: _typing.Any) -> _Restore:
+    _deprecated("set_compat_mode", "set('compat_mode', value)")
     return set("compat_mode", compatmode)
 
 
 def num_threads() -> int:
+    _deprecated("num_threads", "get('num_threads')")
     return get("num_threads")
 
 
 def get_num_threads() -> int:
+    _deprecated("get_num_threads", "get('num_threads')")
     return get("num_threads")
 
 
 def num_threads_reset(nthreads: int) -> None:
+    _deprecated("num_threads_reset", "set('num_threads', value)")
     set("num_threads", nthreads)
 
 
 def set_num_threads(nthreads: int) -> _Restore:
+    _deprecated("set_num_threads", "set('num_threads', value)")
     return set("num_threads", nthreads)
 
 
 def task_size() -> int:
+    _deprecated("task_size", "get('task_size')")
     return get("task_size")
 
 
 def task_size_reset(nbytes: int) -> None:
+    _deprecated("task_size_reset", "set('task_size', value)")
     set("task_size", nbytes)
 
 
 def set_task_size(nbytes: int) -> _Restore:
+    _deprecated("set_task_size", "set('task_size', value)")
     return set("task_size", nbytes)
 
 
 def gds_threshold() -> int:
+    _deprecated("gds_threshold", "get('gds_threshold')")
     return get("gds_threshold")
 
 
 def gds_threshold_reset(nbytes: int) -> None:
+    _deprecated("gds_threshold_reset", "set('gds_threshold', value)")
     set("gds_threshold", nbytes)
 
 
 def set_gds_threshold(nbytes: int) -> _Restore:
+    _deprecated("set_gds_threshold", "set('gds_threshold', value)")
     return set("gds_threshold", nbytes)
 
 
 def bounce_buffer_size() -> int:
+    _deprecated("bounce_buffer_size", "get('bounce_buffer_size')")
     return get("bounce_buffer_size")
 
 
 def bounce_buffer_size_reset(nbytes: int) -> None:
+    _deprecated("bounce_buffer_size_reset", "set('bounce_buffer_size', value)")
     set("bounce_buffer_size", nbytes)
 
 
 def set_bounce_buffer_size(nbytes: int) -> _Restore:
+    _deprecated("set_bounce_buffer_size", "set('bounce_buffer_size', value)")
     return set("bounce_buffer_size", nbytes)
 
 

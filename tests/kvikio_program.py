@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib
 import os
 import time
+import warnings
 
 import numpy as np
 
@@ -110,12 +111,14 @@ def run(kvikio, memory, folder: str, compat_mode=None) -> None:
 
     # -- KvikIO's older accessors, where the library still has them ------------
     if hasattr(defaults, "task_size_reset"):
-        old = defaults.task_size()
-        defaults.task_size_reset(128 * 1024)
-        assert defaults.task_size() == defaults.get("task_size") == 128 * 1024
-        defaults.task_size_reset(old)
-        assert defaults.num_threads() == defaults.get("num_threads")
-        assert defaults.bounce_buffer_size() == defaults.get("bounce_buffer_size")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # deprecated since KvikIO 25.04
+            old = defaults.task_size()
+            defaults.task_size_reset(128 * 1024)
+            assert defaults.task_size() == defaults.get("task_size") == 128 * 1024
+            defaults.task_size_reset(old)
+            assert defaults.num_threads() == defaults.get("num_threads")
+            assert defaults.bounce_buffer_size() == defaults.get("bounce_buffer_size")
 
     # -- what KvikIO raises ----------------------------------------------------
     expect_error(KeyError, lambda: defaults.get("no_such_setting"))

@@ -1174,3 +1174,27 @@ def test_two_signals_while_a_failure_is_reported_end_the_process(tmp_path):
     done = signal_child("SIGTERM", "report", "report", "benchmark", "--files", "0", "--host", "--dir", tmp_path)
     assert done.returncode == 143, (done.returncode, done.stderr)
     assert "Traceback" not in done.stderr
+
+
+def test_kvikio_task_size_is_read_without_its_deprecated_accessor(monkeypatch):
+    """KvikIO 25.04 and later warn (FutureWarning) from defaults.task_size():
+    the benchmark reads the setting through defaults.get() where KvikIO has it,
+    so that comparing with KvikIO prints no warning of gdscp's making."""
+    import types
+    import warnings
+
+    kvikio = types.ModuleType("kvikio")
+    kvikio_defaults = types.ModuleType("kvikio.defaults")
+
+    def task_size() -> int:
+        warnings.warn("deprecated", FutureWarning, stacklevel=2)
+        return 65536
+
+    kvikio_defaults.task_size = task_size
+    kvikio_defaults.get = lambda name: {"task_size": 65536}[name]
+    kvikio.defaults = kvikio_defaults
+    monkeypatch.setitem(sys.modules, "kvikio", kvikio)
+    monkeypatch.setitem(sys.modules, "kvikio.defaults", kvikio_defaults)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert runner._library_task_size(types.SimpleNamespace(name="kvikio")) == 65536

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import threading
+import warnings
 
 import numpy as np
 import pytest
@@ -93,7 +94,6 @@ def test_task_size_of_one_call_leaves_the_setting(tmp_file):
 def test_set_name_value_and_get():
     defaults.set("task_size", 123_456)
     assert defaults.get("task_size") == 123_456
-    assert defaults.task_size() == 123_456
 
 
 def test_set_dict_applies_all():
@@ -184,7 +184,9 @@ def test_num_threads_above_the_maximum_starts_no_thread(value, tmp_file):
     assert defaults.MAX_NUM_THREADS == 4096
     before, threads = defaults.get("num_threads"), _worker_threads()
     for setter in (lambda: defaults.set("num_threads", value), lambda: defaults.num_threads_reset(value)):
-        with pytest.raises(ValueError, match=f"num_threads must be at most 4096 \\(got {value}\\)"):
+        with pytest.raises(ValueError, match=f"num_threads must be at most 4096 \\(got {value}\\)"), \
+                warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # num_threads_reset's, tested below
             setter()
         assert defaults.get("num_threads") == before == _core.num_threads()
         assert _worker_threads() == threads
@@ -311,7 +313,8 @@ def test_compat_mode_values(value, expect):
     with defaults.set("compat_mode", value):
         got = defaults.get("compat_mode")
         assert got is expect
-        assert defaults.compat_mode() is expect
+        with pytest.warns(FutureWarning):
+            assert defaults.compat_mode() is expect
 
 
 def test_is_compat_mode_preferred():
@@ -407,6 +410,29 @@ def test_set_dict_is_all_or_nothing():
 # --------------------------------------------------------------------------
 # KvikIO's older accessors
 # --------------------------------------------------------------------------
+LEGACY = {
+    "compat_mode": (), "compat_mode_reset": (CompatMode.OFF,), "set_compat_mode": (CompatMode.OFF,),
+    "num_threads": (), "get_num_threads": (), "num_threads_reset": (3,), "set_num_threads": (3,),
+    "task_size": (), "task_size_reset": (8192,), "set_task_size": (8192,),
+    "gds_threshold": (), "gds_threshold_reset": (4096,), "set_gds_threshold": (4096,),
+    "bounce_buffer_size": (), "bounce_buffer_size_reset": (1 << 16,), "set_bounce_buffer_size": (1 << 16,),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LEGACY))
+def test_legacy_accessors_warn_at_the_callers_line(name):
+    """KvikIO deprecates its older accessors with a FutureWarning (and has
+    dropped get_num_threads); gdscp's warn alike, once per call, naming the
+    line that called them and what to use instead."""
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        getattr(defaults, name)(*LEGACY[name]); line = sys._getframe().f_lineno  # noqa: E702
+    assert [w.category for w in seen] == [FutureWarning]
+    assert (seen[0].filename, seen[0].lineno) == (__file__, line)
+    assert f"defaults.{name}() is deprecated" in str(seen[0].message)
+    assert "defaults.get(" in str(seen[0].message) or "defaults.set(" in str(seen[0].message)
+
+
 @pytest.mark.parametrize(
     "name, value",
     [
@@ -417,6 +443,7 @@ def test_set_dict_is_all_or_nothing():
         ("compat_mode", CompatMode.ON),
     ],
 )
+@pytest.mark.filterwarnings("ignore::FutureWarning")
 def test_legacy_accessors(name, value):
     getter = getattr(defaults, name)
     reset = getattr(defaults, name + "_reset")
@@ -427,6 +454,7 @@ def test_legacy_accessors(name, value):
         assert _core.num_threads() == value
 
 
+@pytest.mark.filterwarnings("ignore::FutureWarning")
 def test_legacy_reset_validates():
     with pytest.raises(ValueError, match="num_threads"):
         defaults.num_threads_reset(0)
@@ -441,6 +469,7 @@ def test_legacy_reset_validates():
     [("compat_mode", CompatMode.ON), ("num_threads", 3), ("task_size", 8192), ("gds_threshold", 7),
      ("bounce_buffer_size", 1 << 16)],
 )
+@pytest.mark.filterwarnings("ignore::FutureWarning")
 def test_legacy_set_context_managers_nest(name, value):
     """KvikIO's older ``with set_task_size(n):`` form, nested in ``set()`` blocks."""
     before = defaults.get(name)

@@ -300,6 +300,7 @@ def test_tree_copy_on_four_ranks(tmp_path):
     files = _tree(src)
     done = _run(["copy", "-r", "--json", str(src), str(dst)])
     assert done.returncode == 0, done.stderr
+    assert "Warning" not in done.stderr  # each rank sizes its pool with defaults.set(), not a deprecated accessor
     doc = json.loads(done.stdout)  # one document: rank 0's alone
     assert doc["ok"] and doc["ranks"] == RANKS and doc["copied"] == len(files) + 1
     assert doc["memory"] == "host"  # no GPU unless one is named, as for one process

@@ -624,6 +624,8 @@ def _library_task_size(tool: Tool) -> Optional[int]:
             return int(gdscp.defaults.get("task_size"))
         import kvikio.defaults
 
+        if hasattr(kvikio.defaults, "get"):  # task_size() warns from KvikIO 25.04 on
+            return int(kvikio.defaults.get("task_size"))
         return int(kvikio.defaults.task_size())
     except Exception:
         return None

@@ -124,7 +124,7 @@ def join(out: Output, threads: Optional[int] = None) -> Optional[World]:
     if threads is None and local > 1 and not os.environ.get("GDSCP_NUM_THREADS"):
         from .. import defaults  # noqa: PLC0415
 
-        defaults.set_num_threads(max(2, -(-(os.cpu_count() or 1) // local)))
+        defaults.set("num_threads", max(2, -(-(os.cpu_count() or 1) // local)))
     if world.root:
         warn_if_bound_tightly(out)
     return world

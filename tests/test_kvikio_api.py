@@ -609,3 +609,27 @@ def test_remote_files_are_not_supported():
         with pytest.raises(NotImplementedError, match="remote files") as info:
             call()
         assert isinstance(info.value, RuntimeError)  # what KvikIO raises without remote support
+
+
+def test_page_cache_functions_are_in_the_cufile_module_too():
+    """KvikIO defines its page cache functions in ``kvikio.cufile`` (its
+    ``__init__`` imports them from there): code that names that module finds
+    gdscp's, the same objects as the package's."""
+    code = (
+        "import sys\n"
+        "import gdscp as kvikio\n"
+        "from gdscp.cufile import get_page_cache_info, drop_file_page_cache\n"
+        "assert get_page_cache_info is kvikio.get_page_cache_info\n"
+        "assert drop_file_page_cache is kvikio.drop_file_page_cache\n"
+        "assert kvikio.cufile.drop_system_page_cache is kvikio.drop_system_page_cache\n"
+        "assert kvikio.cufile.clear_page_cache is kvikio.clear_page_cache\n"
+        "ns = {}\n"
+        "exec('from gdscp.cufile import *', ns)\n"
+        "assert ns['get_page_cache_info'] is kvikio.get_page_cache_info\n"
+        "print(get_page_cache_info(sys.executable)[1] > 0)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "True\n"
+    with pytest.raises(AttributeError, match="no_such_function"):
+        gdscp.cufile.no_such_function  # noqa: B018

@@ -40,8 +40,10 @@ class Mmap:
     ``flags`` is "r" or "r+" (KvikIO does not write through a mapping either).
     ``initial_map_size`` bytes from ``initial_map_offset`` are mapped (None:
     to the end of the file), with ``map_flags`` for mmap(2) (None:
-    ``MAP_SHARED``); ``mode`` is accepted for KvikIO's signature and unused,
-    since no file is created.
+    ``MAP_PRIVATE``, as KvikIO; the mapping is read-only, so a private one
+    never copies a page and reads the file's bytes as a shared one would);
+    ``mode`` is accepted for KvikIO's signature and unused, since no file is
+    created.
 
     A region outside the file, and a read outside the region, raise
     ``IndexError``; an empty region (size 0) ``ValueError``; use after
@@ -65,7 +67,7 @@ class Mmap:
         size = None if initial_map_size is None else _args.size(initial_map_size, "initial_map_size")
         offset = _args.offset(initial_map_offset, "initial_map_offset")
         _args.integer(mode, "mode")
-        flags_for_mmap = _mmap.MAP_SHARED if map_flags is None else _args.integer(map_flags, "map_flags")
+        flags_for_mmap = _mmap.MAP_PRIVATE if map_flags is None else _args.integer(map_flags, "map_flags")
         flags_for_mmap = _checked_map_flags(flags_for_mmap)
         self._handle = _core.MappedFile(path, flags, size, offset, flags_for_mmap)
         # As KvikIO: a read of size None goes to the end of the file as it was

@@ -633,3 +633,29 @@ def test_page_cache_functions_are_in_the_cufile_module_too():
     assert out.stdout == "True\n"
     with pytest.raises(AttributeError, match="no_such_function"):
         gdscp.cufile.no_such_function  # noqa: B018
+
+
+def test_mmap_maps_privately_by_default_as_kvikio(mapped_file):
+    """map_flags=None means KvikIO's default, MAP_PRIVATE (a read-only private
+    mapping, so no page is ever copied): /proc shows the mapping as private,
+    and a change made to the file through another descriptor is read, as
+    through a shared one. MAP_SHARED is still there for the asking."""
+    import mmap
+
+    path, data = mapped_file
+
+    def mappings_of_the_file() -> list[str]:
+        with open("/proc/self/maps") as maps:
+            return [line.split()[1] for line in maps if line.rstrip().endswith(os.path.realpath(path))]
+
+    with gdscp.Mmap(path) as m:
+        assert mappings_of_the_file() == ["r--p"]
+        with open(path, "r+b") as f:
+            f.seek(100)
+            f.write(b"changed")
+        buf = np.zeros(len(data), np.uint8)
+        assert m.read(buf) == len(data)
+        assert buf.tobytes() == data[:100] + b"changed" + data[107:]
+    assert mappings_of_the_file() == []
+    with gdscp.Mmap(path, map_flags=mmap.MAP_SHARED):
+        assert mappings_of_the_file() == ["r--s"]

@@ -182,6 +182,7 @@ NB_MODULE(_core, m) {
       .def("done", [](const HeldFuture& h) { return h.f->done(); })
       .def("wait", [](const HeldFuture& h, double timeout) { return h.f->wait_for(timeout); }, "timeout"_a, release())
       .def("cancel", [](HeldFuture& h) { h.f->cancel(); })
+      .def("cancelled", [](const HeldFuture& h) { return h.f->cancelled(); })
       .def("progress", [](const HeldFuture& h) { return h.f->progress(); });
 
   nb::class_<HeldStreamFuture>(m, "StreamFuture")

@@ -99,8 +99,9 @@ void define_testing(nb::module_& core) {
         "`count` with `errno` (0: a pread or copy_file_range moves nothing, as at end of file).");
   t.def("disarm_fault", &detail::fault::disarm, "Disarm every fault, and release a hold.");
   t.def("arm_hold", &detail::fault::arm_hold, "skip"_a,
-        "After `skip` more chunks of bulk transfers, every worker reaching the next one waits there until its job "
-        "is cancelled (or disarm_fault(), or a minute): a signal sent then lands while the transfer is in flight.");
+        "After `skip` more chunks of bulk transfers or parallel preads/pwrites, every worker reaching the next one "
+        "waits there until its job or request is cancelled (or disarm_fault(), or a minute): a signal sent (or a "
+        "fork made) then lands while the transfer is in flight.");
   t.def("hold_reached", &detail::fault::hold_reached, "Whether a worker has reached the hold since arm_hold.");
   t.def("arm_unmap_hold", &detail::fault::arm_unmap_hold,
         "The next mapped file unmapped waits just before its munmap until disarm_fault() (or a minute).");

@@ -27,7 +27,11 @@ def __getattr__(name: str) -> Any:
 class IOFuture:
     """The result of ``CuFile.pread``/``pwrite``: ``get()`` waits and returns the
     byte count (or raises the first failure). Ctrl-C while waiting cancels the
-    transfer's remaining tasks before the interrupt propagates."""
+    transfer's remaining tasks before the interrupt propagates.
+
+    KvikIO's ``IOFuture`` has ``get()`` and ``done()``; gdscp's adds
+    ``progress()``, ``cancel()`` and ``cancelled()``.
+    """
 
     __slots__ = ("_handle", "_keep")
 
@@ -56,11 +60,21 @@ class IOFuture:
         return self._handle.progress()
 
     def cancel(self) -> None:
-        """Skip tasks that have not started. ``get()`` still waits for the
-        running ones (after it the buffer is free to reuse) and returns the
-        bytes moved without a gap from the start, so a cancelled transfer reads
-        as a short one: compare with the size asked for."""
+        """Skip the pieces of the transfer that have not started. ``get()``
+        still waits for the running ones (after it the buffer is free to
+        reuse) and returns the bytes moved without a gap from the start, so a
+        cancelled transfer reads as a short one; ``cancelled()`` tells it from
+        a read that met the end of the file. Cancelling a finished transfer,
+        or twice, is harmless."""
         self._handle.cancel()
+
+    def cancelled(self) -> bool:
+        """True when ``cancel()`` made the transfer skip part of its range:
+        ``get()`` then returns fewer bytes than asked for, those before the
+        first piece skipped (a read's count then says nothing of the end of
+        the file). False when it was not cancelled, or the cancel came after
+        every piece had started: the transfer is then whole."""
+        return self._handle.cancelled()
 
 
 class _Done(IOFuture):
@@ -85,6 +99,9 @@ class _Done(IOFuture):
 
     def cancel(self) -> None:
         return None
+
+    def cancelled(self) -> bool:
+        return False
 
 
 class IOFutureStream:

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -586,3 +587,40 @@ def test_a_forked_child_neither_inherits_a_held_lock_nor_its_parents_jobs(tmp_pa
     os.mkfifo(fifo)
     proc = subprocess.run([sys.executable, "-c", FORK_SCRIPT, fifo], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_cancel_skips_the_rest_and_cancelled_tells_it_from_end_of_file(tmp_path):
+    """cancel() while a pread is certainly in flight (its workers held between
+    chunks): get() returns the bytes before the first piece skipped, all of
+    them right, and cancelled() is True. A read cut short by the end of the
+    file, a whole one, and a cancel after the end report False."""
+    data = payload(8 * MiB + 100, 44)
+    path = tmp_path / "data.bin"
+    path.write_bytes(data.tobytes())
+    with gdscp.defaults.set({"num_threads": 2, "gds_threshold": 0}), gdscp.CuFile(path) as f:
+        buf = np.zeros(data.size, np.uint8)
+        _core.testing.arm_hold(1)
+        try:
+            fut = f.pread(buf, task_size=MiB)
+            deadline = time.monotonic() + DEADLINE
+            while not _core.testing.hold_reached():
+                assert time.monotonic() < deadline, "no worker reached the hold"
+                time.sleep(0.001)
+            fut.cancel()
+            n = fut.get()
+        finally:
+            _core.testing.disarm_fault()
+        assert fut.done() and fut.cancelled()
+        assert n < data.size and np.array_equal(buf[:n], data[:n])
+        fut.cancel()  # again: harmless
+        assert fut.cancelled() and fut.get() == n
+
+        whole = f.pread(buf, task_size=MiB)
+        assert whole.get() == data.size and not whole.cancelled()
+        whole.cancel()  # after the end: the transfer stays whole
+        assert not whole.cancelled() and whole.get() == data.size
+        past_the_end = f.pread(buf, file_offset=MiB, task_size=MiB)
+        assert past_the_end.get() == data.size - MiB and not past_the_end.cancelled()
+        small = f.pread(buf[:100])  # run on this thread: nothing left to cancel
+        small.cancel()
+        assert small.get() == 100 and not small.cancelled()

@@ -21,7 +21,13 @@ Future::~Future() {
 size_t Future::get() { return req_->get(); }
 bool Future::done() const { return req_->done(); }
 bool Future::wait_for(double seconds) const { return req_->wait_for(seconds); }
-void Future::cancel() { req_->cancel(); }
+void Future::cancel() {
+  cancel_called_.store(true, std::memory_order_relaxed);
+  req_->cancel();
+}
+bool Future::cancelled() const {
+  return cancel_called_.load(std::memory_order_relaxed) && req_->skipped();
+}
 size_t Future::progress() const { return req_->progress(); }
 
 StreamFuture::StreamFuture(std::shared_ptr<const void> keep, const detail::Backend* backend, CUstream_st* stream,

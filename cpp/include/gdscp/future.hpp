@@ -2,6 +2,7 @@
 // pwrite, a StreamFuture for a transfer ordered on a CUDA stream.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <memory>
 
@@ -35,11 +36,16 @@ class Future {
   bool wait_for(double seconds) const;
   // Tasks not yet started skip their I/O.
   void cancel();
+  // Whether cancel() made the transfer skip part of its range: get() then
+  // counts the bytes before the first piece skipped. False where it came
+  // after every piece had started (the transfer is whole) or was not called.
+  bool cancelled() const;
   // Bytes moved so far.
   size_t progress() const;
 
  private:
   std::shared_ptr<detail::Request> req_;
+  std::atomic<bool> cancel_called_{false};
 };
 
 // A raw_read_async/raw_write_async: either queued on the stream (`op`), or

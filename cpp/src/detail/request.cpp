@@ -20,7 +20,10 @@ void Request::finish_one(size_t bytes, std::exception_ptr error) {
     last = std::move(keep_);
     work = std::move(work_);
     // Every task is done: the queue's contiguous count is final.
-    if (work) bytes_ = std::min(bytes_, work->moved());
+    if (work) {
+      bytes_ = std::min(bytes_, work->moved());
+      skipped_ = work->skipped();
+    }
   }
   work.reset();
   last.reset();  // may close the file's descriptors: before anyone sees the request done
@@ -36,6 +39,11 @@ void Request::task_done(size_t bytes) { finish_one(bytes, nullptr); }
 void Request::task_failed(std::exception_ptr error) {
   cancel();
   finish_one(0, error);
+}
+
+bool Request::skipped() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return work_ ? work_->skipped() : skipped_;
 }
 
 bool Request::done() const {

@@ -26,10 +26,13 @@ PieceStream::PieceStream(ChunkQueue& work, size_t piece, bool stagger)
 }
 
 bool PieceStream::next(Chunk& out) {
-  if (pos_ < chunk_.size && (work_.cancelled() || chunk_.buf_offset + pos_ >= work_.end())) {
-    work_.came_short(chunk_, pos_);
-    pos_ = chunk_.size;
-    return false;
+  if (pos_ < chunk_.size) {
+    const bool stop = work_.cancelled();
+    if (stop || chunk_.buf_offset + pos_ >= work_.end()) {
+      if (stop) work_.cancelled_at(chunk_, pos_); else work_.came_short(chunk_, pos_);
+      pos_ = chunk_.size;
+      return false;
+    }
   }
   if (pos_ >= chunk_.size) {
     if (!work_.next(chunk_)) return false;

@@ -28,14 +28,16 @@ bool io_armed() noexcept;
 // to fail with (kEndOfFile: to read nothing), or 0.
 int check(Op op) noexcept;
 
-// After `skip` more chunks of bulk transfers, every worker that reaches the
-// next one waits there until its job is cancelled (or the hold is disarmed,
-// or a minute has passed): the job can neither finish nor rename a file
-// first. disarm() releases it too.
+// After `skip` more chunks of bulk transfers or of parallel requests (a
+// CuFile's or Mmap's pread), every worker that reaches the next one waits
+// there until its job or request is cancelled (or the hold is disarmed, or a
+// minute has passed): the job can neither finish nor rename a file first, and
+// a request is certainly in flight. disarm() releases it too.
 void arm_hold(long skip) noexcept;
 // Whether a worker has reached the hold since it was armed.
 bool hold_reached() noexcept;
-// Called before each chunk of a bulk transfer is moved (bulk.cpp, bulk_transfer.cpp).
+// Called before each chunk of a bulk transfer is moved (bulk.cpp, bulk_transfer.cpp)
+// and before a parallel request's worker claims a chunk (work_queue.hpp).
 void hold(const std::atomic<bool>& cancelled) noexcept;
 
 // The next mapped file unmapped waits just before its munmap until disarm()

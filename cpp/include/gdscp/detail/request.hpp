@@ -33,6 +33,10 @@ class Request {
   // Tasks not yet started skip their I/O once this is set.
   void cancel() noexcept { cancelled_.store(true, std::memory_order_relaxed); }
   bool cancelled() const noexcept { return cancelled_.load(std::memory_order_relaxed); }
+  // Whether the cancel made the request's tasks skip part of its range (so
+  // that get() counts only the bytes before it), rather than coming after
+  // every piece had started.
+  bool skipped() const;
   const std::atomic<bool>* cancel_flag() const noexcept { return &cancelled_; }
 
   // Progress for pollers (CLI progress bars): bytes of finished tasks plus
@@ -55,6 +59,7 @@ class Request {
   std::shared_ptr<const void> keep_;
   std::shared_ptr<const ChunkQueue> work_;
   size_t bytes_ = 0;
+  bool skipped_ = false;  // the queue's skipped(), kept once the last task lets the queue go
   std::exception_ptr error_;
   std::atomic<bool> cancelled_{false};
   std::atomic<size_t> progress_{0};

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "gdscp/detail/fault.hpp"
 #include "gdscp/detail/plan.hpp"
 
 namespace gdscp::detail {
@@ -41,15 +42,23 @@ class ChunkQueue {
   // cancelled (the chunk then counts as not moved), or the next chunk starts
   // past a short read.
   bool next(Chunk& out) noexcept {
+    if (cancelled_) fault::hold(*cancelled_);  // tests only: disarmed, one relaxed load
     const size_t i = next_.fetch_add(1, std::memory_order_relaxed);
     if (i >= chunks_.size()) return false;
     const Chunk& c = chunks_[i];
-    if (cancelled() || c.buf_offset >= end()) {
+    const bool stop = cancelled();
+    if (stop || c.buf_offset >= end()) {
+      if (stop) skipped_.store(true, std::memory_order_relaxed);
       came_short(c, 0);
       return false;
     }
     out = c;
     return true;
+  }
+  // A cancel stopped `c` after its first `moved` bytes (a worker between pieces).
+  void cancelled_at(const Chunk& c, size_t moved) noexcept {
+    skipped_.store(true, std::memory_order_relaxed);
+    came_short(c, moved);
   }
   // `c` (a chunk, or a piece of one) moved only its first `moved` bytes.
   void came_short(const Chunk& c, size_t moved) noexcept {
@@ -70,6 +79,9 @@ class ChunkQueue {
   size_t workers() const noexcept { return workers_; }
   size_t bytes() const noexcept { return bytes_; }
   bool cancelled() const noexcept { return cancelled_ && cancelled_->load(std::memory_order_relaxed); }
+  // Whether the cancel flag made a worker skip part of the range (a chunk,
+  // or the rest of one), rather than arriving after every piece had started.
+  bool skipped() const noexcept { return skipped_.load(std::memory_order_relaxed); }
 
  private:
   std::vector<Chunk> chunks_;
@@ -81,6 +93,7 @@ class ChunkQueue {
   size_t bytes_ = 0;
   size_t begin_ = 0;
   std::atomic<size_t> end_{0};
+  std::atomic<bool> skipped_{false};
 };
 
 // One worker's share of a request in staging-buffer-sized pieces: it claims

@@ -74,7 +74,13 @@ struct Held {
   template <class G>
   struct can_tell<G, std::void_t<decltype(std::declval<G&>().done())>> : std::true_type {};
   bool finished() const {
-    if constexpr (can_tell<F>::value) return f->done();
+    if constexpr (can_tell<F>::value) {
+      try {
+        return f->done();
+      } catch (const std::exception&) {
+        return true;  // a Future of the process this one forked from: nothing to wait for here
+      }
+    }
     return false;  // a StreamFuture's stream is asked only by waiting on it
   }
 };

@@ -30,7 +30,11 @@ class IOFuture:
     transfer's remaining tasks before the interrupt propagates.
 
     KvikIO's ``IOFuture`` has ``get()`` and ``done()``; gdscp's adds
-    ``progress()``, ``cancel()`` and ``cancelled()``.
+    ``progress()``, ``cancel()`` and ``cancelled()``. A future belongs to the
+    process that started the transfer: in a child forked while it ran, its
+    ``get()``, ``done()`` and ``cancelled()`` raise ``RuntimeError`` saying so
+    (the workers run in the parent, which finishes the transfer as usual) and
+    ``cancel()`` does nothing; new transfers in the child run on a pool of its own.
     """
 
     __slots__ = ("_handle", "_keep")
@@ -42,13 +46,14 @@ class IOFuture:
     def get(self) -> int:
         """Wait for the transfer; the number of bytes moved."""
         handle = self._handle
-        try:
-            while not handle.wait(0.1):
-                pass
-        except BaseException:
-            handle.cancel()
-            handle.wait(-1.0)
-            raise
+        if not handle.done():  # (in a process forked from the one that started it: the error saying so)
+            try:
+                while not handle.wait(0.1):
+                    pass
+            except BaseException:
+                handle.cancel()
+                handle.wait(-1.0)
+                raise
         return handle.get()
 
     def done(self) -> bool:

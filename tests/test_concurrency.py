@@ -58,12 +58,12 @@ def run_threads(target, count: int) -> None:
         raise errors[0]
 
 
-def run_script(script: str, cwd, *args: str, timeout: float = 120) -> str:
+def run_script(script: str, cwd, *args: str, timeout: float = 120, env: dict | None = None) -> str:
     """Runs ``script`` in a fresh interpreter with a deadline; fails unless it
     exits 0 having printed CHILD-OK. Its output."""
     try:
         proc = subprocess.run([sys.executable, "-c", script, *args], cwd=str(cwd), capture_output=True, text=True,
-                              timeout=timeout)
+                              timeout=timeout, env=env)
     except subprocess.TimeoutExpired as e:
         pytest.fail(f"child hung\nstdout:\n{e.stdout}\nstderr:\n{e.stderr}")
     assert proc.returncode == 0 and "CHILD-OK" in proc.stdout, f"{proc.stdout}\n{proc.stderr}"
@@ -587,6 +587,135 @@ def test_a_forked_child_neither_inherits_a_held_lock_nor_its_parents_jobs(tmp_pa
     os.mkfifo(fifo)
     proc = subprocess.run([sys.executable, "-c", FORK_SCRIPT, fifo], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
+
+
+def _threads_after_fork() -> dict:
+    """The environment for a child that starts threads after a fork with
+    threads running: ThreadSanitizer (scripts/sanitize.sh) ends such a child
+    unless told not to."""
+    env = dict(os.environ)
+    if "TSAN_OPTIONS" in env:
+        env["TSAN_OPTIONS"] += ":die_after_fork=0"
+    return env
+
+
+FUTURE_FORK_SCRIPT = r"""
+import gc, os, sys, time, traceback, warnings
+import numpy as np
+import gdscp
+from gdscp import _core
+
+warnings.simplefilter("ignore", DeprecationWarning)  # fork() with threads running: what this checks
+path = sys.argv[1]
+data = open(path, "rb").read()
+size = len(data)
+gdscp.defaults.set({"num_threads": 3, "gds_threshold": 0})
+f = gdscp.CuFile(path)
+buf = np.zeros(size, np.uint8)
+_core.testing.arm_hold(1)  # the second chunk claimed, and every one after, waits: the read is in flight
+fut = f.pread(buf, task_size=1 << 20)
+deadline = time.monotonic() + 60
+while not _core.testing.hold_reached():
+    assert time.monotonic() < deadline, "no worker reached the hold"
+    time.sleep(0.001)
+pid = os.fork()
+if pid == 0:
+    code = 1
+    try:
+        _core.testing.disarm_fault()  # the child's copy of the hold: its own workers must not wait on it
+        parent = os.getppid()
+        for call in (fut.get, fut.done, fut.cancelled):
+            try:
+                call()
+            except RuntimeError as exc:
+                assert f"started by process {parent} before it forked" in str(exc), exc
+            else:
+                raise AssertionError(f"IOFuture.{call.__name__}() of the parent's transfer worked in the child")
+        fut.cancel()  # the parent's transfer: nothing to cancel here
+        # gdscp works in the child, on a pool of its own: the parent's file and new ones
+        out = np.zeros(size, np.uint8)
+        assert f.read(out, task_size=1 << 20) == size and out.tobytes() == data
+        out[:] = 0
+        with gdscp.CuFile(path) as g:
+            assert g.pread(out, task_size=1 << 18).get() == size and out.tobytes() == data
+        with gdscp.CuFile(path + ".child", "w") as g:
+            assert g.write(out, task_size=1 << 20) == size
+        assert open(path + ".child", "rb").read() == data
+        assert _core.num_threads() == 3
+        del fut  # the parent's tasks never finish here: dropping their future must not wait for them
+        gc.collect()
+        code = 0
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        os._exit(code)
+_core.testing.disarm_fault()
+n = fut.get()  # the parent's transfer finishes as if no fork had happened
+assert n == size and buf.tobytes() == data and not fut.cancelled(), n
+deadline = time.monotonic() + 60
+while True:
+    done, status = os.waitpid(pid, os.WNOHANG)
+    if done:
+        break
+    if time.monotonic() > deadline:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        sys.exit("the child hung")
+    time.sleep(0.01)
+assert os.waitstatus_to_exitcode(status) == 0, status
+os.unlink(path + ".child")
+print("CHILD-OK")
+"""
+
+
+def test_a_child_forked_while_a_pread_runs(tmp_path):
+    """fork() while a CuFile.pread is certainly in flight (its workers held
+    between chunks): in the child the parent's future raises RuntimeError
+    naming the fork where it used to wait for ever (get, done, and dropping it
+    at exit), and gdscp reads and writes on a pool of the child's own, through
+    the inherited file and new ones; the parent's read completes with every byte."""
+    path = tmp_path / "data.bin"
+    path.write_bytes(payload(8 * MiB + 12345, 41).tobytes())
+    run_script(FUTURE_FORK_SCRIPT, tmp_path, str(path), env=_threads_after_fork())
+
+
+MULTIPROCESSING_FORK_SCRIPT = r"""
+import multiprocessing, os, sys, warnings
+import numpy as np
+import gdscp
+
+warnings.simplefilter("ignore", DeprecationWarning)  # fork() with threads running: what this checks
+
+
+def read_back(path):
+    out = np.zeros(os.path.getsize(path), np.uint8)
+    with gdscp.CuFile(path) as f:
+        n = f.pread(out, task_size=1 << 18).get()
+    return n, out.tobytes()
+
+
+if __name__ == "__main__":
+    path = sys.argv[1]
+    data = open(path, "rb").read()
+    gdscp.defaults.set({"num_threads": 4, "gds_threshold": 0})
+    buf = np.zeros(len(data), np.uint8)
+    with gdscp.CuFile(path) as f:  # the pool has started, and a transfer runs as the workers fork
+        fut = f.pread(buf, task_size=1 << 18)
+        ctx = multiprocessing.get_context("fork")
+        with ctx.Pool(3) as pool:
+            results = pool.map(read_back, [path] * 6)
+        assert fut.get() == len(data) and buf.tobytes() == data
+    assert all(r == (len(data), data) for r in results)
+    print("CHILD-OK")
+"""
+
+
+def test_multiprocessing_fork_workers_use_gdscp(tmp_path):
+    """A fork-started multiprocessing pool, made after gdscp's pool started
+    and while a parent's read runs: each worker reads on its own pool."""
+    path = tmp_path / "data.bin"
+    path.write_bytes(payload(4 * MiB + 7, 43).tobytes())
+    run_script(MULTIPROCESSING_FORK_SCRIPT, tmp_path, str(path), env=_threads_after_fork())
 
 
 def test_cancel_skips_the_rest_and_cancelled_tells_it_from_end_of_file(tmp_path):

@@ -1,31 +1,59 @@
 #include "gdscp/future.hpp"
 
+#include <unistd.h>
+
+#include <string>
+
 #include "gdscp/detail/backend.hpp"
 #include "gdscp/detail/request.hpp"
+#include "gdscp/error.hpp"
 #include "gdscp/shim/cuda_driver.hpp"
 
 namespace gdscp {
 
-Future::Future(std::shared_ptr<detail::Request> req) : req_(std::move(req)) {}
+Future::Future(std::shared_ptr<detail::Request> req) : req_(std::move(req)), owner_(::getpid()) {}
 
 std::unique_ptr<Future> Future::ready(size_t bytes) {
   auto req = std::make_shared<detail::Request>(1);
   req->task_done(bytes);
-  return std::make_unique<Future>(std::move(req));
+  auto future = std::make_unique<Future>(std::move(req));
+  future->owner_ = 0;  // nothing runs: its lock is never held, in any process
+  return future;
 }
 
 Future::~Future() {
-  if (req_) req_->wait_for(-1);
+  // In a forked child nothing will ever finish the tasks: waiting would hang.
+  if (req_ && !forked()) req_->wait_for(-1);
 }
 
-size_t Future::get() { return req_->get(); }
-bool Future::done() const { return req_->done(); }
-bool Future::wait_for(double seconds) const { return req_->wait_for(seconds); }
+bool Future::forked() const noexcept { return owner_ != 0 && owner_ != ::getpid(); }
+
+void Future::require_owner() const {
+  if (forked())
+    throw_state("this transfer was started by process " + std::to_string(owner_) +
+                " before it forked; its workers run there, not in this process (" + std::to_string(::getpid()) +
+                "): wait for it in the process that started it, or start a new one here");
+}
+
+size_t Future::get() {
+  require_owner();
+  return req_->get();
+}
+bool Future::done() const {
+  require_owner();
+  return req_->done();
+}
+bool Future::wait_for(double seconds) const {
+  require_owner();
+  return req_->wait_for(seconds);
+}
 void Future::cancel() {
+  if (forked()) return;  // the transfer is the parent's to cancel
   cancel_called_.store(true, std::memory_order_relaxed);
   req_->cancel();
 }
 bool Future::cancelled() const {
+  require_owner();
   return cancel_called_.load(std::memory_order_relaxed) && req_->skipped();
 }
 size_t Future::progress() const { return req_->progress(); }

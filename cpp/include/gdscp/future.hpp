@@ -2,6 +2,8 @@
 // pwrite, a StreamFuture for a transfer ordered on a CUDA stream.
 #pragma once
 
+#include <sys/types.h>
+
 #include <atomic>
 #include <cstddef>
 #include <memory>
@@ -20,6 +22,12 @@ struct AsyncOp;
 
 // Destroying it waits for the request's tasks, which may still be writing into
 // the caller's memory.
+//
+// A future belongs to the process that started its transfer. In a child
+// forked meanwhile the workers running it do not exist (and the request's lock
+// may have been copied held): there get(), done(), wait_for() and cancelled()
+// throw an Error that says so, cancel() does nothing, and destruction does not
+// wait. The parent's transfer runs on, untouched.
 class Future {
  public:
   explicit Future(std::shared_ptr<detail::Request> req);
@@ -44,7 +52,12 @@ class Future {
   size_t progress() const;
 
  private:
+  // Throws unless this process started the transfer (see above).
+  void require_owner() const;
+  bool forked() const noexcept;
+
   std::shared_ptr<detail::Request> req_;
+  pid_t owner_;  // 0: a transfer already over, which any process may ask about
   std::atomic<bool> cancel_called_{false};
 };
 

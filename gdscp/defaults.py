@@ -238,6 +238,16 @@ _values: dict[str, _typing.Any] = {}
 # get() still reported it.
 _changing = _threading.Lock()
 
+
+def _unlocked_in_child() -> None:
+    # A set() running on another thread as the process forked left the lock
+    # held in the child, where that thread does not exist to release it.
+    global _changing
+    _changing = _threading.Lock()
+
+
+_os.register_at_fork(after_in_child=_unlocked_in_child)
+
 # Staging buffers and tasks smaller than a page cost a system call or a copy
 # per few bytes and move nothing faster, so the engine gets at least a page;
 # get() still returns what was set, and every size moves the same bytes.

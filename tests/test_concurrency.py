@@ -718,6 +718,52 @@ def test_multiprocessing_fork_workers_use_gdscp(tmp_path):
     run_script(MULTIPROCESSING_FORK_SCRIPT, tmp_path, str(path), env=_threads_after_fork())
 
 
+SETTINGS_FORK_SCRIPT = r"""
+import os, sys, threading, time, warnings
+import gdscp
+from gdscp import defaults
+
+warnings.simplefilter("ignore", DeprecationWarning)  # fork() with threads running: what this checks
+held, release = threading.Event(), threading.Event()
+
+
+def setting():  # a defaults.set() in progress on another thread as the process forks
+    with defaults._changing:
+        held.set()
+        release.wait()
+
+
+thread = threading.Thread(target=setting)
+thread.start()
+held.wait()
+pid = os.fork()
+if pid == 0:
+    with defaults.set("task_size", 1 << 20):  # hung for good on the lock the other thread held
+        ok = defaults.get("task_size") == 1 << 20
+    os._exit(0 if ok else 1)
+release.set()
+thread.join()
+deadline = time.monotonic() + 60
+while True:
+    done, status = os.waitpid(pid, os.WNOHANG)
+    if done:
+        break
+    if time.monotonic() > deadline:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        sys.exit("the child hung")
+    time.sleep(0.01)
+assert os.waitstatus_to_exitcode(status) == 0, status
+print("CHILD-OK")
+"""
+
+
+def test_a_child_forked_during_a_settings_change_can_change_settings(tmp_path):
+    """fork() while another thread is inside defaults.set(): the child's
+    settings lock is free (that thread does not exist in the child)."""
+    run_script(SETTINGS_FORK_SCRIPT, tmp_path)
+
+
 def test_cancel_skips_the_rest_and_cancelled_tells_it_from_end_of_file(tmp_path):
     """cancel() while a pread is certainly in flight (its workers held between
     chunks): get() returns the bytes before the first piece skipped, all of

@@ -548,7 +548,27 @@ def test_dropping_a_running_transfer_lets_other_threads_run(tmp_path, what):
     assert (proc.returncode, proc.stdout.strip()) == (0, "ok"), proc.stderr[-2000:]
 
 
-FORK_SCRIPT = r"""
+# The fork scripts wait for their child through this: its wait status, or
+# "hung" (the child killed) once `seconds` have passed.
+WAIT_FOR_CHILD = r"""
+import os, time
+
+
+def wait_for_child(pid, seconds):
+    deadline = time.monotonic() + seconds
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            return "hung"
+        time.sleep(0.01)
+"""
+
+
+FORK_SCRIPT = WAIT_FOR_CHILD + r"""
 import os, sys, time, warnings
 import gdscp
 from gdscp import _core, bulk
@@ -562,16 +582,7 @@ if pid == 0:
     _core.testing.take_staging()  # the pool's lock, inherited held, hung the child for good
     bulk.stop_running_jobs()      # the parent's job is not the child's: nothing to wait for
     os._exit(0)
-deadline = time.monotonic() + 30
-while time.monotonic() < deadline:
-    done, status = os.waitpid(pid, os.WNOHANG)
-    if done:
-        break
-    time.sleep(0.01)
-else:
-    os.kill(pid, 9)
-    os.waitpid(pid, 0)
-    status = "hung"
+status = wait_for_child(pid, 30)
 job.cancel()
 job.wait()
 sys.exit(0 if status == 0 else f"the child ended with status {status}")
@@ -599,7 +610,7 @@ def _threads_after_fork() -> dict:
     return env
 
 
-FUTURE_FORK_SCRIPT = r"""
+FUTURE_FORK_SCRIPT = WAIT_FOR_CHILD + r"""
 import gc, os, sys, time, traceback, warnings
 import numpy as np
 import gdscp
@@ -652,16 +663,9 @@ if pid == 0:
 _core.testing.disarm_fault()
 n = fut.get()  # the parent's transfer finishes as if no fork had happened
 assert n == size and buf.tobytes() == data and not fut.cancelled(), n
-deadline = time.monotonic() + 60
-while True:
-    done, status = os.waitpid(pid, os.WNOHANG)
-    if done:
-        break
-    if time.monotonic() > deadline:
-        os.kill(pid, 9)
-        os.waitpid(pid, 0)
-        sys.exit("the child hung")
-    time.sleep(0.01)
+status = wait_for_child(pid, 60)
+if status == "hung":
+    sys.exit("the child hung")
 assert os.waitstatus_to_exitcode(status) == 0, status
 os.unlink(path + ".child")
 print("CHILD-OK")
@@ -718,7 +722,7 @@ def test_multiprocessing_fork_workers_use_gdscp(tmp_path):
     run_script(MULTIPROCESSING_FORK_SCRIPT, tmp_path, str(path), env=_threads_after_fork())
 
 
-SETTINGS_FORK_SCRIPT = r"""
+SETTINGS_FORK_SCRIPT = WAIT_FOR_CHILD + r"""
 import os, sys, threading, time, warnings
 import gdscp
 from gdscp import defaults
@@ -743,16 +747,9 @@ if pid == 0:
     os._exit(0 if ok else 1)
 release.set()
 thread.join()
-deadline = time.monotonic() + 60
-while True:
-    done, status = os.waitpid(pid, os.WNOHANG)
-    if done:
-        break
-    if time.monotonic() > deadline:
-        os.kill(pid, 9)
-        os.waitpid(pid, 0)
-        sys.exit("the child hung")
-    time.sleep(0.01)
+status = wait_for_child(pid, 60)
+if status == "hung":
+    sys.exit("the child hung")
 assert os.waitstatus_to_exitcode(status) == 0, status
 print("CHILD-OK")
 """

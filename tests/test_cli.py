@@ -511,6 +511,23 @@ def test_version(capsys):
         assert done.returncode == 1 and "cannot write the version" in done.stderr
 
 
+@pytest.mark.parametrize("args, code", [(["--help"], 1), (["copy", "--help"], 1), (["read", "-h"], 1), ([], 2)])
+def test_help_that_cannot_be_written_is_one_line(args, code):
+    """As cp: help nobody can read, stdout closed or full, is a failure said in
+    one line (a bare `gdscp`, whose help comes with its usage error, keeps exit
+    2), never a traceback, nor a silent success."""
+    command = [sys.executable, "-m", "gdscp", *args]
+    closed = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=60,
+                            preexec_fn=lambda: os.close(1))
+    assert (closed.returncode, closed.stderr) == (code, "gdscp: error: cannot write the help: standard output is "
+                                                        "closed\n")
+    if os.path.exists("/dev/full"):
+        with open("/dev/full", "w") as full:
+            done = subprocess.run(command, stdout=full, stderr=subprocess.PIPE, text=True, timeout=60)
+        assert (done.returncode, done.stderr) == (code, "gdscp: error: cannot write the help: No space left on "
+                                                        "device\n")
+
+
 def test_every_command_has_help(capsys):
     for command in ("copy", "read", "write", "info"):
         code, out, _ = cli(capsys, command, "--help")

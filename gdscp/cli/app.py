@@ -18,9 +18,10 @@ import typer
 
 import gdscp
 
-from .exits import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, INTERRUPTED, Documents, early_result, json_asked
+from .exits import (EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, INTERRUPTED, STDOUT_CLOSED, Documents, early_result,
+                    json_asked)
 
-__all__ = ["JOINING", "Running", "app", "interrupted_rank", "joins", "load", "run"]
+__all__ = ["JOINING", "Running", "app", "asks_for_help", "interrupted_rank", "joins", "load", "run"]
 
 app = typer.Typer(
     name="gdscp",
@@ -41,7 +42,7 @@ def _show_version(value: bool) -> None:
         # As cp: a version that cannot be written (stdout closed, full) is an error.
         try:
             if sys.stdout is None:
-                raise OSError(9, "Bad file descriptor")
+                raise OSError(9, STDOUT_CLOSED)
             sys.stdout.write(f"gdscp {gdscp.__version__}\n")
             sys.stdout.flush()
         except OSError as exc:
@@ -69,13 +70,18 @@ COMMANDS = ("copy", "read", "write", "info", "benchmark")
 JOINING = ("copy", "read", "write", "benchmark")
 
 
+def asks_for_help(args: Sequence[str]) -> bool:
+    """Whether the command line ``args`` (after ``gdscp``) asks for help."""
+    args = list(args)
+    options = args[: args.index("--")] if "--" in args else args
+    return any(a in ("--help", "-h") for a in options)
+
+
 def joins(args: Sequence[str]) -> bool:
     """Whether the command line ``args`` (after ``gdscp``), run by one rank of
     several, meets the other ranks: a command of ``JOINING``, unless it asks
     for its help, which each rank prints on its own and leaves."""
-    args = list(args)
-    options = args[: args.index("--")] if "--" in args else args
-    return bool(args) and args[0] in JOINING and not any(a in ("--help", "-h") for a in options)
+    return bool(args) and args[0] in JOINING and not asks_for_help(args)
 
 
 def _register(names: Sequence[str]) -> None:
@@ -143,8 +149,20 @@ def run(argv: Optional[Sequence[str]] = None) -> int:
     Running.args = args
     Documents.written = False
     load(args)
+    # Help (asked for, or shown for a bare `gdscp`) that cannot be written, its
+    # stdout closed or full, is a failure said in one line, as cp's is.
+    help_shown = not args or asks_for_help(args)
+    help_failed = EXIT_FAILURE if args else EXIT_USAGE
+    if help_shown and sys.stdout is None:
+        sys.stderr.write(f"gdscp: error: cannot write the help: {STDOUT_CLOSED}\n")
+        return help_failed
     try:
         code = app(args=args, prog_name="gdscp", standalone_mode=False)
+    except OSError as exc:
+        if not help_shown:
+            raise
+        sys.stderr.write(f"gdscp: error: cannot write the help: {exc.strerror or exc}\n")
+        return help_failed
     except KeyboardInterrupt:
         final = interrupted_rank(args)
         if final is not None:

@@ -10,7 +10,7 @@ import sys
 from typing import Sequence
 
 __all__ = ["EXIT_FAILURE", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_TERMINATED", "EXIT_USAGE", "INTERRUPTED",
-           "Documents", "early_result", "json_asked"]
+           "STDOUT_CLOSED", "Documents", "early_result", "json_asked"]
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -19,6 +19,8 @@ EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 EXIT_TERMINATED = 143  # 128 + SIGTERM
 
 INTERRUPTED = "gdscp: interrupted\n"
+# Why a result, the version or the help cannot be written, where the shell closed stdout (>&-).
+STDOUT_CLOSED = "standard output is closed"
 
 
 class Documents:

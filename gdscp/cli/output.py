@@ -29,7 +29,7 @@ import typer
 from .. import CudaError, CuFileError
 from .._gpus import DeviceError
 from .atomic import remove_pending
-from .exits import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, EXIT_USAGE, Documents
+from .exits import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, EXIT_USAGE, STDOUT_CLOSED, Documents
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
@@ -120,7 +120,7 @@ def _stdout_errors() -> Iterator[None]:
     """A result that cannot be written is a failure of the command, said on
     stderr: stdout closed, a full disk, a reader gone (``| head``)."""
     if sys.stdout is None:
-        raise Failure("cannot write the result: standard output is closed")
+        raise Failure(f"cannot write the result: {STDOUT_CLOSED}")
     try:
         yield
     except OSError as exc:

@@ -7,13 +7,12 @@ from typing import Any, Optional, Union
 from . import _args, _buffers, _core, _libs, _streams, defaults
 from ._errors import ArgumentError
 
-__all__ = ["CuFile", "IOFuture", "IOFutureStream", "clear_page_cache", "drop_file_page_cache",
-           "drop_system_page_cache", "get_page_cache_info"]
-
 # KvikIO defines its page cache functions in kvikio.cufile; here they live in
 # gdscp.page_cache and are found through this module too, imported when first
 # asked for (page_cache loads subprocess, which a transfer never needs).
-_PAGE_CACHE = frozenset(__all__[3:])
+_PAGE_CACHE = ("clear_page_cache", "drop_file_page_cache", "drop_system_page_cache", "get_page_cache_info")
+
+__all__ = ["CuFile", "IOFuture", "IOFutureStream", *_PAGE_CACHE]
 
 
 def __getattr__(name: str) -> Any:

@@ -894,6 +894,18 @@ void move_sequential(const TransferContext& cx, Transfer& t, BulkWorker& w, std:
                item.src);
 }
 
+namespace {
+
+// With --verify, the destination's bytes read back against what was meant
+// for it: the source's for a copy, the buffer's for a write.
+void verify(const TransferContext& cx, Transfer& t) {
+  if (!cx.opt.verify) return;
+  if (t.item->kind == BulkKind::copy) verify_copy(t, cx.cancelled);
+  if (t.item->kind == BulkKind::write) verify_written(t, cx.cancelled);
+}
+
+}  // namespace
+
 void finish_data(const TransferContext& cx, Transfer& t, bool group) {
   const BulkItem& item = *t.item;
   if (item.kind == BulkKind::read) return;
@@ -901,8 +913,7 @@ void finish_data(const TransferContext& cx, Transfer& t, bool group) {
   if (t.in_place) {
     if (t.block_device && (sync || cx.opt.verify) && ::fsync(t.dst_fd) != 0)
       throw_os_error(errno, "cannot fsync", t.dst);
-    if (t.block_device && cx.opt.verify && item.kind == BulkKind::copy) verify_copy(t, cx.cancelled);
-    if (t.block_device && cx.opt.verify && item.kind == BulkKind::write) verify_written(t, cx.cancelled);
+    if (t.block_device) verify(cx, t);
     return;
   }
   if (t.part) {
@@ -940,8 +951,7 @@ void finish_data(const TransferContext& cx, Transfer& t, bool group) {
     if (::fsync(t.dst_fd) != 0) throw_os_error(errno, "cannot fsync", t.dst);
     t.synced = true;
   }
-  if (cx.opt.verify && item.kind == BulkKind::copy) verify_copy(t, cx.cancelled);
-  if (cx.opt.verify && item.kind == BulkKind::write) verify_written(t, cx.cancelled);
+  verify(cx, t);
 }
 
 }  // namespace gdscp::detail

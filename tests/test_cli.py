@@ -1545,6 +1545,25 @@ def test_several_writes_name_each_file_that_fails(capsys, tmp_path, monkeypatch)
     assert temp_files(tmp_path) == []
 
 
+def test_a_write_that_fails_names_its_file(capsys, tmp_path, monkeypatch):
+    """One FILE whose write fails part way (a full disk) is said with FILE, as
+    several are, where the engine's error names only the temporary file that
+    is then removed; the old FILE stays as it was."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a").write_bytes(b"old")
+    _core.testing.arm_fault("pwrite", 1, 1, errno.ENOSPC)
+    try:
+        code, doc, err = cli_json(capsys, "write", "--host", "a", "--size", "8M", "--chunk-size", "1M")
+    finally:
+        _core.testing.disarm_fault()
+    assert code == 1 and doc["ok"] is False
+    (line,) = error_lines(err)
+    assert line == f"gdscp write: error: {doc['error']}"
+    assert doc["error"].startswith("cannot write 'a': ") and "No space left on device" in doc["error"], doc
+    assert (tmp_path / "a").read_bytes() == b"old"
+    assert temp_files(tmp_path) == []
+
+
 def _limit_file_size():
     # A write past the limit then fails with EFBIG instead of killing the process.
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)

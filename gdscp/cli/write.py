@@ -22,7 +22,7 @@ from ..page_cache import drop_file_page_cache as drop_cache
 from . import options, ranks
 from .atomic import commit, discard, fsync_dir, keep_owner, make_temp, signals_held
 from .jobs import run_job
-from .output import EXIT_FAILURE, Failure, Output, UsageError, shown
+from .output import EXIT_FAILURE, Failure, Output, UsageError, describe, shown
 from .progress import TransferProgress
 from .special import SequentialWriter, check_room, writes_in_place
 from .units import format_bytes, format_rate, format_seconds, gb_per_s, size_option
@@ -237,6 +237,12 @@ def write(
                     commit(target, path)
                     if fsync:
                         fsync_dir(os.path.dirname(os.path.abspath(path)))
+        except OSError as exc:
+            # The engine names the file it wrote, here the temporary one, gone
+            # by the time the error is read: said with FILE, as several are.
+            if special is None and f"'{path}'" not in str(exc):
+                raise Failure(f"cannot write '{path}': {describe(exc)[0]}") from exc
+            raise
         finally:
             if special is None and os.path.lexists(target):
                 discard(target)

@@ -1564,6 +1564,27 @@ def test_a_write_that_fails_names_its_file(capsys, tmp_path, monkeypatch):
     assert temp_files(tmp_path) == []
 
 
+def test_a_write_whose_directory_refuses_a_temporary_file_says_so(capsys, tmp_path, monkeypatch):
+    """FILE exists (and may be writable) but its directory refuses the
+    temporary file it is written to first: the error says that, rather than
+    that FILE itself cannot be created, and FILE stays as it was."""
+    (tmp_path / "a").write_bytes(b"old")
+
+    def refused(path):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), path)
+
+    from gdscp.cli import write as write_command
+
+    monkeypatch.setattr(write_command, "make_temp", refused)
+    code, doc, err = cli_json(capsys, "write", "--host", tmp_path / "a", "--size", "4K")
+    assert code == 1 and doc["ok"] is False
+    (line,) = error_lines(err)
+    assert line == f"gdscp write: error: {doc['error']}"
+    assert doc["error"].startswith(f"cannot write '{tmp_path / 'a'}': ") and "temporary file" in doc["error"], doc
+    assert "Permission denied" in doc["error"] and "cannot create" not in doc["error"], doc
+    assert (tmp_path / "a").read_bytes() == b"old"
+
+
 def _limit_file_size():
     # A write past the limit then fails with EFBIG instead of killing the process.
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)

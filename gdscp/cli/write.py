@@ -201,6 +201,9 @@ def write(
             try:
                 target = make_temp(path)
             except OSError as exc:
+                if os.path.lexists(path):  # FILE is there: it is its directory that refuses
+                    raise Failure(f"cannot write '{path}': no temporary file can be made beside it, to be renamed "
+                                  f"over it once complete ({exc.strerror})") from None
                 raise Failure(f"cannot create '{path}': {exc.strerror}") from None
         else:
             target = path

@@ -660,13 +660,30 @@ def test_a_character_device_reads_as_open_would(tmp_path):
     assert buf == bytes(len(buf))
 
 
-@pytest.mark.parametrize("flags", ["", "q", "rw", "r++", "wa", "+", "R", "ax", "rw+"])
+@pytest.mark.parametrize("flags", ["", "q", "rw", "r++", "wa", "+", "R", "ax", "rw+", "rbt"])
 def test_unknown_flags(tmp_file, flags):
     path, data = tmp_file(10)
     with pytest.raises(ValueError) as info:
         gdscp.CuFile(path, flags)
     assert repr(flags)[1:-1] in str(info.value) or flags == ""
     assert file_bytes(path) == data
+
+
+@pytest.mark.parametrize("flags, access", [("rt", os.O_RDONLY), ("r+t", os.O_RDWR), ("wt", os.O_WRONLY),
+                                           ("w+t", os.O_RDWR), ("at", os.O_WRONLY)])
+def test_text_flag_is_taken_as_open_and_kvikio_take_it(tmp_file, flags, access):
+    """Python's open() takes "t" (the default) and KvikIO reads only the
+    first two characters: "rt" or "w+t" open as "r" or "w+" do."""
+    path, data = tmp_file(10)
+    with gdscp.CuFile(path, flags) as f:
+        assert f.open_flags() & os.O_ACCMODE == access
+        if flags[0] == "r":
+            buf = bytearray(10)
+            assert f.read(buf) == 10 and bytes(buf) == data
+        if flags[0] == "w":
+            assert f.write(b"hello", file_offset=2) == 5
+    want = {"r": data, "w": b"\0\0hello", "a": data}[flags[0]]
+    assert file_bytes(path) == want
 
 
 def test_flags_must_be_a_string(tmp_file):

@@ -16,6 +16,8 @@ OpenMode parse_open_mode(std::string_view mode) {
   OpenMode m;
   int primary = 0;
   bool plus = false;
+  bool binary = false;
+  bool text = false;
   char kind = 0;
   for (char c : mode) {
     switch (c) {
@@ -27,13 +29,19 @@ OpenMode parse_open_mode(std::string_view mode) {
         if (plus) primary = 99;  // "++" is as invalid as in open()
         plus = true;
         break;
-      case 'b':
+      case 'b':  // the bytes move as they are either way: "b" and "t" (open()'s default) change nothing
+        binary = true;
+        break;
+      case 't':
+        text = true;
         break;
       default:
         throw_invalid("invalid file flags '" + std::string(mode) +
                       "': use one of r, w, a, x, optionally with '+' (as Python's open())");
     }
   }
+  if (binary && text)
+    throw_invalid("invalid file flags '" + std::string(mode) + "': 'b' and 't' together (as Python's open())");
   if (primary != 1)
     throw_invalid("invalid file flags '" + std::string(mode) +
                   "': need exactly one of r, w, a, x, optionally with '+' (as Python's open())");

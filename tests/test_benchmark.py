@@ -338,6 +338,34 @@ def test_many_files_bad_values(capsys, tmp_path, args, culprit):
     assert code == 2 and culprit in err and out == ""
 
 
+@pytest.mark.parametrize("changes, option, said", [
+    ({"runs": 1001}, "runs", "at most 1000"),
+    ({"threads": [1, 1025]}, "threads", "at most 1024"),
+    ({"threads": [0]}, "threads", "at least 1"),
+])
+def test_many_files_workload_bounds_runs_and_threads_as_the_one_file_benchmark(tmp_path, changes, option, said):
+    """--runs and --threads have the same bounds in every workload: the
+    one-file benchmark's (a runaway count is refused, not run for days)."""
+    from gdscp.bench import many
+
+    config = many.FilesConfig(files=5, low=1024, high=1024, dir=str(tmp_path), memory="host", **changes)
+    with pytest.raises(BenchConfigError) as info:
+        many.run_files_benchmark(config)
+    assert info.value.option == option and said in str(info.value), info.value
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_many_files_workload_measures_each_thread_count_once(capsys, tmp_path):
+    code, out, err = cli(capsys, "--files", "5", "--file-size", "1K", "--host", "--mode", "read", "--dir", tmp_path,
+                         "--threads", "4,1,4", "--json")
+    assert code == 0, err
+    assert json.loads(out)["config"]["threads"] == [1, 4]
+    code, out, err = cli(capsys, "--files", "5", "--file-size", "1K", "--host", "--mode", "read", "--dir", tmp_path,
+                         "--threads", "5000")
+    assert code == 2 and out == "" and "--threads: 5000 is too large" in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_tree_sizes_and_contents(tmp_path):
     from gdscp.bench.tree import make_tree, parse_size_range
     from gdscp.cli.units import parse_size

@@ -28,7 +28,7 @@ import numpy as np
 
 from .. import memory
 from . import ceilings as ceil
-from .config import BenchConfig, BenchConfigError, _choose_memory, default_threads
+from .config import BenchConfig, BenchConfigError, _choose_memory, check_runs, check_threads, default_threads
 from .files import available_memory, scratch_dir
 from .machine import describe_machine, now_iso
 from .measure import BenchError
@@ -75,11 +75,9 @@ def _check(config: FilesConfig) -> None:
             raise BenchConfigError("mode", f"unknown mode {mode!r} with --files (choose from {', '.join(FILE_MODES)})")
     if not config.modes:
         raise BenchConfigError("mode", f"needs at least one mode ({', '.join(FILE_MODES)})")
-    if config.runs < 3:
-        raise BenchConfigError("runs", f"{config.runs} is too small: a median with a min and a max needs 3")
-    for count in config.threads or ():
-        if not isinstance(count, int) or count < 1:
-            raise BenchConfigError("threads", f"{count!r} is too small: a thread count is at least 1")
+    check_runs(config.runs)
+    if config.threads is not None:
+        check_threads(config.threads)
     if config.ranks is not None:
         if config.ranks < 2:
             raise BenchConfigError("ranks", f"{config.ranks}: one job over MPI ranks needs at least 2")
@@ -401,7 +399,7 @@ def run_files_benchmark(
     _check(config)
     warn = warn or (lambda message: None)
     memory, device, memory_reason = _choose_memory(BenchConfig(memory=config.memory, device=config.device))
-    threads = list(config.threads) if config.threads else default_threads()[0]
+    threads = sorted(check_threads(config.threads)) if config.threads is not None else default_threads()[0]
     began = time.perf_counter()
     date = now_iso()
     run = _Run(config, progress, warn)

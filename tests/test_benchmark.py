@@ -1056,6 +1056,26 @@ def test_a_measurement_gone_wrong_is_a_plain_failure(capsys, tmp_path, monkeypat
     assert leftovers(tmp_path) == []
 
 
+@pytest.mark.parametrize("workload", [["--size", "2M", "--threads", "1", "--mode", "read"],
+                                      ["--files", "3", "--file-size", "2M", "--mode", "read"]])
+def test_a_write_the_filesystem_refuses_says_where(tmp_path, workload):
+    """A write error without a file name of its own (a full disk, a quota, a
+    file size limit) names the directory the benchmark was writing in, not
+    only the error: "File too large" alone does not say where."""
+    import resource
+
+    def limit_file_size():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (MiB, MiB))  # Python ignores SIGXFSZ: writes fail with EFBIG
+
+    done = subprocess.run([sys.executable, "-m", "gdscp", "benchmark", "--host", *workload, "--dir", str(tmp_path),
+                           "--json"], capture_output=True, text=True, preexec_fn=limit_file_size, timeout=300)
+    said = f"'{tmp_path}': {os.strerror(errno.EFBIG)}"
+    assert done.returncode == 1, done.stderr
+    assert json.loads(done.stdout)["error"] == said, done.stdout
+    assert done.stderr.splitlines()[-1] == f"gdscp benchmark: error: {said}", done.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
 # -- cleanup through a second interrupt ---------------------------------------------
 
 

@@ -7,6 +7,7 @@ table, the JSON or the plot."""
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 from typing import Annotated, Any, Callable, Optional
@@ -33,6 +34,7 @@ __all__ = ["benchmark"]
 _MEASURE = "Measurement"
 _OPTION_NAMES = {"random_ops": "--ops"}  # the rest are "--" + the name with dashes
 _DEFAULT_FILE_SIZE = "1K-64K"
+_STORAGE_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS}
 _TOOL_NAMES = {"gdscp": "gdscp", "python": "python", "numpy_cupy": "numpy+cupy", "kvikio": "kvikio",
                "preadv": "os.preadv"}
 
@@ -586,6 +588,13 @@ def _measure(out: Output, run: Callable[..., dict], config: Any) -> dict:
         raise UsageError(f"{option}: {exc}") from None
     except BenchError as exc:
         raise Failure(str(exc)) from None
+    except OSError as exc:
+        # A write or fsync that the filesystem refuses carries no file name,
+        # and "No space left on device" alone does not say where: every file
+        # the benchmark writes is in --dir.
+        if exc.filename is None and exc.errno in _STORAGE_ERRORS:
+            raise OSError(exc.errno, exc.strerror, os.path.abspath(config.dir)) from None
+        raise
 
 
 def _ignored(workload: str, given: dict[str, bool]) -> None:

@@ -242,6 +242,20 @@ def test_bad_dir_exits_2(capsys, tmp_path, where):
     assert code == 2 and "--dir" in err
 
 
+@pytest.mark.parametrize("workload", [["--size", "1M"], ["--files", "3"]])
+def test_an_empty_dir_is_refused_not_taken_for_the_current_directory(capsys, tmp_path, monkeypatch, workload):
+    """--dir "$SCRATCH" with SCRATCH unset: a usage error, as an empty path is
+    for the other commands, not test files in whatever directory the script
+    happens to be in."""
+    monkeypatch.chdir(tmp_path)
+    code, out, err = cli(capsys, "--host", *workload, "--dir", "", "--json")
+    assert code == 2, err
+    assert json.loads(out)["ok"] is False
+    (line,) = [line for line in err.splitlines() if "error" in line]
+    assert "--dir" in line and "empty" in line, err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_device_that_does_not_exist_exits_2(capsys, tmp_path):
     code, _, err = cli(capsys, "--device", "64", "--dir", tmp_path)
     assert code == 2 and "GPU 64" in err

@@ -68,6 +68,14 @@ def _size(option: str, text: Optional[str]) -> Optional[int]:
         raise UsageError(f"{option}: {exc}") from None
 
 
+def _dir_option(text: str) -> Path:
+    """Typer ``parser=`` for --dir: an empty one (``--dir "$UNSET"``) is refused,
+    not taken for the current directory, where Path("") would lead."""
+    if not str(text):
+        raise typer.BadParameter("must not be empty")
+    return Path(text)
+
+
 def _check_plot(path: Optional[Path]) -> None:
     if path is None:
         return
@@ -397,6 +405,7 @@ def benchmark(
         Path,
         typer.Option(
             "--dir",
+            parser=_dir_option,
             metavar="DIR",
             help="Where the temporary test files go (removed afterwards).",
             rich_help_panel=_MEASURE,

@@ -909,6 +909,23 @@ def test_options_a_workload_would_not_use_are_refused(capsys, tmp_path, args, na
     assert not (tmp_path / "p.png").exists() and leftovers(tmp_path) == []
 
 
+@pytest.mark.parametrize("args, said", [
+    (["--files", "5", "--mode", "read,write,randread"], "--mode: unknown mode 'write' with --files"),
+    (["--files", "5", "--ops", "1000"], "--ops cannot be used with --files"),
+    (["--files", "5", "--io-size", "4K,64K,1M"], "--io-size cannot be used with --files"),
+    (["--size", "1M", "--mode", "read", "--io-size", "4K,64K,1M"], "--io-size cannot be used with --mode read"),
+    (["--size", "1M", "--mode", "write", "--ops", "1000"], "--ops cannot be used with --mode write"),
+])
+def test_an_option_given_its_default_value_is_given_all_the_same(capsys, tmp_path, args, said):
+    """An option spelled out with its default value (copied from --help) is
+    refused where the workload would not use it, as any other value is: the
+    many-files workload does not quietly measure copy,read for --mode
+    read,write,randread."""
+    code, out, err = cli(capsys, "--host", *args, "--dir", tmp_path)
+    assert code == 2 and out == "" and said in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_tool_that_delivers_nothing_is_caught_after_others_filled_the_buffer(tmp_path, monkeypatch):
     """The benchmark's buffer holds the file's bytes once any tool has read
     it. A gdscp that claims every byte but moves none must still be caught:

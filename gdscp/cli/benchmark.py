@@ -18,7 +18,7 @@ from rich.console import Group
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ..bench.config import DEFAULT_RANDOM_OPS, DEFAULT_RUNS, MODES, BenchConfig, BenchConfigError
+from ..bench.config import DEFAULT_IO_SIZES, DEFAULT_RANDOM_OPS, DEFAULT_RUNS, MODES, BenchConfig, BenchConfigError
 from ..bench.many import FILE_MODES, FilesConfig, run_files_benchmark
 from ..bench.measure import BenchError
 from ..bench.tree import parse_size_range
@@ -348,14 +348,15 @@ def benchmark(
         ),
     ] = None,
     mode: Annotated[
-        str,
+        Optional[str],
         typer.Option(
             "--mode",
             metavar="MODES",
-            help=f"What to measure, comma-separated: {', '.join(MODES)}.",
+            help=f"What to measure, comma-separated: {', '.join(MODES)} (default: all; with --files: "
+            f"{','.join(FILE_MODES)}).",
             rich_help_panel=_MEASURE,
         ),
-    ] = ",".join(MODES),
+    ] = None,
     threads: Annotated[
         Optional[str],
         typer.Option(
@@ -366,23 +367,23 @@ def benchmark(
         ),
     ] = None,
     io_size: Annotated[
-        str,
+        Optional[str],
         typer.Option(
             "--io-size",
             metavar="SIZE,...",
-            help="Sizes of the random reads (randread), comma-separated.",
+            help="Sizes of the random reads (randread), comma-separated (default: 4K,64K,1M).",
             rich_help_panel=_MEASURE,
         ),
-    ] = "4K,64K,1M",
+    ] = None,
     ops: Annotated[
-        int,
+        Optional[int],
         typer.Option(
             "--ops",
             metavar="N",
-            help="Random reads per run, one at a time (at least 100, for a p99).",
+            help=f"Random reads per run, one at a time (default: {DEFAULT_RANDOM_OPS}; at least 100, for a p99).",
             rich_help_panel=_MEASURE,
         ),
-    ] = DEFAULT_RANDOM_OPS,
+    ] = None,
     runs: Annotated[
         int,
         typer.Option(
@@ -488,11 +489,13 @@ def benchmark(
         with out.guard():
             raise UsageError("benchmark measures one process; under an MPI launcher time 'gdscp copy', 'read' or "
                              "'write' with --json instead (docs/cluster.md)")
-    one_file_only = {"--io-size": io_size != "4K,64K,1M", "--ops": ops != DEFAULT_RANDOM_OPS,
+    # Each None unless given, so that a default value spelled out is refused
+    # where it would go unused, as any other value.
+    one_file_only = {"--io-size": io_size is not None, "--ops": ops is not None,
                      "--drop-cache": drop_cache, "--plot": plot_file is not None}
     if devices is not None:
         with out.guard(), options.settings(None, task_size, compat_mode):
-            _ignored("--devices", {**one_file_only, "--mode": mode != ",".join(MODES), "--files": files is not None,
+            _ignored("--devices", {**one_file_only, "--mode": mode is not None, "--files": files is not None,
                                    "--file-size": file_size is not None, "--ranks": ranks is not None})
             _multi_benchmark(out, devices, host, device, size, threads, runs, directory)
         return
@@ -507,12 +510,12 @@ def benchmark(
     with out.guard(), options.settings(None, None, compat_mode):
         config = BenchConfig(
             size=_size("--size", size),
-            modes=_list("--mode", mode, str.strip),
+            modes=list(MODES) if mode is None else _list("--mode", mode, str.strip),
             threads=None if threads is None else _list("--threads", threads, _count),
             task_size=task_size,
-            io_sizes=_list("--io-size", io_size, parse_size),
+            io_sizes=list(DEFAULT_IO_SIZES) if io_size is None else _list("--io-size", io_size, parse_size),
             runs=runs,
-            random_ops=ops,
+            random_ops=DEFAULT_RANDOM_OPS if ops is None else ops,
             drop_cache=drop_cache,
             dir=os.fspath(directory),
         )
@@ -615,8 +618,8 @@ def _ignored(workload: str, given: dict[str, bool]) -> None:
                          f"{'it' if len(names) == 1 else 'them'}")
 
 
-def _files_benchmark(out: Output, files: Optional[int], file_size: Optional[str], mode: str, threads: Optional[str],
-                     runs: int, directory: Path, host: bool, device: Optional[int], json: bool,
+def _files_benchmark(out: Output, files: Optional[int], file_size: Optional[str], mode: Optional[str],
+                     threads: Optional[str], runs: int, directory: Path, host: bool, device: Optional[int], json: bool,
                      ranks: Optional[int] = None) -> None:
     if files is None:
         raise UsageError("--file-size needs --files")
@@ -624,7 +627,7 @@ def _files_benchmark(out: Output, files: Optional[int], file_size: Optional[str]
         low, high = parse_size_range(_DEFAULT_FILE_SIZE if file_size is None else file_size, parse_size)
     except ValueError as exc:
         raise UsageError(f"--file-size: {exc}") from None
-    modes = list(FILE_MODES) if mode == ",".join(MODES) else _list("--mode", mode, str.strip)
+    modes = list(FILE_MODES) if mode is None else _list("--mode", mode, str.strip)
     where = options.choose_memory(out, host, device)
     # "auto" unless memory was named, as the one-file benchmark: the document
     # then says why it measured what it did, and copy runs as gdscp copy runs

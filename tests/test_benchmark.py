@@ -256,6 +256,37 @@ def test_an_empty_dir_is_refused_not_taken_for_the_current_directory(capsys, tmp
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("workload, runner", [(["--size", "1M"], "run_benchmark"),
+                                              (["--files", "3"], "run_files_benchmark")])
+def test_a_closed_stdout_is_said_before_anything_is_measured(capsys, tmp_path, monkeypatch, workload, runner):
+    """With stdout closed (>&-) the result has nowhere to go: said at once,
+    exit 1, not after minutes of measuring and gigabytes written. With -q
+    and no --json there is no result to write, and the benchmark runs."""
+    from gdscp.cli import benchmark as command
+
+    measured = []
+
+    def measure(config, progress, warn):
+        progress(0, 1, "writing the test files")  # after the settings are checked, before any file
+        measured.append(config)
+        return {}
+
+    monkeypatch.setattr(sys, "stdout", None)
+    # A bad setting is still the usage error it is.
+    assert run(["benchmark", "--host", *workload, "--dir", str(tmp_path / "none"), "--json"]) == 2
+    assert "--dir" in capsys.readouterr().err
+    monkeypatch.setattr(command, runner, measure)
+    for extra in ([], ["--json"], ["--json", "-q"]):
+        capsys.readouterr()
+        code = run(["benchmark", "--host", *workload, "--dir", str(tmp_path), *extra])
+        assert code == 1 and measured == [], extra
+        assert capsys.readouterr().err.splitlines() == [
+            "gdscp benchmark: error: cannot write the result: standard output is closed"], extra
+    assert run(["benchmark", "--host", *workload, "--dir", str(tmp_path), "-q"]) == 0
+    assert len(measured) == 1
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_device_that_does_not_exist_exits_2(capsys, tmp_path):
     code, _, err = cli(capsys, "--device", "64", "--dir", tmp_path)
     assert code == 2 and "GPU 64" in err

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import os
+import sys
 from pathlib import Path
 from typing import Annotated, Any, Callable, Optional
 
@@ -26,6 +27,7 @@ from ..bench.plot import PLOT_SUFFIXES, PlotUnavailable, plot, require_matplotli
 from ..bench.runner import run_benchmark
 from . import options
 from .ranks import launched as launched_by_mpi
+from .exits import EXIT_FAILURE, STDOUT_CLOSED
 from .output import Failure, Output, UsageError
 from .units import format_bytes, parse_size
 
@@ -594,7 +596,18 @@ def _measure(out: Output, run: Callable[..., dict], config: Any) -> dict:
     naming its option, a measurement gone wrong a failure said as it stands."""
     try:
         with _Bar(out) as bar:
-            return run(config, progress=bar, warn=out.warn)
+
+            def step(completed: int, total: int, description: str) -> None:
+                # The first step comes after the settings are checked, before
+                # anything is written: where stdout is closed (>&-) the result
+                # could only fail once the run is over, so the one line now,
+                # without a document that cannot be written either.
+                if sys.stdout is None and (out.json or not out.quiet):
+                    out.error(f"cannot write the result: {STDOUT_CLOSED}")
+                    raise typer.Exit(EXIT_FAILURE)
+                bar(completed, total, description)
+
+            return run(config, progress=step, warn=out.warn)
     except BenchConfigError as exc:
         option = _OPTION_NAMES.get(exc.option, "--" + exc.option.replace("_", "-"))
         raise UsageError(f"{option}: {exc}") from None

@@ -300,6 +300,19 @@ def test_plot_without_matplotlib_says_how_to_get_it(capsys, tmp_path, monkeypatc
     assert leftovers(tmp_path) == [] and not (tmp_path / "b.png").exists()
 
 
+def test_a_plot_that_names_a_directory_is_refused_before_measuring(capsys, tmp_path):
+    """--plot naming a directory cannot be written: a usage error at once,
+    not a whole run whose document says ok and whose exit code says not."""
+    (tmp_path / "figure.png").mkdir()
+    code, out, err = cli(capsys, "--host", "--size", "1M", "--threads", "1", "--mode", "read", "--plot",
+                         tmp_path / "figure.png", "--dir", tmp_path, "--json")
+    assert code == 2, err
+    assert json.loads(out)["ok"] is False
+    (line,) = [line for line in err.splitlines() if "error" in line]
+    assert "--plot" in line and "is a directory" in line, err
+    assert leftovers(tmp_path) == [] and list((tmp_path / "figure.png").iterdir()) == []
+
+
 def test_plot_is_written(capsys, tmp_path):
     pytest.importorskip("matplotlib")
     picture = tmp_path / "bench.png"

@@ -86,6 +86,8 @@ def _check_plot(path: Optional[Path]) -> None:
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.is_dir():
         raise UsageError(f"--plot: directory {str(parent)!r} does not exist")
+    if path.is_dir():  # found only once the run is over, its figures printed
+        raise UsageError(f"--plot: {str(path)!r} is a directory")
     try:
         require_matplotlib()
     except PlotUnavailable as exc:

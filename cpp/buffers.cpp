@@ -126,13 +126,16 @@ nb::tuple dlpack_info(nb::handle capsule) {
   } else {
     throw nb::type_error("not a DLPack capsule (expected a 'dltensor' capsule from __dlpack__())");
   }
-  const int64_t itemsize = (static_cast<int64_t>(t->dtype.bits) * t->dtype.lanes + 7) / 8;
+  const int64_t bits = static_cast<int64_t>(t->dtype.bits) * t->dtype.lanes;
   const std::vector<int64_t> shape(t->shape, t->shape + t->ndim);
   const std::vector<int64_t> strides = t->strides ? std::vector<int64_t>(t->strides, t->strides + t->ndim)
                                                   : std::vector<int64_t>();
   for (int64_t extent : shape)
     if (extent < 0) throw nb::value_error("a DLPack tensor with a negative extent");
-  const std::optional<int64_t> nbytes = array_bytes(shape, itemsize);
+  // Elements narrower than a byte (4-bit floats and integers) lie packed:
+  // the tensor holds its bits rounded up to a byte, not a byte per element.
+  std::optional<int64_t> nbytes = array_bytes(shape, bits % 8 == 0 ? bits / 8 : bits);
+  if (nbytes && bits % 8 != 0) nbytes = *nbytes / 8 + (*nbytes % 8 != 0);
   if (!nbytes) {
     PyErr_SetString(PyExc_OverflowError, "the DLPack tensor describes more than 2**63-1 bytes");
     throw nb::python_error();

@@ -368,3 +368,57 @@ def test_a_device_array_without_memory_is_refused(tmp_file):
         gdscp.read_files([path], [_NullDeviceArray()])
     with gdscp.CuFile(path, "r") as f, pytest.raises(ValueError, match="data pointer is 0"):
         f.read(_NullDeviceArray())
+
+
+class _PackedDLPack:
+    """A host tensor of `count` elements of `bits` bits each (lanes 1), shared
+    through a hand-made DLPack capsule: elements below 8 bits lie packed, two
+    4-bit floats (DLPack's kDLFloat4_e2m1fn) to a byte; other widths as
+    unsigned integers."""
+
+    class _Device(ctypes.Structure):
+        _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+    class _DType(ctypes.Structure):
+        _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+    class _Tensor(ctypes.Structure):
+        pass
+
+    _Tensor._fields_ = [("data", ctypes.c_void_p), ("device", _Device), ("ndim", ctypes.c_int32),
+                        ("dtype", _DType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                        ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64),
+                        ("manager_ctx", ctypes.c_void_p), ("deleter", ctypes.c_void_p)]
+
+    def __init__(self, memory: np.ndarray, count: int, bits: int):
+        self.memory = memory
+        self._shape = (ctypes.c_int64 * 1)(count)
+        self._tensor = self._Tensor(memory.ctypes.data, self._Device(1, 0), 1, self._DType(17 if bits == 4 else 1, bits, 1),
+                                    self._shape, None, 0, None, None)
+
+    def __dlpack__(self, *args, **kwargs):
+        new = ctypes.pythonapi.PyCapsule_New
+        new.restype = ctypes.py_object
+        new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+        return new(ctypes.addressof(self._tensor), b"dltensor", None)
+
+    def __dlpack_device__(self):
+        return (1, 0)
+
+
+@pytest.mark.parametrize(("count", "bits", "nbytes"), [(1000, 4, 500), (1001, 4, 501), (8, 1, 1), (100, 6, 75)])
+def test_dlpack_elements_below_a_byte_count_packed(tmp_file, count, bits, nbytes):
+    """A DLPack tensor of elements narrower than a byte holds them packed: its
+    bytes are its bits rounded up to a byte, and a read fills exactly those,
+    where one byte was counted per element and the read ran on past the
+    tensor's end."""
+    from gdscp import _buffers
+
+    path, data = tmp_file(4096)
+    memory = np.full(count + 64, 0xA5, np.uint8)  # room past the tensor, to see a read run over
+    tensor = _PackedDLPack(memory, count, bits)
+    assert _buffers.resolve(tensor, writable=True).nbytes == nbytes
+    with gdscp.CuFile(path) as f:
+        assert f.read(tensor) == nbytes
+    assert memory[:nbytes].tobytes() == data[:nbytes]
+    assert memory[nbytes:].tobytes() == b"\xa5" * (len(memory) - nbytes)

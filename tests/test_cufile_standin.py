@@ -24,6 +24,7 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -264,6 +265,10 @@ def test_masked_device_arrays_are_refused(go):
 
 def test_a_handle_answers_while_its_close_is_under_way(go):
     go(scenario_slow_close)
+
+
+def test_threads_that_end_pass_their_staging_streams_on(go):
+    go(scenario_thread_streams_reused)
 
 
 # ==========================================================================
@@ -1713,6 +1718,41 @@ def scenario_slow_close(folder):
     (dereg,) = since(m, "cuFileHandleDeregister")
     assert dereg.flags & standin.FD_OPEN
     assert standin.cufile.live_handles() == 0
+
+
+def scenario_thread_streams_reused(folder):
+    """Small reads and writes of device memory, and raw ones, run on the
+    calling thread with a CUDA stream and events of that thread's own. A
+    program that starts a thread per request must not leave a stream behind
+    for every thread that has ended: the next thread takes it over, so a
+    hundred threads one after another make one stream, not a hundred."""
+    import gdscp
+
+    data = random_bytes(64 * KiB + 5, seed=41)
+    path = new_file(folder, "threads.bin", data)
+    with settings(compat_mode="on"), gdscp.CuFile(path, "r+") as f:
+        def work(i: int) -> None:
+            buf = poisoned(len(data) + 2)
+            size, offset = len(data) - i, i
+            assert f.read(buf[2:], size, offset) == size
+            got = buf.bytes()
+            assert got[2 : 2 + size] == data[offset:] and got[:2] == bytes([POISON]) * 2
+            assert f.raw_read(buf, size, offset, 1) == size and buf.bytes()[1 : 1 + size] == data[offset:]
+            src = standin.cuda.alloc(len(data)).set(data)
+            assert f.write(src, size, offset) == size and f.raw_write(src, size, offset, offset) == size
+
+        m = mark()
+        for i in range(100):
+            t = threading.Thread(target=work, args=(i,))
+            t.start()
+            t.join()
+            # join() returns once the thread's Python code is done; its C++
+            # thread-local state is let go of as the thread itself ends after.
+            while os.path.exists(f"/proc/self/task/{t.native_id}"):
+                time.sleep(0.001)
+        made = len(since(m, "cuStreamCreate", lib="cuda"))
+        assert made == 1, f"{made} CUDA streams made by 100 threads that ran one after another"
+    assert file_bytes(path) == data
 
 
 class _Masked:

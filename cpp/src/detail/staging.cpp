@@ -1,10 +1,13 @@
 #include "gdscp/detail/staging.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
+#include <vector>
 
 #include "gdscp/detail/buffer_pool.hpp"
 #include "gdscp/detail/posix_io.hpp"
@@ -22,20 +25,64 @@ size_t pipeline_depth(const Settings& s) { return static_cast<size_t>(std::clamp
 // staging slot. Created blocking (not CU_STREAM_NON_BLOCKING) so that copies
 // wait for work the caller queued on the legacy default stream. Never
 // destroyed: at thread exit (process exit included) the context may already be
-// gone, so a thread that did device I/O leaves one stream and its events behind.
+// gone. A thread that ends hands its streams and events on to the next thread
+// that needs them instead (every staged transfer drains its stream before it
+// returns), so that a program starting a thread per request does not leave a
+// stream behind for every thread.
 struct StreamState {
   CUstream stream = nullptr;
   CUevent events[kMaxDepth] = {};
 };
 
+// The streams of threads that have ended, by context. Never freed (threads
+// end during static destruction too); bypassed in a forked child, where a
+// thread of the parent may have held the lock at the fork.
+class SpareStreams {
+ public:
+  static SpareStreams& get() {
+    static SpareStreams* spare = new SpareStreams;
+    return *spare;
+  }
+  bool take(CUcontext ctx, StreamState& out) {
+    if (::getpid() != owner_) return false;
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = spare_.find(ctx);
+    if (it == spare_.end() || it->second.empty()) return false;
+    out = it->second.back();
+    it->second.pop_back();
+    return true;
+  }
+  void give(const std::unordered_map<CUcontext, StreamState>& states) noexcept {
+    if (::getpid() != owner_) return;
+    try {
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (const auto& [ctx, st] : states) spare_[ctx].push_back(st);
+    } catch (...) {
+      // Out of memory: the streams stay behind, as they did before.
+    }
+  }
+
+ private:
+  const pid_t owner_ = ::getpid();
+  std::mutex mutex_;
+  std::unordered_map<CUcontext, std::vector<StreamState>> spare_;
+};
+
+struct ThreadStreams {
+  std::unordered_map<CUcontext, StreamState> states;
+  ~ThreadStreams() { SpareStreams::get().give(states); }
+};
+
 StreamState& stream_state(const CudaDriver& drv, CUcontext ctx) {
-  thread_local std::unordered_map<CUcontext, StreamState> states;
-  auto it = states.find(ctx);
-  if (it != states.end()) return it->second;
+  thread_local ThreadStreams mine;
+  auto it = mine.states.find(ctx);
+  if (it != mine.states.end()) return it->second;
   StreamState st;
-  drv.check(drv.cuStreamCreate(&st.stream, CU_STREAM_DEFAULT), "cuStreamCreate");
-  for (auto& ev : st.events) drv.check(drv.cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
-  return states.emplace(ctx, st).first->second;
+  if (!SpareStreams::get().take(ctx, st)) {
+    drv.check(drv.cuStreamCreate(&st.stream, CU_STREAM_DEFAULT), "cuStreamCreate");
+    for (auto& ev : st.events) drv.check(drv.cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+  }
+  return mine.states.emplace(ctx, st).first->second;
 }
 
 // Waits for the stream on every exit path: a staging buffer must not return to

@@ -69,7 +69,15 @@ class EnvironmentVariableError(ValueError):
 def invalid_variable(variable: str, raw: str, why: object, accepted: str) -> EnvironmentVariableError:
     """The error for ``variable`` set to ``raw``, which it does not take
     (``why``); ``accepted`` says what it takes. One wording for every
-    ``GDSCP_*`` variable, wherever it is read."""
+    ``GDSCP_*`` variable, wherever it is read. What ``accepted`` says whole is
+    not said again from ``why``: a check's "GDSCP_X must be ..." or its
+    "(examples: ...)"."""
+    why = str(why)
+    head, examples, listed = why.partition(" (examples: ")
+    if examples and listed.rstrip(")") in accepted:
+        why = head
+    if why.startswith(f"{variable} must be "):
+        return EnvironmentVariableError(f"{variable}={raw!r} is not valid: {variable} takes {accepted}", variable)
     return EnvironmentVariableError(f"{variable}={raw!r} is not valid: {why}; {variable} takes {accepted}", variable)
 
 

@@ -565,10 +565,10 @@ def test_environment_compat_mode_auto_and_off():
         ("GDSCP_NUM_THREADS", "0", "from 1 to 4096"),
         ("GDSCP_NUM_THREADS", "4M", "from 1 to 4096"),
         ("GDSCP_NUM_THREADS", "4097", "from 1 to 4096"),
-        ("GDSCP_TASK_SIZE", "big", "4K"),
-        ("GDSCP_GDS_THRESHOLD", "-1", "4K"),
+        ("GDSCP_TASK_SIZE", "big", "size such as 4096, 4K"),
+        ("GDSCP_GDS_THRESHOLD", "-1", "size such as 4096, 4K"),
         ("GDSCP_COMPAT_MODE", "sometimes", "ON, OFF or AUTO"),
-        ("GDSCP_BOUNCE_BUFFER_SIZE", "-4096", "4K"),
+        ("GDSCP_BOUNCE_BUFFER_SIZE", "-4096", "size such as 4096, 4K"),
         ("GDSCP_BOUNCE_BUFFER_SIZE", "0", "positive size"),
         ("GDSCP_DIRECT_IO", "sideways", "on, off or auto"),
         ("GDSCP_PIPELINE_DEPTH", "9", "from 2 to 8"),
@@ -577,7 +577,8 @@ def test_environment_compat_mode_auto_and_off():
 )
 def test_bad_environment_value_names_the_variable(variable, value, accepted):
     """A clear ValueError naming the variable, its value and what it takes,
-    when gdscp first needs its settings."""
+    when gdscp first needs its settings: each said once (a check that only
+    says what the variable must be is not said beside what it takes)."""
     code = (
         "import sys, gdscp\n"
         "try:\n"
@@ -591,6 +592,7 @@ def test_bad_environment_value_names_the_variable(variable, value, accepted):
     assert result.stdout.startswith(f"EnvironmentVariableError {variable} |")
     message = result.stdout.split("|", 1)[1]
     assert variable in message and repr(value) in message and accepted in message
+    assert message.count(variable) == 2 and message.count(accepted) == 1, message  # "V='x' ...; V takes ..."
     assert "\n" not in message.strip()
 
 

@@ -65,7 +65,9 @@ class FilesConfig:
     ranks: Optional[int] = None  # copy: also as one job over this many MPI ranks (mpiexec -n RANKS)
 
 
-def _check(config: FilesConfig) -> None:
+def _check(config: FilesConfig) -> Optional[list[int]]:
+    """Refuses a setting it cannot run (``BenchConfigError`` naming it); the
+    thread counts asked for, each once and in order (None where none were)."""
     if not isinstance(config.files, int) or not 1 <= config.files <= _MAX_FILES:
         raise BenchConfigError("files", f"{config.files!r}: the file count must be between 1 and {_MAX_FILES}")
     if config.low < 0 or config.high < config.low:
@@ -76,8 +78,7 @@ def _check(config: FilesConfig) -> None:
     if not config.modes:
         raise BenchConfigError("mode", f"needs at least one mode ({', '.join(FILE_MODES)})")
     check_runs(config.runs)
-    if config.threads is not None:
-        check_threads(config.threads)
+    threads = None if config.threads is None else sorted(check_threads(config.threads))
     if config.ranks is not None:
         if config.ranks < 2:
             raise BenchConfigError("ranks", f"{config.ranks}: one job over MPI ranks needs at least 2")
@@ -102,6 +103,7 @@ def _check(config: FilesConfig) -> None:
         if held > available * 0.8:
             raise BenchConfigError("files", f"reading the tree back needs up to {held} bytes of host memory; "
                                             f"{available} are available")
+    return threads
 
 
 def _mpiexec() -> str:
@@ -396,10 +398,10 @@ def run_files_benchmark(
 ) -> dict:
     """Run the many-files workload; the JSON-ready result (docs/benchmark-json.md,
     "The many-files document"). The tree and the copies are removed whatever happens."""
-    _check(config)
+    threads = _check(config)
     warn = warn or (lambda message: None)
     memory, device, memory_reason = _choose_memory(BenchConfig(memory=config.memory, device=config.device))
-    threads = sorted(check_threads(config.threads)) if config.threads is not None else default_threads()[0]
+    threads = threads if threads is not None else default_threads()[0]
     began = time.perf_counter()
     date = now_iso()
     run = _Run(config, progress, warn)

@@ -599,17 +599,16 @@ def _measure(out: Output, run: Callable[..., dict], config: Any) -> dict:
     try:
         with _Bar(out) as bar:
 
-            def step(completed: int, total: int, description: str) -> None:
+            def refuse(completed: int, total: int, description: str) -> None:
                 # The first step comes after the settings are checked, before
                 # anything is written: where stdout is closed (>&-) the result
                 # could only fail once the run is over, so the one line now,
                 # without a document that cannot be written either.
-                if sys.stdout is None and (out.json or not out.quiet):
-                    out.error(f"cannot write the result: {STDOUT_CLOSED}")
-                    raise typer.Exit(EXIT_FAILURE)
-                bar(completed, total, description)
+                out.error(f"cannot write the result: {STDOUT_CLOSED}")
+                raise typer.Exit(EXIT_FAILURE)
 
-            return run(config, progress=step, warn=out.warn)
+            closed = sys.stdout is None and (out.json or not out.quiet)
+            return run(config, progress=refuse if closed else bar, warn=out.warn)
     except BenchConfigError as exc:
         option = _OPTION_NAMES.get(exc.option, "--" + exc.option.replace("_", "-"))
         raise UsageError(f"{option}: {exc}") from None

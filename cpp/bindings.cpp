@@ -307,7 +307,7 @@ NB_MODULE(_core, m) {
   m.def("prepare_device", &gdscp::prepare_device, "ordinal"_a, "settings"_a, "workers"_a, release());
   m.def("trim_pools", &gdscp::trim_pools, release());
   m.def("gpu_numa_node", &gdscp::gpu_numa_node, "ordinal"_a, release());
-  m.def("stream_synchronize", &gdscp::stream_synchronize, "stream"_a, release());
+  m.def("stream_synchronize", &gdscp::stream_synchronize, "stream"_a, "ptr"_a = 0, release());
   m.def("stream_copy", &stream_copy, "dst"_a, "src"_a);
   m.def("host_buffer", &gdscp::bindings::host_buffer, "obj"_a, "writable"_a);
   m.def("dlpack_info", &gdscp::bindings::dlpack_info, "capsule"_a);

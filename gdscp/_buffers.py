@@ -17,9 +17,11 @@ __all__ = ["Buffer", "resolve"]
 # DLPack device types
 _DL_CPU, _DL_CUDA, _DL_CUDA_HOST, _DL_CUDA_MANAGED = 1, 2, 3, 13
 # Stream values of the CUDA array interface that need no synchronisation here:
-# none given, and the legacy / per-thread default streams, which the engine's
-# blocking streams already wait for.
-_NO_SYNC_STREAMS = (None, 1, 2)
+# none given, and the legacy default stream, which the engine's blocking
+# streams wait for (and its cuFile path synchronises). The per-thread default
+# stream (2) is waited for here, on the caller's thread, whose stream it is:
+# it does not synchronise with other streams.
+_NO_SYNC_STREAMS = (None, 1)
 
 
 class Buffer(NamedTuple):
@@ -44,7 +46,7 @@ def _from_cai(obj: Any, cai: dict, writable: bool) -> Buffer:
     if writable and readonly:
         raise ValueError("cannot read into a read-only device array")
     if stream not in _NO_SYNC_STREAMS:
-        _core.stream_synchronize(stream)  # the producer's pending work on its own stream
+        _core.stream_synchronize(stream, ptr)  # the producer's pending work on its own stream
     return Buffer(ptr, nbytes, True, obj)
 
 

@@ -208,6 +208,11 @@ def test_kvikio_program_on_device_memory(standin_build, page_cache_folder, compa
     standin.run(standin_build(), scenario_kvikio_program, folder=str(page_cache_folder), compat=compat)
 
 
+@pytest.mark.parametrize("compat", ["on", "off"])
+def test_work_queued_on_the_default_streams_comes_first(go, compat):
+    go(scenario_default_streams, devices=2, compat=compat)
+
+
 def test_pointer_kinds_and_contexts(go):
     go(scenario_pointer_kinds, devices=2)
 
@@ -1825,6 +1830,45 @@ def scenario_bounce_buffer_too_large(folder):
         with settings(**base, bounce_buffer_size=64 * KiB), gdscp.CuFile(path, "r") as f:
             buf = poisoned(len(data))
             assert f.read(buf) == len(data) and buf.bytes() == data
+
+
+def scenario_default_streams(folder, compat):
+    """An array whose ``__cuda_array_interface__`` names the legacy default
+    stream (1) or the per-thread one (2) may still have work queued there, a
+    kernel filling it: a read lands after that work and a write takes its
+    result, on the POSIX path and through cuFile (whose I/O is not ordered on
+    any stream), for a synchronous small call and one split into tasks."""
+    import gdscp
+
+    CU_STREAM_LEGACY, CU_STREAM_PER_THREAD = 1, 2
+    data = random_bytes(2 * MiB, seed=41)
+    path = new_file(folder, "streams.bin", data)
+    standin.cuda.make_current(0)  # as CuPy leaves the thread that queued the work
+    with settings(compat_mode=compat, num_threads=4, task_size=MiB), gdscp.CuFile(path, "r+") as f:
+        for stream in (CU_STREAM_LEGACY, CU_STREAM_PER_THREAD):
+            for size in (4096, 2 * MiB):
+                case = f"stream={stream} size={size} compat={compat}"
+                buf = poisoned(size)
+                standin.cuda.fill_async(stream, buf, 0x11)
+                assert f.read(buf.with_stream(stream), size, 0) == size, case
+                assert standin.cuda.pending() == 0, case  # the fill ran before the read, not after it
+                assert buf.bytes() == data[:size], case
+                src = standin.cuda.alloc(size).set(data[:size])
+                standin.cuda.fill_async(stream, src, 0x5A)
+                assert f.write(src.with_stream(stream), size, 0) == size, case
+                assert file_bytes(path)[:size] == b"\x5a" * size, case
+                with open(path, "r+b") as raw:
+                    raw.write(data)
+        # The per-thread default stream is the caller's own in the memory's
+        # context, waited for even where the caller's thread has no current
+        # context left (or another device's).
+        for current in (-1, 1):
+            buf = poisoned(4096)
+            standin.cuda.make_current(0)
+            standin.cuda.fill_async(CU_STREAM_PER_THREAD, buf, 0x22)
+            standin.cuda.make_current(current)
+            assert f.read(buf.with_stream(CU_STREAM_PER_THREAD), 4096, 0) == 4096, current
+            assert standin.cuda.pending() == 0 and buf.bytes() == data[:4096], current
 
 
 def scenario_small_sizes(folder, compat):

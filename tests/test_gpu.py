@@ -288,6 +288,37 @@ def test_producer_stream_is_respected(cp, tmp_path):
     assert file_bytes(path) == data
 
 
+def test_work_on_the_per_thread_default_stream_comes_first(cp, tmp_path):
+    """Arrays made under CuPy's per-thread default stream name it (2) in their
+    array interface, and that stream does not wait for other streams, nor they
+    for it: a read lands after the kernel still filling the array there, and a
+    write takes the kernel's result."""
+    size = 4 * MiB
+    data = random_bytes(size, seed=78)
+    path = tmp_path / "ptds.bin"
+    path.write_bytes(data)
+    ptds = cp.cuda.Stream.ptds
+
+    def busy():  # milliseconds of work queued ahead of the fill
+        m = cp.ones((4096, 4096), dtype=cp.float64)
+        for _ in range(4):
+            m = m @ m
+        return m
+
+    with ptds, gdscp.CuFile(str(path), "r+") as f:
+        keep = busy()
+        buf = cp.full(size, 0x11, dtype=cp.uint8)
+        assert buf.__cuda_array_interface__["stream"] == 2
+        assert f.read(buf) == size
+        ptds.synchronize()
+        assert buf.get().tobytes() == data
+        keep = busy()
+        src = cp.full(size, 0x5A, dtype=cp.uint8)
+        assert f.write(src) == size
+        del keep
+    assert file_bytes(str(path)) == b"\x5a" * size
+
+
 def test_copy_through_a_gpu_imports_no_cupy(tmp_path):
     """A copy's staging is the engine's own device memory: a new process copying
     through GPU 0 never pays for importing CuPy (or numpy), and the bytes arrive."""

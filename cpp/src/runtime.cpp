@@ -3,6 +3,7 @@
 #include <string>
 
 #include "gdscp/detail/buffer_pool.hpp"
+#include "gdscp/detail/device_pointer.hpp"
 #include "gdscp/detail/numa.hpp"
 #include "gdscp/detail/staging.hpp"
 #include "gdscp/detail/thread_pool.hpp"
@@ -28,9 +29,19 @@ size_t trim_pools() { return detail::BufferPool::trim_pinned() + detail::BufferP
 
 int gpu_numa_node(int ordinal) { return detail::gpu_numa_node(ordinal); }
 
-void stream_synchronize(uintptr_t stream) {
+void stream_synchronize(uintptr_t stream, uintptr_t ptr) {
   const CudaDriver& drv = CudaDriver::require();
-  drv.check(drv.cuStreamSynchronize(reinterpret_cast<CUstream>(stream)), "cuStreamSynchronize");
+  const auto handle = reinterpret_cast<CUstream>(stream);
+  if (handle == CU_STREAM_PER_THREAD && ptr != 0) {
+    // Under the memory's context, whichever is current on this thread (if any).
+    const detail::MemoryTarget mem = detail::resolve_device_pointer(ptr);
+    if (mem.ctx) {
+      ScopedContext scope(drv, mem.ctx);
+      drv.check(drv.cuStreamSynchronize(handle), "cuStreamSynchronize (per-thread default stream)");
+      return;
+    }
+  }
+  drv.check(drv.cuStreamSynchronize(handle), "cuStreamSynchronize");
 }
 
 }  // namespace gdscp

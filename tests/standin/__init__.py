@@ -322,6 +322,7 @@ class Cuda(_Lib):
         self._fn("driver_allocations", ctypes.c_long, [ctypes.POINTER(ctypes.c_size_t)])
         self._fn("stream", ctypes.c_void_p, [ctypes.c_int, ctypes.c_uint])
         self._fn("fill_async", ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t])
+        self._fn("make_current", ctypes.c_int, [ctypes.c_int])
         self._fn("pending", ctypes.c_long, [])
         self._fn("primary_context", ctypes.c_void_p, [ctypes.c_int])
         self._fn("retains", ctypes.c_long, [ctypes.c_int])
@@ -352,6 +353,11 @@ class Cuda(_Lib):
     def fill_async(self, stream: int, buf: "DeviceBuffer", value: int) -> None:
         """Queues a fill of ``buf`` on ``stream`` (run when the stream is synchronised)."""
         assert self.lib.gdscp_cuda_fill_async(stream, buf.ptr, value, buf.nbytes) == 0
+
+    def make_current(self, device: int = 0) -> None:
+        """Makes ``device``'s primary context current on the calling thread (-1:
+        none), as a GPU library leaves it."""
+        assert self.lib.gdscp_cuda_make_current(device) == 0
 
     def pending(self) -> int:
         return self.lib.gdscp_cuda_pending()

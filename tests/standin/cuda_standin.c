@@ -194,11 +194,29 @@ static struct CUstream_st* legacy_stream(int device) {
   return s;
 }
 
-/* The stream a handle names (NULL, CU_STREAM_LEGACY and CU_STREAM_PER_THREAD:
- * the current context's legacy stream); NULL if it names none. Under g_exec. */
+/* The calling thread's per-thread default stream of `device`: a blocking
+ * stream of its own (it waits for the legacy stream, and the legacy stream for
+ * it), not the legacy stream. Made at first use; never freed. Under g_exec. */
+static __thread struct CUstream_st* t_per_thread[MAX_DEVICES];
+static struct CUstream_st* per_thread_stream(int device) {
+  struct CUstream_st* s = t_per_thread[device];
+  if (!s) {
+    s = calloc(1, sizeof *s);
+    s->magic = STREAM_MAGIC;
+    s->device = device;
+    s->next_all = g_streams;
+    g_streams = s;
+    t_per_thread[device] = s;
+  }
+  return s;
+}
+
+/* The stream a handle names (NULL and CU_STREAM_LEGACY: the current
+ * context's legacy stream; CU_STREAM_PER_THREAD: the calling thread's own
+ * default stream of that context); NULL if it names none. Under g_exec. */
 static struct CUstream_st* resolve_stream(CUstream h) {
-  if (h == NULL || h == CU_STREAM_LEGACY || h == CU_STREAM_PER_THREAD)
-    return t_current ? legacy_stream(t_current->device) : NULL;
+  if (h == NULL || h == CU_STREAM_LEGACY) return t_current ? legacy_stream(t_current->device) : NULL;
+  if (h == CU_STREAM_PER_THREAD) return t_current ? per_thread_stream(t_current->device) : NULL;
   for (struct CUstream_st* s = g_streams; s; s = s->next_all)
     if (s == (struct CUstream_st*)h) return s;
   return NULL;
@@ -1069,6 +1087,15 @@ STANDIN_EXPORT int gdscp_cuda_memory_kind(uintptr_t ptr, size_t n, int* device) 
   const int kind = range_kind(ptr, n, &a);
   if (kind > 0 && device) *device = a.device;
   return kind;
+}
+
+/* Makes `device`'s primary context current on the calling thread (-1: none),
+ * as CuPy or PyTorch leave it on a thread that used the GPU; 0, or -1 for a
+ * device that does not exist. */
+STANDIN_EXPORT int gdscp_cuda_make_current(int device) {
+  if (device < -1 || device >= g_device_count) return -1;
+  t_current = device < 0 ? NULL : &g_ctx[device];
+  return 0;
 }
 
 /* The device of the calling thread's current context; -1 without one. */

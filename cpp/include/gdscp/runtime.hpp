@@ -28,7 +28,9 @@ size_t trim_pools();
 // -1 on a machine of one node, or where sysfs does not say.
 int gpu_numa_node(int ordinal);
 
-// Waits for the work queued on a CUDA stream (a CUstream as an integer).
-void stream_synchronize(uintptr_t stream);
+// Waits for the work queued on a CUDA stream (a CUstream as an integer). The
+// per-thread default stream (2) is the calling thread's own in a context: that
+// of the device memory at `ptr` where one is given.
+void stream_synchronize(uintptr_t stream, uintptr_t ptr = 0);
 
 }  // namespace gdscp

@@ -45,6 +45,10 @@ size_t CuFileBackend::transfer(const MemoryTarget& mem, char* base, ChunkQueue& 
   if (!mem.device) throw_invalid("the cuFile backend moves device memory only");
   const CudaDriver& cuda = CudaDriver::require();
   ScopedContext scope(cuda, mem.ctx);
+  // cuFile's I/O is not ordered on any stream: work queued on the legacy
+  // default stream before the call (a kernel filling the buffer) is waited
+  // for here, as the POSIX path's blocking streams wait for it.
+  cuda.check(cuda.cuStreamSynchronize(CU_STREAM_LEGACY), "cuStreamSynchronize (legacy default stream)");
   size_t total = 0;
   Chunk c;
   while (work.next(c)) {

@@ -575,6 +575,40 @@ def test_direct_io_write_extends_file(direct_dir):
     assert file_bytes(path) == data
 
 
+@pytest.mark.parametrize("file_size", [3 * MiB + 5, 3 * MiB, 2 * MiB + 4096 * 7 + 1])
+@pytest.mark.parametrize("task_size", [MiB, 8 * MiB])
+def test_direct_io_read_past_eof_leaves_rest_of_aligned_memory(tmp_path, file_size, task_size):
+    """A read into page-aligned host memory with direct_io "on" that runs past
+    the end of the file: the bytes after the count stay as they were. An
+    O_DIRECT read reaching the end writes zeros into the memory past it (on
+    ext4 to the end of the request): 1 MiB - 5 bytes of a 3 MiB + 5 file read
+    into 8 MiB were zeroed."""
+    probe = tmp_path / "probe"
+    try:
+        os.close(os.open(probe, os.O_CREAT | os.O_WRONLY | os.O_DIRECT, 0o644))
+    except OSError:
+        pytest.skip("this filesystem refuses O_DIRECT")
+    data = random_bytes(file_size, seed=31)
+    path = str(tmp_path / "short.bin")
+    write_file(path, data)
+    room = 8 * MiB
+    raw = np.full(room + 4096, POISON, np.uint8)
+    start = -raw.ctypes.data % 4096
+    buf = raw[start : start + room]
+    assert buf.ctypes.data % 4096 == 0
+    settings = {"direct_io": "on", "gds_threshold": 0, "num_threads": 2, "mapped_reads": False}
+    with gdscp.defaults.set(settings), gdscp.CuFile(path) as f:
+        assert f.is_direct_io_supported()
+        assert f.read(buf, task_size=task_size) == file_size
+        assert buf[:file_size].tobytes() == data
+        assert buf[file_size:].tobytes() == bytes([POISON]) * (room - file_size)
+        tail = buf[: 2 * MiB]
+        tail[:] = POISON
+        assert f.pread(tail, file_offset=file_size - 10, task_size=task_size).get() == 10
+        assert tail[:10].tobytes() == data[-10:]
+        assert tail[10:].tobytes() == bytes([POISON]) * (2 * MiB - 10)
+
+
 # --------------------------------------------------------------------------
 # bad input
 # --------------------------------------------------------------------------

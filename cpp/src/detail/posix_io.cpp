@@ -110,7 +110,15 @@ size_t read_range(const File& f, char* dst, size_t size, int64_t off, DirectIO d
       const int64_t mid_off = off + static_cast<int64_t>(done);
       size_t moved = 0;
       if (reinterpret_cast<uintptr_t>(mid) % kDirectAlign == 0) {
-        moved = direct_transfer<false>(f.direct_fd(), mid, part.middle, mid_off, f.path());
+        // Straight into `dst`, only the blocks wholly inside the file: an
+        // O_DIRECT read that reaches the end of the file writes zeros into
+        // the memory past it (the rest of the last block, and on ext4 the
+        // whole rest of the request), where a read leaves the bytes after
+        // its count as they were. The buffered read below takes the end.
+        const int64_t file_size = f.size();
+        const size_t inside =
+            file_size > mid_off ? round_down(static_cast<size_t>(file_size - mid_off), kDirectAlign) : 0;
+        moved = direct_transfer<false>(f.direct_fd(), mid, std::min(part.middle, inside), mid_off, f.path());
       } else {
         // Unaligned memory: O_DIRECT into an aligned bounce, then copy.
         auto bounce = BufferPool::aligned().acquire(std::min(bounce_size, part.middle));

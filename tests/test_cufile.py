@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import shutil
 import stat
 import tempfile
 import warnings
@@ -692,6 +693,32 @@ def test_a_character_device_reads_as_open_would(tmp_path):
         assert os.get_blocking(f.fileno())
         assert f.read(buf) == len(buf)
     assert buf == bytes(len(buf))
+
+
+@pytest.mark.parametrize("flags", ["w", "w+", "a", "x"])
+def test_an_open_that_fails_for_want_of_cufile_leaves_the_file(tmp_path, flags):
+    """compat_mode OFF where cuFile cannot take the file (no libcufile, or a
+    filesystem without O_DIRECT): the open fails, and the file it would have
+    truncated keeps its bytes, the one it would have created is not there."""
+    folder = str(tmp_path)
+    if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
+        folder = tempfile.mkdtemp(prefix="gdscp-test-", dir="/dev/shm")  # tmpfs: no O_DIRECT, so no cuFile
+    try:
+        kept = os.path.join(folder, "kept.bin")
+        write_file(kept, b"precious")
+        target = os.path.join(folder, "new.bin") if flags in ("a", "x") else kept
+        try:
+            with gdscp.defaults.set("compat_mode", "off"):
+                gdscp.CuFile(target, flags).close()
+        except (RuntimeError, OSError):
+            pass
+        else:
+            pytest.skip("cuFile opens files of this filesystem")
+        assert file_bytes(kept) == b"precious"
+        assert sorted(os.listdir(folder)) == ["kept.bin"]
+    finally:
+        if folder != str(tmp_path):
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.mark.parametrize("flags", ["", "q", "rw", "r++", "wa", "+", "R", "ax", "rw+", "rbt"])

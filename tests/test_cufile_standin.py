@@ -151,6 +151,10 @@ def test_registration_failure_auto_falls_back_off_raises(go):
     go(scenario_registration_failure)
 
 
+def test_failed_open_leaves_the_file(go):
+    go(scenario_failed_open_leaves_the_file)
+
+
 def test_driver_open_failure(go):
     go(scenario_driver_open_failure)
 
@@ -814,6 +818,32 @@ def scenario_registration_failure(folder):
         assert info.value.code == code
         assert str(info.value) == f"compat_mode is OFF, which requires cuFile, but {reason}", str(info.value)
     _core.testing.set_nvidia_fs_version_path("")
+
+
+def scenario_failed_open_leaves_the_file(folder):
+    """An open that fails because cuFile refuses the file (compat_mode OFF)
+    neither truncates the file ("w", "w+") nor leaves one it created ("w",
+    "a", "x"): "w" had already emptied a 1 MiB file, and "x" left an empty
+    file that made the next "x" open a FileExistsError."""
+    import gdscp
+
+    data = random_bytes(MiB + 1, seed=12)
+    path = new_file(folder, "keep.bin", data)
+    fresh = os.path.join(folder, "fresh.bin")
+    for flags in ("w", "w+", "a", "a+", "x", "x+", "r+"):
+        for where in {"x": [fresh], "r": [path]}.get(flags[0], [path, fresh]):
+            standin.cufile.fail("cuFileHandleRegister", CU_FILE_INVALID_VALUE)
+            with settings(compat_mode="off"), pytest.raises(gdscp.CuFileError):
+                gdscp.CuFile(where, flags)
+            assert file_bytes(path) == data, flags
+            assert not os.path.exists(fresh), (flags, where)
+    # Once cuFile takes the file, "w" truncates as before, and "x" creates.
+    with settings(compat_mode="off"), gdscp.CuFile(path, "w") as f:
+        assert os.path.getsize(path) == 0 and f.write(b"new") == 3
+    assert file_bytes(path) == b"new"
+    with settings(compat_mode="off"), gdscp.CuFile(fresh, "x") as f:
+        assert f.write(b"made") == 4
+    assert file_bytes(fresh) == b"made"
 
 
 def scenario_driver_open_failure(folder):

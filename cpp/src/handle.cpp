@@ -68,8 +68,17 @@ size_t raw_transfer(const OpenFile& st, const MemoryTarget& mem, bool write, uin
 
 Handle::Handle(std::string path, std::string_view flags, const Settings& s, const std::string& cufile_library)
     : path_(std::move(path)) {
-  auto file = std::make_shared<detail::File>(path_, flags);
-  detail::Backends backends = detail::choose_backends(file, s.compat_mode, cufile_library);
+  // Deferred: where no backend can be had (compat_mode OFF without cuFile,
+  // say), the open fails without having truncated or created the file.
+  auto file = std::make_shared<detail::File>(path_, flags, /*deferred=*/true);
+  detail::Backends backends;
+  try {
+    backends = detail::choose_backends(file, s.compat_mode, cufile_library);
+    file->commit();
+  } catch (...) {
+    file->discard();
+    throw;
+  }
   backend_ = backends.device->name();
   reason_ = std::move(backends.reason);
   open_ = std::make_shared<const OpenFile>(OpenFile{std::move(file), std::move(backends)});

@@ -57,21 +57,46 @@ OpenMode parse_open_mode(std::string_view mode) {
   return m;
 }
 
-File::File(std::string path, std::string_view mode) : path_(std::move(path)), mode_(parse_open_mode(mode)) {
+File::File(std::string path, std::string_view mode, bool deferred)
+    : path_(std::move(path)), mode_(parse_open_mode(mode)) {
   // Without blocking: a FIFO would wait here for its other end, in a call no
   // Ctrl-C can end. (O_NONBLOCK also refuses a file under a lease another
   // process holds: that open is made again, blocking, as open() would.)
-  auto open_once = [this](int extra) {
-    int fd;
-    do {
-      // A new file gets 0644 less the umask, as with KvikIO's FileHandle (not
-      // open()'s 0666: a umask of 0 or 002 would leave it writable by others).
-      fd = ::open(path_.c_str(), mode_.flags | extra, 0644);
-    } while (fd < 0 && errno == EINTR);
+  auto open_as = [this](int flags) {
+    auto open_once = [this](int f) {
+      int fd;
+      do {
+        // A new file gets 0644 less the umask, as with KvikIO's FileHandle (not
+        // open()'s 0666: a umask of 0 or 002 would leave it writable by others).
+        fd = ::open(path_.c_str(), f, 0644);
+      } while (fd < 0 && errno == EINTR);
+      return fd;
+    };
+    int fd = open_once(flags | O_NONBLOCK);
+    if (fd < 0 && errno == EWOULDBLOCK) fd = open_once(flags);
     return fd;
   };
-  fd_ = open_once(O_NONBLOCK);
-  if (fd_ < 0 && errno == EWOULDBLOCK) fd_ = open_once(0);
+  if (!deferred) {
+    fd_ = open_as(mode_.flags);
+  } else {
+    truncate_pending_ = (mode_.flags & O_TRUNC) != 0;
+    const int flags = mode_.flags & ~O_TRUNC;
+    if (!(flags & O_CREAT)) {
+      fd_ = open_as(flags);
+    } else if (flags & O_EXCL) {
+      fd_ = open_as(flags);
+      created_ = fd_ >= 0;
+    } else {
+      // Made here, or there already: known for discard().
+      fd_ = open_as(flags | O_EXCL);
+      created_ = fd_ >= 0;
+      if (fd_ < 0 && errno == EEXIST) fd_ = open_as(flags & ~O_CREAT);
+      // Gone meanwhile, or a dangling symbolic link (O_EXCL does not follow
+      // it): opened as asked, and left in place should the open fail.
+      if (fd_ < 0 && errno == ENOENT) fd_ = open_as(flags);
+    }
+    if (created_) truncate_pending_ = false;
+  }
   struct stat st{};
   if (fd_ < 0) {
     const int err = errno;
@@ -119,6 +144,7 @@ File::File(std::string path, std::string_view mode) : path_(std::move(path)), mo
     if (write_fd_ < 0 || replaced) {
       if (write_fd_ >= 0) ::close(write_fd_);
       write_fd_ = -1;
+      discard();
       if (direct_fd_ >= 0) ::close(direct_fd_);
       ::close(fd_);
       fd_ = -1;
@@ -133,6 +159,29 @@ void File::refuse_unseekable(const struct stat& st) const {
                  S_ISFIFO(st.st_mode) ? "cannot open a FIFO (a CuFile reads and writes at offsets, which it has not)"
                                       : "cannot open a socket (a CuFile reads and writes at offsets, which it has not)",
                  path_);
+}
+
+void File::commit() {
+  created_ = false;  // the file is the handle's now, whoever made it
+  if (!truncate_pending_) return;
+  truncate_pending_ = false;
+  // As O_TRUNC: regular files only (a device or a FIFO is left alone).
+  struct stat st{};
+  if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) return;
+  int r;
+  do {
+    r = ::ftruncate(fd_, 0);
+  } while (r != 0 && errno == EINTR);
+  if (r != 0) throw_os_error(errno, "cannot truncate", path_);
+}
+
+void File::discard() noexcept {
+  if (!created_) return;
+  created_ = false;
+  struct stat mine{}, named{};
+  if (::fstat(fd_, &mine) == 0 && ::lstat(path_.c_str(), &named) == 0 && mine.st_dev == named.st_dev &&
+      mine.st_ino == named.st_ino)
+    ::unlink(path_.c_str());
 }
 
 File::~File() {

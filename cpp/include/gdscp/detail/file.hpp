@@ -26,7 +26,10 @@ OpenMode parse_open_mode(std::string_view mode);
 
 class File {
  public:
-  File(std::string path, std::string_view mode);
+  // `deferred`: the open may still fail after this (its backend is chosen
+  // next), so "w" does not truncate yet, and a file the open creates is
+  // noted: commit() then truncates, discard() removes the created file.
+  File(std::string path, std::string_view mode, bool deferred = false);
   ~File();
   File(const File&) = delete;
   File& operator=(const File&) = delete;
@@ -69,6 +72,13 @@ class File {
   void require_readable() const;
   void require_writable() const;
 
+  // For a deferred open: the truncation "w" asks for, once nothing else can fail.
+  void commit();
+  // For a deferred open that failed after all: removes the file where this
+  // open created it (and the path still names it), so a failed open leaves
+  // the filesystem as it was.
+  void discard() noexcept;
+
  private:
   // A FIFO or socket has no offsets: refused (ESPIPE) as it is opened.
   [[noreturn]] void refuse_unseekable(const struct stat& st) const;
@@ -78,6 +88,8 @@ class File {
   int fd_ = -1;
   int direct_fd_ = -1;
   int write_fd_ = -1;  // fd_, or its O_APPEND-free twin in append mode
+  bool created_ = false;          // a deferred open made the file
+  bool truncate_pending_ = false;  // a deferred "w" open: commit() truncates
   mutable std::mutex append_mutex_;
 };
 

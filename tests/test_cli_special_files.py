@@ -559,3 +559,24 @@ def test_copy_from_a_fifo_and_from_standard_input(capsys, tmp_path):
         assert done.returncode == 0, done.stderr[-2000:]
         assert (tmp_path / "from-stdin").read_bytes() == data
     assert temp_files(tmp_path) == []
+
+
+def test_copy_r_of_a_fifo_named_as_src_is_refused_as_inside_a_tree(tmp_path):
+    """With -r, cp makes a FIFO or device named as SRC anew rather than read
+    it (--copy-contents reads it); gdscp makes no special files, and says so
+    as it does for one inside a tree, rather than wait for a writer that may
+    never come (or copy a whole disk for a device node). The other sources
+    are still copied."""
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    data = random_file(tmp_path / "f.bin", 1000)
+    (tmp_path / "out").mkdir()
+    done = subprocess.run([sys.executable, "-m", "gdscp", "copy", "-r", "--json", str(fifo), str(tmp_path / "f.bin"),
+                           str(tmp_path / "out")], capture_output=True, timeout=60)
+    assert done.returncode == 1, done.stderr[-2000:]
+    doc = json.loads(done.stdout)
+    assert doc["failed"] == 1 and doc["copied"] == 1
+    (line,) = done.stderr.decode().splitlines()
+    assert line == (f"gdscp copy: error: '{fifo}' is not a regular file, directory or symbolic link; not copied")
+    assert (tmp_path / "out" / "f.bin").read_bytes() == data
+    assert sorted(os.listdir(tmp_path / "out")) == ["f.bin"]

@@ -138,10 +138,15 @@ class _Copier:
                 jobs.extend(self._walk(src, target, st))
             elif stat.S_ISSOCK(st.st_mode):
                 self.problem(f"'{src}' is a socket; not copied", src)
+            elif self.recursive and not stat.S_ISREG(st.st_mode):
+                # As inside a tree: cp -r makes a FIFO or device anew (only
+                # --copy-contents reads it), and gdscp makes none. Read, a
+                # FIFO would wait for a writer, a disk be copied whole.
+                self.problem(f"'{src}' is not a regular file, directory or symbolic link; not copied", src)
             else:
-                # A regular file; or, named on the command line, a FIFO or a
-                # device (a process substitution, /dev/stdin), read front to
-                # back as cp reads it.
+                # A regular file; or, named on the command line without -r, a
+                # FIFO or a device (a process substitution, /dev/stdin), read
+                # front to back as cp reads it.
                 if dst.endswith(os.sep) and not dst_is_dir:
                     self.problem(f"cannot create '{dst}': Not a directory", src, dst)
                     continue
@@ -484,6 +489,7 @@ def copy(
     files and directories included). With -r a symbolic link, named as SRC or
     met inside a tree, is copied as a link (pointing where it points, even
     nowhere), never followed; name LINK/ to copy the directory it points at.
+    With -r a FIFO or device is not copied (cp -r would make it anew).
     Without -r, SRC is followed to the file it names. By default no GPU is
     used: regular files are copied inside the kernel, as cp copies them, and
     other files (devices, FIFOs) through host memory. --device N moves every

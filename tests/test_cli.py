@@ -1585,6 +1585,28 @@ def test_a_write_whose_directory_refuses_a_temporary_file_says_so(capsys, tmp_pa
     assert (tmp_path / "a").read_bytes() == b"old"
 
 
+def test_a_write_whose_rename_is_refused_names_file_not_the_temporary_one(capsys, tmp_path, monkeypatch):
+    """FILE complete under its temporary name, but the rename over FILE is
+    refused (a sticky directory and FILE another user's): the error says
+    FILE, not the temporary file, which is then gone; FILE stays as it was."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a").write_bytes(b"old")
+    from gdscp.cli import atomic as atomic_module
+
+    def refused(src, dst):
+        raise PermissionError(errno.EPERM, os.strerror(errno.EPERM), src, dst)
+
+    monkeypatch.setattr(atomic_module.os, "replace", refused)
+    code, doc, err = cli_json(capsys, "write", "--host", "a", "--size", "4K")
+    monkeypatch.undo()
+    assert code == 1 and doc["ok"] is False
+    (line,) = error_lines(err)
+    assert line == f"gdscp write: error: {doc['error']}"
+    assert doc["error"] == "cannot rename the new file into place at 'a': Operation not permitted", doc
+    assert (tmp_path / "a").read_bytes() == b"old"
+    assert temp_files(tmp_path) == []
+
+
 def _limit_file_size():
     # A write past the limit then fails with EFBIG instead of killing the process.
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)

@@ -237,7 +237,10 @@ def write(
                 # Once renamed, the name is made durable before an interrupt
                 # can end the command: FILE is then the complete, durable file.
                 with signals_held():
-                    commit(target, path)
+                    try:
+                        commit(target, path)
+                    except OSError as exc:  # it names the temporary file, removed on the way out
+                        raise Failure(f"cannot rename the new file into place at '{path}': {exc.strerror}") from None
                     if fsync:
                         fsync_dir(os.path.dirname(os.path.abspath(path)))
         except OSError as exc:

@@ -560,6 +560,14 @@ def test_usage_errors_are_one_line_exit_2(capsys, tmp_path, monkeypatch, args, c
     assert len(lines) == 1 and culprit in lines[0] and "Traceback" not in err
 
 
+def test_a_mistyped_command_is_offered_the_right_one_once(capsys):
+    """Typer adds the commands a mistyped one may mean to Click's message, and
+    Click 8.4 on adds them again as it formats it: the line names them once."""
+    code, out, err = cli(capsys, "cpy", "a", "b")
+    assert code == 2 and out == ""
+    assert err == "gdscp: error: No such command 'cpy'. Did you mean 'copy'? (see 'gdscp --help')\n"
+
+
 def test_python_dash_m_and_console_script(tmp_path):
     data = random_file(tmp_path / "src.bin", 5000)
     done = subprocess.run(

@@ -185,7 +185,12 @@ def run(argv: Optional[Sequence[str]] = None) -> int:
         ctx = getattr(exc, "ctx", None)
         where = ctx.command_path if ctx is not None else "gdscp"
         hint = f" (see '{where} --help')" if exc.exit_code == EXIT_USAGE else ""
-        message = " ".join(exc.format_message().split())
+        message = exc.format_message()
+        if getattr(exc, "command_name", None) is not None and "Did you mean" in str(getattr(exc, "message", "")):
+            # An unknown command: Typer has named the ones it may mean in the
+            # message, and Click (8.4 on) names them again as it formats it.
+            message = exc.message
+        message = " ".join(message.split())
         code = int(exc.exit_code)
         final = _fail_before_joining(args, code, message)
         if final is not None:

@@ -325,6 +325,27 @@ def test_a_filesystem_glibc_does_not_know_may_hold_files_past_2_gib(tmp_path, mo
         special.check_room(str(tmp_path / "big"), 2**40, None)
 
 
+def test_a_filesystem_that_reports_no_size_is_written_all_the_same(capsys, tmp_path, monkeypatch):
+    """A filesystem that reports no blocks at all (a FUSE filesystem without
+    statfs, whose answer is all zeros; procfs, sysfs) has unknown free space,
+    not none: the write goes ahead (a full disk is said by the write itself).
+    One that reports its size and has too little free is still refused."""
+    from gdscp.cli import special
+
+    def statvfs(blocks, free):
+        return lambda path: os.statvfs_result((4096, 4096, blocks, free, free, 0, 0, 0, 0, 255))
+
+    monkeypatch.setattr(special.os, "statvfs", statvfs(0, 0))
+    code, doc, err = cli_json(capsys, "write", "--host", tmp_path / "f", "--size", "1M", "--pattern", "seq")
+    assert code == 0, err
+    assert (tmp_path / "f").read_bytes() == memory.pattern(MiB, "seq").tobytes()
+    monkeypatch.setattr(special.os, "statvfs", statvfs(1000, 10))
+    code, doc, err = cli_json(capsys, "write", "--host", tmp_path / "g", "--size", "1M")
+    monkeypatch.undo()
+    assert code == 1 and doc["error"].startswith("not enough space for "), doc
+    assert not (tmp_path / "g").exists()
+
+
 def test_a_json_failure_whose_stdout_is_gone_says_both_once(tmp_path):
     """--json, a failure, and no stdout to write its document to: both are
     said on stderr, no traceback, exit status 1."""

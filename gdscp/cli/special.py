@@ -130,6 +130,10 @@ def check_room(path: str, size: int, existing: Optional[os.stat_result] = None) 
         if exc.errno == errno.ENOENT:
             raise Failure(f"cannot create '{path}': No such file or directory") from None
         return  # the write itself will say what is wrong
+    if fs.f_blocks == 0:
+        # No size reported (a FUSE filesystem without statfs answers all
+        # zeros, as procfs and sysfs do): free space unknown, not none.
+        return
     free = fs.f_bavail * fs.f_frsize
     if size > free:
         raise Failure(

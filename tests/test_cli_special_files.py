@@ -338,6 +338,29 @@ def test_one_unreadable_source_does_not_stop_the_others(tmp_path):
         shutil.rmtree(work, ignore_errors=True)
 
 
+def test_a_write_over_a_read_only_file_says_the_file_refuses(tmp_path):
+    """FILE exists and may not be written, in a directory that takes new
+    files: the error names FILE's own permission, as copy's does, rather
+    than blame the directory for a temporary file it would take."""
+    work = Path(tempfile.mkdtemp(prefix="gdscp-perm-"))
+    try:
+        work.chmod(0o777)
+        (work / "f").write_bytes(b"old")
+        (work / "f").chmod(0o444)
+        proc = subprocess.run(
+            [*_as_other_user(), sys.executable, "-m", "gdscp", "write", "f", "--size", "4K", "--host", "--json"],
+            capture_output=True, text=True, timeout=120, cwd=work,
+        )
+        assert proc.returncode == 1, proc.stderr
+        doc = json.loads(proc.stdout)
+        assert doc["error"] == "cannot overwrite 'f': Permission denied", doc
+        assert proc.stderr.splitlines()[-1] == f"gdscp write: error: {doc['error']}"
+        assert (work / "f").read_bytes() == b"old"
+        assert sorted(os.listdir(work)) == ["f"]
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 # -- quiet runs and captions ----------------------------------------------------------------------
 
 

@@ -201,6 +201,8 @@ def write(
             try:
                 target = make_temp(path)
             except OSError as exc:
+                if exc.errno == errno.EACCES and os.path.lexists(path) and not _may_write(path):
+                    raise Failure(f"cannot overwrite '{path}': {exc.strerror}") from None  # FILE's own mode
                 if os.path.lexists(path):  # FILE is there: it is its directory that refuses
                     raise Failure(f"cannot write '{path}': no temporary file can be made beside it, to be renamed "
                                   f"over it once complete ({exc.strerror})") from None
@@ -390,6 +392,11 @@ def _through_link(path: str) -> str:
         # since what it points at may have no name to open (pipe:[...]).
         return path
     return os.path.realpath(path)
+
+
+def _may_write(path: str) -> bool:
+    """Whether this process may write ``path`` (as its effective user)."""
+    return os.access(path, os.W_OK, effective_ids=os.access in os.supports_effective_ids)
 
 
 def _names_a_directory(path: str) -> str:

@@ -1960,6 +1960,26 @@ def test_a_destination_made_twice_is_made_once(capsys, tmp_path):
     assert (tmp_path / "o" / "x").read_bytes() == b"a"
 
 
+def test_a_source_named_twice_is_copied_once_with_a_warning(capsys, tmp_path):
+    """As cp: the same file (or tree, with -r) named twice for the same
+    destination is a warning, not a failure: copied once, exit status 0."""
+    data = random_file(tmp_path / "a", 1000)
+    make_tree(tmp_path / "t")
+    (tmp_path / "o").mkdir()
+    code, doc, err = cli_json(capsys, "copy", "--host", "-r", tmp_path / "a", tmp_path / "a",
+                              str(tmp_path / "t" / ".." / "a"), tmp_path / "t", str(tmp_path / "t") + "/",
+                              tmp_path / "o")
+    assert code == 0, err
+    assert doc["ok"] is True and doc["failed"] == 0
+    assert err.splitlines() == [
+        f"gdscp copy: warning: source file '{tmp_path / 'a'}' specified more than once",
+        f"gdscp copy: warning: source file '{tmp_path / 't' / '..' / 'a'}' specified more than once",
+        f"gdscp copy: warning: source directory '{tmp_path / 't'}/' specified more than once",
+    ]
+    assert (tmp_path / "o" / "a").read_bytes() == data
+    assert tree(tmp_path / "o" / "t") == tree(tmp_path / "t")
+
+
 def test_a_destination_reached_through_a_link_in_the_tree_is_made_once(capsys, tmp_path):
     """A tree copied into one that has a symbolic link where the source has
     a file: the copy goes through the link (as cp's), onto where another

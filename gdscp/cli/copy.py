@@ -110,6 +110,7 @@ class _Copier:
         if len(sources) > 1 and not dst_is_dir:
             raise Failure(f"target '{dst}' is not a directory")
         jobs: list[_Job] = []
+        named: set[tuple[int, int, str]] = set()  # (source file, its destination) of each source so far
         for src in sources:
             try:
                 # As cp: with -r a symbolic link is copied as a link, here as
@@ -123,6 +124,14 @@ class _Copier:
             target = os.path.join(dst, name) if dst_is_dir else dst
             if os.path.basename(src.rstrip(os.sep)) == ".":
                 target = dst  # as cp: DIR/. into an existing DST merges DIR's contents into it
+            once = (st.st_dev, st.st_ino, os.path.normpath(os.path.abspath(target)))
+            if once in named:
+                # As cp: the same source for the same destination again is
+                # copied once, with a warning (a glob that overlaps a name).
+                what = "directory" if stat.S_ISDIR(st.st_mode) else "file"
+                self.out.warn(f"source {what} '{src}' specified more than once")
+                continue
+            named.add(once)
             if stat.S_ISLNK(st.st_mode):
                 jobs.append(_Job("link", src, target, st))
             elif stat.S_ISDIR(st.st_mode):

@@ -1052,6 +1052,17 @@ def test_copy_same_file(capsys, tmp_path):
     assert (tmp_path / "s.bin").read_bytes() == data
 
 
+def test_copy_onto_a_link_to_itself_names_the_link(capsys, tmp_path, monkeypatch):
+    """As cp: the error names DST as given, not the file the link leads to."""
+    monkeypatch.chdir(tmp_path)
+    data = random_file(tmp_path / "s.bin", 1000)
+    os.symlink("s.bin", tmp_path / "link")
+    code, _, err = cli(capsys, "copy", "s.bin", "link")
+    assert code == 1
+    assert error_lines(err) == ["gdscp copy: error: 's.bin' and 'link' are the same file"]
+    assert (tmp_path / "s.bin").read_bytes() == data and os.readlink(tmp_path / "link") == "s.bin"
+
+
 def test_copy_missing_source_copies_the_rest(capsys, tmp_path):
     data = random_file(tmp_path / "ok.bin", 100)
     (tmp_path / "out").mkdir()

@@ -373,7 +373,7 @@ def _shared_destination(copier: Any, job: Any) -> tuple[Optional[str], int, Opti
     if stat.S_ISDIR(st.st_mode):
         return None, 0, f"cannot overwrite directory '{dst}' with non-directory '{job.src}'"
     if (st.st_dev, st.st_ino) == (src.st_dev, src.st_ino):
-        return None, 0, f"'{job.src}' and '{dst}' are the same file"
+        return None, 0, f"'{job.src}' and '{job.dst}' are the same file"
     if not stat.S_ISREG(st.st_mode):
         return None, 0, ""  # a device or FIFO: one rank writes it front to back
     if not copier.preserve:

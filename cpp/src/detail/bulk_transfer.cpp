@@ -219,7 +219,7 @@ bool open_destination(const TransferContext& cx, Transfer& t, std::string& note)
                                   : "cannot overwrite directory '" + t.dst + "' with non-directory '" + item.src + "'",
                  t.dst);
     if (from_source && src.st_dev == st.st_dev && src.st_ino == st.st_ino)
-      fail_state("'" + item.src + "' and '" + t.dst + "' are the same file", t.dst);
+      fail_state("'" + item.src + "' and '" + item.dst + "' are the same file", item.dst);  // as named, as cp
     if (cx.opt.no_clobber) {
       note = "exists";
       return false;

@@ -1005,6 +1005,31 @@ def test_copy_recursive_copies_a_symbolic_link_named_as_src_as_a_link(capsys, tm
     assert temp_files(tmp_path) == []
 
 
+def test_copy_r_of_a_link_over_the_file_it_leads_to_is_refused(capsys, tmp_path, monkeypatch):
+    """As cp: a symbolic link copied (with -r, as a link) over the very file
+    it leads to would leave a link to itself there, the file's bytes gone;
+    'same file', and the file stays. So inside a tree."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a").write_bytes(b"precious")
+    os.symlink("a", tmp_path / "la")
+    code, doc, err = cli_json(capsys, "copy", "-r", "la", "a")
+    assert code == 1 and doc["failed"] == 1
+    assert error_lines(err) == ["gdscp copy: error: 'la' and 'a' are the same file"]
+    assert not os.path.islink(tmp_path / "a") and (tmp_path / "a").read_bytes() == b"precious"
+    (tmp_path / "src").mkdir()
+    (tmp_path / "out" / "src").mkdir(parents=True)
+    (tmp_path / "out" / "src" / "l").write_bytes(b"kept")
+    (tmp_path / "src" / "x").write_bytes(b"x")
+    os.symlink("../out/src/l", tmp_path / "src" / "l")
+    code, doc, err = cli_json(capsys, "copy", "-r", "src", "out")
+    assert code == 1 and doc["failed"] == 1 and doc["copied"] == 1
+    assert error_lines(err) == ["gdscp copy: error: 'src/l' and 'out/src/l' are the same file"]
+    assert not os.path.islink(tmp_path / "out" / "src" / "l")
+    assert (tmp_path / "out" / "src" / "l").read_bytes() == b"kept"
+    assert (tmp_path / "out" / "src" / "x").read_bytes() == b"x"
+    assert temp_files(tmp_path) == []
+
+
 def test_copy_of_a_tree_under_a_low_limit_on_open_files(tmp_path):
     """ulimit -n 16, 16 workers: more files in flight than descriptors, and
     a batch of files waiting for their sync holding one each. The copy keeps

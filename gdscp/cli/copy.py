@@ -414,6 +414,10 @@ class _Copier:
             raise Failure(f"will not write '{job.dst}': its name is that of a gdscp temporary file, which the "
                           "next run into its directory would remove as a dead run's")
         if os.path.lexists(job.dst):
+            if _leads_to(job.src, job.dst):
+                # As cp: the link put over the file it leads to would lead to
+                # itself, and the file's bytes be gone.
+                raise Failure(f"'{job.src}' and '{job.dst}' are the same file")
             if self.no_clobber:
                 record.status = "skipped"
                 self.out.note(f"not replacing '{job.dst}' (it exists; --no-clobber)")
@@ -430,6 +434,14 @@ class _Copier:
         except BaseException:
             discard(tmp)
             raise
+
+
+def _leads_to(link: str, path: str) -> bool:
+    """Whether symbolic link ``link`` leads to ``path``, which is no link."""
+    try:
+        return not os.path.islink(path) and os.path.samestat(os.stat(link), os.lstat(path))
+    except OSError:  # a dangling link, or a loop
+        return False
 
 
 def _clean(dst: str) -> int:

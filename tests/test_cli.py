@@ -1077,6 +1077,21 @@ def test_copy_same_file(capsys, tmp_path):
     assert (tmp_path / "s.bin").read_bytes() == data
 
 
+def test_copy_no_clobber_onto_the_source_itself_skips_it(capsys, tmp_path, monkeypatch):
+    """As cp -n: DST exists, so it is kept, even where it is SRC itself
+    (through a link, or with -r a link over the file it leads to): a skip,
+    exit status 0, not a failure."""
+    monkeypatch.chdir(tmp_path)
+    data = random_file(tmp_path / "a", 1000)
+    os.symlink("a", tmp_path / "la")
+    for args in (["a", "a"], ["a", "la"], ["la", "a"], ["-r", "la", "a"]):
+        code, doc, err = cli_json(capsys, "copy", "-n", *args)
+        assert code == 0, (args, err)
+        assert doc["skipped"] == 1 and doc["failed"] == 0, args
+        assert error_lines(err) == [], args
+        assert (tmp_path / "a").read_bytes() == data and not os.path.islink(tmp_path / "a")
+
+
 def test_copy_onto_a_link_to_itself_names_the_link(capsys, tmp_path, monkeypatch):
     """As cp: the error names DST as given, not the file the link leads to."""
     monkeypatch.chdir(tmp_path)

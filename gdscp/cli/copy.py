@@ -414,14 +414,14 @@ class _Copier:
             raise Failure(f"will not write '{job.dst}': its name is that of a gdscp temporary file, which the "
                           "next run into its directory would remove as a dead run's")
         if os.path.lexists(job.dst):
-            if _leads_to(job.src, job.dst):
-                # As cp: the link put over the file it leads to would lead to
-                # itself, and the file's bytes be gone.
-                raise Failure(f"'{job.src}' and '{job.dst}' are the same file")
             if self.no_clobber:
                 record.status = "skipped"
                 self.out.note(f"not replacing '{job.dst}' (it exists; --no-clobber)")
                 return
+            if _leads_to(job.src, job.dst):
+                # As cp: the link put over the file it leads to would lead to
+                # itself, and the file's bytes be gone.
+                raise Failure(f"'{job.src}' and '{job.dst}' are the same file")
             if os.path.isdir(job.dst) and not os.path.islink(job.dst):
                 raise Failure(f"cannot overwrite directory '{job.dst}' with a symbolic link")
         tmp = make_temp_link(os.readlink(job.src), job.dst)

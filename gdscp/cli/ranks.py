@@ -372,6 +372,8 @@ def _shared_destination(copier: Any, job: Any) -> tuple[Optional[str], int, Opti
         return dst, mode, None
     if stat.S_ISDIR(st.st_mode):
         return None, 0, f"cannot overwrite directory '{dst}' with non-directory '{job.src}'"
+    if copier.no_clobber:
+        return dst, mode, None  # kept, as the engine keeps it (even the source itself)
     if (st.st_dev, st.st_ino) == (src.st_dev, src.st_ino):
         return None, 0, f"'{job.src}' and '{job.dst}' are the same file"
     if not stat.S_ISREG(st.st_mode):

@@ -218,12 +218,13 @@ bool open_destination(const TransferContext& cx, Transfer& t, std::string& note)
       fail_state(item.src.empty() ? "cannot write '" + t.dst + "': it is a directory"
                                   : "cannot overwrite directory '" + t.dst + "' with non-directory '" + item.src + "'",
                  t.dst);
-    if (from_source && src.st_dev == st.st_dev && src.st_ino == st.st_ino)
-      fail_state("'" + item.src + "' and '" + item.dst + "' are the same file", item.dst);  // as named, as cp
+    // As cp -n: what is there is kept, even the source itself (nothing to lose).
     if (cx.opt.no_clobber) {
       note = "exists";
       return false;
     }
+    if (from_source && src.st_dev == st.st_dev && src.st_ino == st.st_ino)
+      fail_state("'" + item.src + "' and '" + item.dst + "' are the same file", item.dst);  // as named, as cp
     if (!S_ISREG(st.st_mode)) {
       if (S_ISSOCK(st.st_mode)) fail_state("cannot write to '" + t.dst + "': it is a socket", t.dst);
       // A block device is read back from its start as far as it was written

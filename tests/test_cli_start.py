@@ -32,6 +32,8 @@ class Hook:
             Hook.fired = True
             if case == "signal":
                 os.kill(os.getpid(), signal.SIGINT)  # handled before the import goes on
+            elif case in ("SIGTERM", "SIGHUP"):
+                os.kill(os.getpid(), getattr(signal, case))
             elif case == "raise":
                 raise KeyboardInterrupt
             elif case == "engine":
@@ -327,6 +329,41 @@ def test_ctrl_c_while_loading_gives_the_json_document(args, module):
 @pytest.mark.parametrize("args", _JSON_COMMANDS, ids=lambda a: a[0])
 def test_keyboard_interrupt_raised_by_an_import_gives_the_json_document(args):
     _interrupted_document(_child("raise", "gdscp.cli.app", args=args), args[0])
+
+
+@pytest.mark.parametrize("args", _JSON_COMMANDS, ids=lambda a: a[0])
+@pytest.mark.parametrize("sig, code, word", [("SIGTERM", 143, "terminated"), ("SIGHUP", 129, "hung up")])
+def test_sigterm_or_sighup_while_loading_ends_as_during_the_command(args, sig, code, word):
+    """SIGTERM (a timeout, a scheduler) or SIGHUP while the command line
+    loads ends it as one during the command does: one line, 143 (129), and
+    with --json the failure document, which a script reading stdout expects;
+    not a process killed with nothing said."""
+    import json
+
+    for module in ("gdscp.cli.app", "typer"):
+        result = _child(sig, module, args=args)
+        assert result.returncode == code, (module, result.returncode, result.stderr)
+        assert result.stderr == f"gdscp: {word}\n", (module, result.stderr)
+        assert json.loads(result.stdout) == {"command": args[0], "ok": False, "error": word, "exit_code": code}
+
+
+def test_an_ignored_sigterm_stays_ignored_while_loading():
+    """Started with SIGTERM ignored, one while the command line loads does not end it."""
+    code = (
+        "import signal, sys\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "sys.argv = ['gdscp', 'info', '--json']\n"
+        "import os\n"
+        "class Hook:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'typer': os.kill(os.getpid(), signal.SIGTERM)\n"
+        "sys.meta_path.insert(0, Hook())\n"
+        "from gdscp.cli.main import main\n"
+        "main()\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert '"ok": true' in result.stdout
 
 
 def test_ctrl_c_as_the_command_ends_is_quiet():

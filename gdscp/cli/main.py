@@ -6,7 +6,8 @@ milliseconds; for a command that will use a GPU the NVIDIA driver loads on a
 thread of its own meanwhile. A Ctrl-C in that time would print a traceback from whichever
 import it landed in; here it ends the command as a Ctrl-C during a command
 does: "gdscp: interrupted", with ``--json`` the failure document, and exit
-status 130. A bad ``GDSCP_*`` environment
+status 130; a SIGTERM or SIGHUP likewise ("terminated", 143; "hung up",
+129) until the command's own handler takes over. A bad ``GDSCP_*`` environment
 variable is one line naming it and its accepted values, exit status 2 (under
 an MPI launcher the ranks that have it meet the others all the same, and
 rank 0 says it once for the job: ``_refused_rank``). Until
@@ -34,6 +35,22 @@ def _interrupted_while_loading(signum: int, frame: object) -> None:
     os.write(2, INTERRUPTED.encode())
     early_result(sys.argv[1:], "interrupted", EXIT_INTERRUPTED)
     os._exit(EXIT_INTERRUPTED)
+
+
+_STOPPED = {signal.SIGTERM: "terminated", signal.SIGHUP: "hung up"}
+
+
+def _stopped_while_loading(signum: int, frame: object) -> None:
+    """SIGTERM or SIGHUP before the command's own handler is in place (it
+    puts this one back when done): as a Ctrl-C then, said, with --json the
+    document, exit 128 + the signal; nothing has started that needs
+    cleaning up. Once the command is over, the quiet end."""
+    if _Command.over:
+        _leave_quietly(signum, frame)
+    word = _STOPPED.get(signum, "terminated")
+    os.write(2, f"gdscp: {word}\n".encode())
+    early_result(sys.argv[1:], word, 128 + signum)
+    os._exit(128 + signum)
 
 
 class _Loading:
@@ -67,15 +84,22 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 def _guard() -> object:
-    """Installs the loading-time SIGINT handler; returns the one to restore
-    (None: nothing installed, as where SIGINT is ignored or off the main thread)."""
+    """Installs the loading-time SIGINT handler (and, for a process on its
+    own, SIGTERM's and SIGHUP's where they have their default action: kept
+    until the command's own takes over); returns the SIGINT handler to
+    restore (None: nothing installed, as where SIGINT is ignored or off the
+    main thread)."""
     try:
+        from ..mpi.launch import launched  # noqa: PLC0415 - the standard library only
+
+        alone = launched() is None
+        for sig in _STOPPED if alone else ():
+            if signal.getsignal(sig) is signal.SIG_DFL:
+                signal.signal(sig, _stopped_while_loading)
         previous = signal.getsignal(signal.SIGINT)
         if previous is signal.SIG_IGN:  # started in the background: Ctrl-C is not ours
             return None
-        from ..mpi.launch import launched  # noqa: PLC0415 - the standard library only
-
-        signal.signal(signal.SIGINT, _interrupted_while_loading if launched() is None else _noted_while_loading)
+        signal.signal(signal.SIGINT, _interrupted_while_loading if alone else _noted_while_loading)
         return previous
     except ValueError:  # not the main thread: signals are not ours either
         return None

@@ -318,6 +318,39 @@ def _distinct_destinations(paths: Iterable[tuple[int, str]], *, in_place: bool =
         raise ValueError(f"destinations '{first}' (item {i}) and '{later}' (item {j}) name the same file")
 
 
+def _sources_not_replaced(pairs: list[tuple[str, str]], whole: list[int]) -> None:
+    """ValueError, naming both items, if a source of the copy is a file that
+    another item replaces (``whole``: the items that replace their
+    destination). The job reads sources while it puts copies in place, batch
+    by batch: a job of a few files reads every source first, one of thousands
+    (or of gigabytes) reads its later sources after earlier copies took their
+    names, so a swap of two files named in one job lost one of them. Names
+    are compared as ``_distinct_destinations`` compares them (a source read
+    through a symbolic link is the file it points at); a hard link to a
+    destination is another name, which the replacement leaves as it was."""
+    dsts = [pairs[i][1] for i in whole]
+    # (item replacing, item reading); one source read twice is no harm, and
+    # two destinations are refused before.
+    found = [(whole[first], later - len(dsts))
+             for first, later in _core.same_destinations(dsts + [src for src, _ in pairs], [], False)
+             if first < len(dsts) <= later]
+    onto_itself = {i for i, j in found if i == j}  # fails on its own, saying so, and replaces nothing
+    for i, j in found:
+        if i != j and i not in onto_itself and not _character_device(pairs[j][0]):
+            raise ValueError(f"source '{pairs[j][0]}' (item {j}) is the destination '{pairs[i][1]}' of item {i}: "
+                             f"whether item {j} copies it before or after item {i} replaces it depends on timing; "
+                             "copy them in two jobs")
+
+
+def _character_device(path: str) -> bool:
+    """Whether ``path`` is a character device (/dev/null, /dev/zero): one item
+    may read it while another writes it, neither seeing the other's bytes."""
+    try:
+        return stat.S_ISCHR(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
 def _size_to_allocate(path: str) -> int:
     """The bytes of a new buffer for ``path``: its size, where the kernel tells
     it. A FIFO or device has none, and procfs and sysfs report 0 bytes for
@@ -582,7 +615,9 @@ def copy_files(
     if ranges is not None and len(ranges) != len(pairs):
         raise ValueError(f"{len(pairs)} pairs but {len(ranges)} ranges")
     # Ranges of one file may share their destination; whole files may not.
-    _distinct_destinations((i, d) for i, (_, d) in enumerate(pairs) if ranges is None or ranges[i] is None)
+    whole = [i for i in range(len(pairs)) if ranges is None or ranges[i] is None]
+    _distinct_destinations((i, pairs[i][1]) for i in whole)
+    _sources_not_replaced(pairs, whole)
     spread, address, keep, size = _job_staging(device, devices, staging_size, staging)
     items = []
     for i, (src, dst) in enumerate(pairs):

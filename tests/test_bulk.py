@@ -1547,6 +1547,40 @@ def test_a_destination_spelled_two_ways_is_refused_before_anything_is_written(tm
     assert sorted(os.listdir(tmp_path)) == ["link", "sub"] and os.listdir(tmp_path / "sub") == []
 
 
+def test_a_source_that_another_item_replaces_is_refused_before_anything_is_written(tmp_path):
+    """A job reads sources while its copies take their names, batch by batch:
+    a swap of two files among thousands read the second after the first copy
+    had replaced it, so both ended as one file, every item "done". A source
+    that another item replaces, however it is named, is refused, naming both
+    items; a hard link to a destination is another name, left as it was."""
+    a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
+    a.write_bytes(b"A")
+    b.write_bytes(b"B")
+    (tmp_path / "link").symlink_to("b")
+    (tmp_path / "sub").mkdir()
+    cases = [([(a, b), (b, a)], 0, 1), ([(b, c), (a, b)], 0, 1), ([(a, b), (tmp_path / "link", c)], 1, 0),
+             ([(a, c), (tmp_path / "sub" / ".." / "b", tmp_path / "d"), (a, tmp_path / "link")], 1, 2)]
+    for pairs, reader, writer in cases:
+        said = (f"source '{pairs[reader][0]}' (item {reader}) is the destination '{pairs[writer][1]}' of item "
+                f"{writer}: whether item {reader} copies it before or after item {writer} replaces it depends on timing")
+        with pytest.raises(ValueError, match=re.escape(said)):
+            gdscp.copy_files(pairs)
+    assert sorted(os.listdir(tmp_path)) == ["a", "b", "link", "sub"]
+    assert (a.read_bytes(), b.read_bytes()) == (b"A", b"B")
+    # A hard link to a destination keeps its bytes when the destination is replaced.
+    os.link(b, tmp_path / "hard")
+    job = gdscp.copy_files([(a, b), (tmp_path / "hard", c)])
+    assert [r.status for r in job.results()] == ["done", "done"]
+    assert (b.read_bytes(), c.read_bytes()) == (b"A", b"B")
+    # A file read twice, and a copy onto its own source, are each's own business.
+    job = gdscp.copy_files([(a, tmp_path / "x"), (a, tmp_path / "y"), (a, a)])
+    assert [r.status for r in job.results()] == ["done", "done", "failed"]
+    assert "are the same file" in job.results()[2].error and a.read_bytes() == b"A"
+    # A character device read by one item and written by another: neither sees the other's bytes.
+    job = gdscp.copy_files([(os.devnull, tmp_path / "empty"), (a, os.devnull)])
+    assert [r.status for r in job.results()] == ["done", "done"] and (tmp_path / "empty").read_bytes() == b""
+
+
 @pytest.mark.parametrize("crowd", [0, 20])  # a few names in the directory, or enough that it is read whole
 def test_a_destination_reached_through_a_link_to_it_is_refused_before_anything_is_written(tmp_path, crowd):
     """A symbolic link to a file is written through: a job naming the link

@@ -2057,6 +2057,33 @@ def test_a_destination_reached_through_a_link_in_the_tree_is_made_once(capsys, t
     assert (tmp_path / "d" / "s" / "x").read_bytes() == b"x"
 
 
+def test_a_source_that_the_same_copy_replaces_is_not_copied(capsys, tmp_path):
+    """A file whose source another file of the command replaces (a tree
+    copied over a directory that is also a source, a symbolic link to a
+    destination) would be read before or after the replacement took its
+    name, as the job's timing had it. It fails, naming what replaces it; the
+    rest is copied."""
+    (tmp_path / "s" / "sub").mkdir(parents=True)
+    (tmp_path / "s" / "sub" / "f").write_bytes(b"new")
+    (tmp_path / "d" / "s" / "sub").mkdir(parents=True)
+    (tmp_path / "d" / "s" / "sub" / "f").write_bytes(b"old")
+    code, doc, err = cli_json(capsys, "copy", "--host", "-r", tmp_path / "s", tmp_path / "d" / "s" / "sub",
+                              tmp_path / "d")
+    expected = f"will not copy '{tmp_path}/d/s/sub/f': this copy replaces it with '{tmp_path}/s/sub/f'"
+    assert code == 1 and (doc["copied"], doc["failed"]) == (1, 1), err
+    assert [f["error"] for f in doc["files"] if f["status"] == "failed"] == [expected]
+    assert (tmp_path / "d" / "s" / "sub" / "f").read_bytes() == b"new"
+    assert not (tmp_path / "d" / "sub" / "f").exists()
+
+    (tmp_path / "a").write_bytes(b"A")
+    (tmp_path / "link").symlink_to(tmp_path / "d" / "a")
+    (tmp_path / "d" / "a").write_bytes(b"old")
+    code, _, err = cli(capsys, "copy", "--host", "-q", tmp_path / "a", tmp_path / "link", tmp_path / "d")
+    assert code == 1 and f"will not copy '{tmp_path}/link': this copy replaces it with '{tmp_path}/a'" in err, err
+    assert (tmp_path / "d" / "a").read_bytes() == b"A" and not (tmp_path / "d" / "link").exists()
+    assert temp_files(tmp_path) == []
+
+
 @pytest.mark.parametrize(
     "args",
     [

@@ -170,8 +170,6 @@ class _Copier:
         at once, and one of them lost."""
         placed = [job for job in jobs if job.kind in ("file", "link")]
         clashes = _core.same_destinations([job.dst for job in placed], [job.kind == "file" for job in placed], False)
-        if not clashes:
-            return jobs
         dropped = set()
         for a, b in clashes:
             first, job = placed[a], placed[b]
@@ -180,6 +178,21 @@ class _Copier:
                 message += f" through '{job.dst}'"
             self.problem(message, job.src, job.dst)
             dropped.add(id(job))
+        # A file whose source another file of this command replaces (named
+        # through a symbolic link to it, or inside a tree copied over it):
+        # the one job would read it before or after the replacement took its
+        # name, as it happened; the file reading it fails instead.
+        files = [job for job in placed if job.kind == "file" and id(job) not in dropped]
+        names = [job.dst for job in files] + [job.src for job in files]
+        for a, b in _core.same_destinations(names, [], False):
+            if a < len(files) <= b and a != b - len(files):
+                first, job = files[a], files[b - len(files)]
+                if id(job) not in dropped:
+                    self.problem(f"will not copy '{job.src}': this copy replaces it with '{first.src}'", job.src,
+                                 job.dst)
+                    dropped.add(id(job))
+        if not dropped:
+            return jobs
         return [job for job in jobs if id(job) not in dropped]
 
     def _walk(self, src: str, dst: str, st: os.stat_result) -> Iterator[_Job]:

@@ -21,10 +21,12 @@ replicate=True)``) reads a file once into every GPU named (docs/multi-gpu.md).
 
 from __future__ import annotations
 
+import atexit
 import functools
 import numbers
 import os
 import stat
+import sys
 import time
 from typing import Any, Iterable, NamedTuple, Optional, Sequence, Union
 
@@ -94,6 +96,22 @@ def stop_running_jobs() -> None:
     each job from before its workers start, so this finds one whose
     ``BulkJob`` an interrupt kept from ever being made or held."""
     through_interrupts(_core.stop_running_jobs)  # the files stop within a second: wait for them
+
+
+def _stop_on_uncaught_exception() -> None:
+    """At the exit of a program that an exception nothing caught ends (Ctrl-C
+    in a loop that polls ``progress()`` or ``done()``, outside any wait):
+    its running jobs cancelled, as their own wait would have cancelled them.
+    Otherwise the interpreter's release of each job waits for its last file,
+    deaf to another Ctrl-C: minutes for a large job, for ever for a FIFO
+    nobody writes. A program that ends normally, or the interactive prompt
+    (whose ``sys.last_value`` is any earlier error's), leaves its jobs to
+    finish as before."""
+    if getattr(sys, "last_value", None) is not None and not hasattr(sys, "ps1"):
+        stop_running_jobs()
+
+
+atexit.register(_stop_on_uncaught_exception)
 
 
 class BulkJob:

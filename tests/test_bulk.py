@@ -864,6 +864,50 @@ def test_ctrl_c_while_waiting_cancels_the_job(tmp_path):
             assert (dst / name).read_bytes() == Path(src, name).read_bytes(), f"attempt {attempt}: {name} differs"
 
 
+POLLING_CHILD = r"""
+import sys, time, gdscp
+def main():
+    job = gdscp.copy_files([(sys.argv[1], sys.argv[2]), (sys.argv[3], sys.argv[4])])
+    print("started", flush=True)
+    for polls in range(10**9):
+        if job.done():
+            break
+        if sys.argv[5] == "error" and polls == 10:
+            raise RuntimeError("the program failed")
+        time.sleep(0.01)
+main()
+"""
+
+
+@pytest.mark.parametrize("how", ["interrupt", "error"])
+def test_a_program_ended_by_an_uncaught_exception_cancels_its_jobs(tmp_path, how):
+    """Ctrl-C (or an error) in a loop that polls a job, outside any wait:
+    the program ends at once, its jobs cancelled as a wait would have
+    cancelled them. It waited for every file, deaf to more Ctrl-C: here, a
+    copy from a FIFO whose writer never writes, for ever."""
+    fifo, small = tmp_path / "fifo", tmp_path / "small"
+    os.mkfifo(fifo)
+    small.write_bytes(b"small")
+    held = os.open(fifo, os.O_RDWR)  # a writer that never writes: the copy stays in flight
+    try:
+        argv = [sys.executable, "-c", POLLING_CHILD, fifo, tmp_path / "out", small, tmp_path / "copy", how]
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            assert proc.stdout.readline().strip() == "started"
+            if how == "interrupt":
+                proc.send_signal(signal.SIGINT)
+            _, err = proc.communicate(timeout=30)
+        finally:
+            proc.kill()
+            proc.wait()
+    finally:
+        os.close(held)
+    said = "KeyboardInterrupt" if how == "interrupt" else "RuntimeError: the program failed"
+    assert proc.returncode in (1, -signal.SIGINT) and said in err, err
+    assert not (tmp_path / "out").exists() and temporaries(tmp_path) == []
+    assert sorted(os.listdir(tmp_path)) in (["fifo", "small"], ["copy", "fifo", "small"])
+
+
 def test_a_second_interrupt_while_stopping_still_waits(tmp_path, monkeypatch):
     """Ctrl-C again while a cancelled job stops (here: every wait interrupted):
     the exception leaves only once the files in flight have stopped and their

@@ -417,6 +417,26 @@ def test_writes_verified_before_they_take_the_name(tmp_path, size):
     assert temporaries(tmp_path) == []
 
 
+@pytest.mark.parametrize("kind", ["copy", "write"])
+def test_a_failure_of_a_large_file_names_its_destination(tmp_path, kind):
+    """A file large enough to be written through a File opened by the path of
+    its temporary file failed naming that file, removed by then; it names
+    the destination, as the failure of a small file does."""
+    data = random_bytes(3 * MiB, 5)
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    src.write_bytes(data)
+    _core.testing.arm_fault("pwrite", 0, 1, errno.EIO)
+    try:
+        job = gdscp.copy_files([(src, dst)]) if kind == "copy" else gdscp.write_files([data], [dst])
+        (result,) = job.results()
+    finally:
+        _core.testing.disarm_fault()
+    assert result.status == "failed" and result.errno == errno.EIO and result.destination == str(dst)
+    assert re.fullmatch(rf"pwrite.* '{re.escape(str(dst))}' at offset \d+: Input/output error.*", result.error), \
+        result.error
+    assert sorted(os.listdir(tmp_path)) == ["src"]
+
+
 def test_copies_of_a_tree_with_failures_leave_no_partial_file(tmp_path):
     tree = make_tree(str(tmp_path / "src"), 300, 1, 20 * KiB, seed=3)
     (tmp_path / "dst").mkdir()

@@ -142,6 +142,18 @@ std::exception_ptr with_descriptor_limit(const std::exception_ptr& e) {
   }
 }
 
+// An error of the temporary file that a destination is written through (a
+// large file's, or one written from device memory, opened again by its path)
+// names that file, which is gone once the file has failed: the destination is
+// named instead, as the errors of the other files name it.
+std::string naming_destination(std::string message, const Transfer& t) {
+  const std::string& tmp = t.tmp.path();
+  if (tmp.empty() || t.dst.empty()) return message;
+  for (size_t at = message.find(tmp); at != std::string::npos; at = message.find(tmp, at + t.dst.size()))
+    message.replace(at, tmp.size(), t.dst);
+  return message;
+}
+
 std::string describe(std::exception_ptr e, int& kind, int& code) {
   try {
     std::rethrow_exception(e);
@@ -244,6 +256,7 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
   void fail(size_t i, std::exception_ptr e, const Transfer* t = nullptr) {
     int kind = 0, code = 0;
     std::string message = describe(e, kind, code);
+    if (t) message = naming_destination(std::move(message), *t);
     {
       std::lock_guard<std::mutex> lock(results_mutex);
       BulkResult& r = results[i];

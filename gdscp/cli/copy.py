@@ -362,7 +362,7 @@ class _Copier:
             if result.errno is None:
                 record.error = result.error  # a sentence of its own: "'a' and 'b' are the same file"
             else:
-                # The engine names the temporary file; say which copy it was.
+                # The engine names the file it wrote; say which copy it was.
                 record.error = f"cannot copy '{src.src}' to '{src.dst}': {result.error}"
             record.status = "failed"
             self.out.error(record.error)

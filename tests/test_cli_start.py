@@ -127,22 +127,28 @@ def test_ctrl_c_at_delays_after_the_entry_starts(delay):
         assert "Traceback" not in result.stderr
 
 
-def test_an_ignored_sigint_stays_ignored():
-    """Started with SIGINT ignored (a background job), the command is not ended by one."""
+def _run_ignoring_while_loading(sig: str, argv: list[str]) -> subprocess.CompletedProcess:
+    """Runs the command line with ``sig`` ignored, sending itself one as it
+    imports Typer (while the command line loads)."""
     code = (
         "import os, signal, sys\n"
-        "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+        f"signal.signal(signal.{sig}, signal.SIG_IGN)\n"
         "class Hook:\n"
         "    def find_spec(self, name, path=None, target=None):\n"
         "        if name == 'typer':\n"
-        "            os.kill(os.getpid(), signal.SIGINT)\n"
+        f"            os.kill(os.getpid(), signal.{sig})\n"
         "        return None\n"
         "sys.meta_path.insert(0, Hook())\n"
-        "sys.argv = ['gdscp', '--version']\n"
+        f"sys.argv = {argv!r}\n"
         "from gdscp.cli.main import main\n"
         "main()\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+
+
+def test_an_ignored_sigint_stays_ignored():
+    """Started with SIGINT ignored (a background job), the command is not ended by one."""
+    result = _run_ignoring_while_loading("SIGINT", ["gdscp", "--version"])
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("gdscp ")
 
@@ -349,19 +355,7 @@ def test_sigterm_or_sighup_while_loading_ends_as_during_the_command(args, sig, c
 
 def test_an_ignored_sigterm_stays_ignored_while_loading():
     """Started with SIGTERM ignored, one while the command line loads does not end it."""
-    code = (
-        "import signal, sys\n"
-        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-        "sys.argv = ['gdscp', 'info', '--json']\n"
-        "import os\n"
-        "class Hook:\n"
-        "    def find_spec(self, name, path=None, target=None):\n"
-        "        if name == 'typer': os.kill(os.getpid(), signal.SIGTERM)\n"
-        "sys.meta_path.insert(0, Hook())\n"
-        "from gdscp.cli.main import main\n"
-        "main()\n"
-    )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    result = _run_ignoring_while_loading("SIGTERM", ["gdscp", "info", "--json"])
     assert result.returncode == 0, result.stderr
     assert '"ok": true' in result.stdout
 

@@ -103,6 +103,8 @@ void define_testing(nb::module_& core) {
         "waits there until its job or request is cancelled (or disarm_fault(), or a minute): a signal sent (or a "
         "fork made) then lands while the transfer is in flight.");
   t.def("hold_reached", &detail::fault::hold_reached, "Whether a worker has reached the hold since arm_hold.");
+  t.def("held_workers", &detail::fault::held_workers,
+        "How many workers wait at the hold now (each doing nothing else: a fork then finds none of them in malloc).");
   t.def("arm_unmap_hold", &detail::fault::arm_unmap_hold,
         "The next mapped file unmapped waits just before its munmap until disarm_fault() (or a minute).");
   t.def("unmap_held", &detail::fault::unmap_held, "Whether a mapped file waits at its munmap now.");

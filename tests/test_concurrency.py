@@ -625,9 +625,12 @@ f = gdscp.CuFile(path)
 buf = np.zeros(size, np.uint8)
 _core.testing.arm_hold(1)  # the second chunk claimed, and every one after, waits: the read is in flight
 fut = f.pread(buf, task_size=1 << 20)
+# Every worker waiting at the hold, doing nothing else: a fork while one of
+# them is inside malloc can leave the child's allocator locked for ever where
+# the allocator does not prepare for fork (AddressSanitizer's, in GCC 12).
 deadline = time.monotonic() + 60
-while not _core.testing.hold_reached():
-    assert time.monotonic() < deadline, "no worker reached the hold"
+while _core.testing.held_workers() < 3:
+    assert time.monotonic() < deadline, f"{_core.testing.held_workers()} of 3 workers reached the hold"
     time.sleep(0.001)
 pid = os.fork()
 if pid == 0:
@@ -684,9 +687,10 @@ def test_a_child_forked_while_a_pread_runs(tmp_path):
 
 
 MULTIPROCESSING_FORK_SCRIPT = r"""
-import multiprocessing, os, sys, warnings
+import multiprocessing, os, sys, time, warnings
 import numpy as np
 import gdscp
+from gdscp import _core
 
 warnings.simplefilter("ignore", DeprecationWarning)  # fork() with threads running: what this checks
 
@@ -704,10 +708,17 @@ if __name__ == "__main__":
     gdscp.defaults.set({"num_threads": 4, "gds_threshold": 0})
     buf = np.zeros(len(data), np.uint8)
     with gdscp.CuFile(path) as f:  # the pool has started, and a transfer runs as the workers fork
+        _core.testing.arm_hold(1)  # held between chunks (and in nothing else, malloc included) as they fork
         fut = f.pread(buf, task_size=1 << 18)
+        deadline = time.monotonic() + 60
+        while _core.testing.held_workers() < 4:
+            assert time.monotonic() < deadline, f"{_core.testing.held_workers()} of 4 workers reached the hold"
+            time.sleep(0.001)
         ctx = multiprocessing.get_context("fork")
-        with ctx.Pool(3) as pool:
+        with ctx.Pool(3, initializer=_core.testing.disarm_fault) as pool:  # the children's copy of the hold
             results = pool.map(read_back, [path] * 6)
+        assert not fut.done()
+        _core.testing.disarm_fault()
         assert fut.get() == len(data) and buf.tobytes() == data
     assert all(r == (len(data), data) for r in results)
     print("CHILD-OK")
@@ -716,7 +727,9 @@ if __name__ == "__main__":
 
 def test_multiprocessing_fork_workers_use_gdscp(tmp_path):
     """A fork-started multiprocessing pool, made after gdscp's pool started
-    and while a parent's read runs: each worker reads on its own pool."""
+    and while a parent's read is certainly in flight (its workers held between
+    chunks): each worker reads on its own pool, and the parent's read then
+    completes with every byte."""
     path = tmp_path / "data.bin"
     path.write_bytes(payload(4 * MiB + 7, 43).tobytes())
     run_script(MULTIPROCESSING_FORK_SCRIPT, tmp_path, str(path), env=_threads_after_fork())

@@ -18,6 +18,7 @@ Slot slots[4];
 std::atomic<bool> hold_armed{false};
 std::atomic<long> hold_skip{0};
 std::atomic<bool> reached{false};
+std::atomic<int> holding{0};
 std::atomic<bool> unmap_armed{false};
 std::atomic<bool> unmap_holding{false};
 }  // namespace
@@ -45,13 +46,17 @@ void arm_hold(long skip) noexcept {
 
 bool hold_reached() noexcept { return reached.load(); }
 
+int held_workers() noexcept { return holding.load(); }
+
 void hold(const std::atomic<bool>& cancelled) noexcept {
   if (!hold_armed.load(std::memory_order_relaxed)) return;
   if (hold_skip.fetch_sub(1) > 0) return;
+  ++holding;
   reached = true;
   const auto limit = std::chrono::steady_clock::now() + std::chrono::minutes(1);
   while (!cancelled.load() && hold_armed.load() && std::chrono::steady_clock::now() < limit)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  --holding;
 }
 
 void arm_unmap_hold() noexcept { unmap_armed = true; }

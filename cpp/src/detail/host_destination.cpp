@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <atomic>
 #include <cstdint>
 #include <initializer_list>
 
@@ -14,18 +15,21 @@ namespace {
 
 constexpr uintptr_t kPage = 4096;
 
-// Whether this kernel knows MADV_POPULATE_WRITE: asked once, of a page of our
-// own (EINVAL from a caller's buffer may also mean a mapping that cannot be
-// populated, such as VM_PFNMAP).
+// Whether this kernel knows MADV_POPULATE_WRITE: asked of a page of our own
+// (EINVAL from a caller's buffer may also mean a mapping that cannot be
+// populated, such as VM_PFNMAP). Cached in an atomic, not a lazily
+// initialised static: workers ask first, and a process forked while one of
+// them initialised such a static would wait for ever on it.
 bool populate_supported() {
-  static const bool supported = [] {
+  static std::atomic<int> known{-1};
+  int v = known.load(std::memory_order_relaxed);
+  if (v < 0) {
     void* p = mmap(nullptr, kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) return false;
-    const bool ok = madvise(p, kPage, MADV_POPULATE_WRITE) == 0;
-    munmap(p, kPage);
-    return ok;
-  }();
-  return supported;
+    v = p != MAP_FAILED && madvise(p, kPage, MADV_POPULATE_WRITE) == 0;
+    if (p != MAP_FAILED) munmap(p, kPage);
+    known.store(v, std::memory_order_relaxed);
+  }
+  return v == 1;
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "gdscp/detail/mapped_read.hpp"
 
+#include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -11,7 +12,6 @@
 #include <cerrno>
 #include <cstring>
 #include <mutex>
-#include <vector>
 
 #include "gdscp/detail/fault.hpp"
 #include "gdscp/error.hpp"
@@ -22,10 +22,10 @@ namespace {
 
 std::atomic<uint64_t> g_mapped_bytes{0};
 
-size_t page_size() {
-  static const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-  return page;
-}
+// Set as the library loads, before any worker runs: a lazily initialised
+// static, first reached on a worker, would leave a process forked meanwhile
+// waiting for ever on an initialisation that no thread of it will finish.
+const size_t g_page_size = static_cast<size_t>(sysconf(_SC_PAGESIZE));
 
 #if defined(__x86_64__)
 
@@ -47,6 +47,16 @@ __attribute__((tls_model("initial-exec"))) thread_local sigjmp_buf* volatile t_g
 struct sigaction g_previous;
 std::mutex g_install_mutex;
 volatile sig_atomic_t g_handed_on = 0;  // a SIGBUS not ours went to g_previous
+
+// Held across fork(), so that a child never inherits it held by a worker
+// that was installing the handler.
+struct InstallForkHandlers {
+  InstallForkHandlers() {
+    ::pthread_atfork([] { g_install_mutex.lock(); }, [] { g_install_mutex.unlock(); },
+                     [] { g_install_mutex.unlock(); });
+  }
+};
+const InstallForkHandlers g_install_fork_handlers;
 
 void on_sigbus(int sig, siginfo_t* info, void* uctx) {
   if (sigjmp_buf* guard = t_guard) {
@@ -108,7 +118,7 @@ __attribute__((noinline)) bool guarded_copy(char* dst, const char* src, size_t n
 uint64_t mapped_read_bytes() noexcept { return g_mapped_bytes.load(std::memory_order_relaxed); }
 
 MappedRange::MappedRange(int fd, int64_t off, size_t n) : n_(n) {
-  const int64_t map_off = off - off % static_cast<int64_t>(page_size());
+  const int64_t map_off = off - off % static_cast<int64_t>(g_page_size);
   lead_ = static_cast<size_t>(off - map_off);
   len_ = lead_ + n;
   void* map = mmap(nullptr, len_, PROT_READ, MAP_SHARED, fd, map_off);
@@ -121,11 +131,16 @@ MappedRange::~MappedRange() {
 
 bool MappedRange::cached() const {
   if (!map_) return false;
-  thread_local std::vector<unsigned char> pages;
-  pages.resize((len_ + page_size() - 1) / page_size());
-  if (mincore(map_, len_, pages.data()) != 0) return false;
-  for (unsigned char p : pages)
-    if (!(p & 1)) return false;
+  // A window at a time, on the stack: nothing allocated on a worker's path.
+  constexpr size_t kWindow = 1024;  // pages
+  unsigned char pages[kWindow];
+  const char* base = static_cast<const char*>(map_);
+  for (size_t at = 0; at < len_; at += kWindow * g_page_size) {
+    const size_t len = std::min(len_ - at, kWindow * g_page_size);
+    if (mincore(const_cast<char*>(base + at), len, pages) != 0) return false;
+    for (size_t i = 0, n = (len + g_page_size - 1) / g_page_size; i < n; ++i)
+      if (!(pages[i] & 1)) return false;
+  }
   return true;
 }
 

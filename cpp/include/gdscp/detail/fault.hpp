@@ -36,6 +36,8 @@ int check(Op op) noexcept;
 void arm_hold(long skip) noexcept;
 // Whether a worker has reached the hold since it was armed.
 bool hold_reached() noexcept;
+// How many workers wait at the hold now.
+int held_workers() noexcept;
 // Called before each chunk of a bulk transfer is moved (bulk.cpp, bulk_transfer.cpp)
 // and before a parallel request's worker claims a chunk (work_queue.hpp).
 void hold(const std::atomic<bool>& cancelled) noexcept;

@@ -22,7 +22,7 @@ from typing import Any, Optional
 from . import _core, _libs, defaults
 from .cufile import CuFile
 
-__all__ = ["system_info", "path_info", "mount_of", "cufile_json"]
+__all__ = ["system_info", "path_info", "mount_of", "free_space", "cufile_json"]
 
 _NVIDIA_VERSION = "/proc/driver/nvidia/version"
 _DEFAULT_CUFILE_JSON = "/etc/cufile.json"
@@ -199,6 +199,18 @@ def mount_of(path: str) -> dict[str, Optional[str]]:
                 "device": fields[2],
             }
     return best
+
+
+def free_space(path: str) -> Optional[int]:
+    """Bytes an unprivileged user may still write on the filesystem holding
+    ``path`` (``OSError`` where it cannot be asked); None where the filesystem
+    reports no size at all, so that its free space is unknown rather than
+    none: a FUSE filesystem without statfs answers all zeros, as procfs and
+    sysfs do."""
+    fs = os.statvfs(path)
+    if fs.f_blocks == 0:
+        return None
+    return fs.f_bavail * fs.f_frsize
 
 
 def _kind(mode: int) -> str:

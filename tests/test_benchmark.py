@@ -714,6 +714,36 @@ def test_default_size_shrinks_where_room_is_short(tmp_path, monkeypatch):
     assert info.value.option == "size"
 
 
+def test_a_filesystem_that_reports_no_size_is_benchmarked_all_the_same(capsys, tmp_path, monkeypatch):
+    """A filesystem that reports no blocks at all (a FUSE filesystem without
+    statfs answers all zeros) has unknown free space, not none: each workload
+    runs there (a full disk is said by its writes), the default size is not
+    cut to nothing, and the document says the free space is unknown. One that
+    reports its size and has too little free is still refused."""
+
+    def statvfs(blocks, free):
+        return lambda path: os.statvfs_result((4096, 4096, blocks, free, free, 0, 0, 0, 0, 255))
+
+    monkeypatch.setattr(os, "statvfs", statvfs(0, 0))
+    code, out, err = cli(capsys, "--host", "--size", "4M", "--mode", "read", "--threads", "1", "--runs", "3",
+                         "--dir", tmp_path, "--json")
+    assert code == 0, err
+    assert json.loads(out)["machine"]["filesystem"]["free_bytes"] is None
+    code, _, err = cli(capsys, "--host", "--files", "4", "--file-size", "4K", "--mode", "copy", "--runs", "3",
+                       "--threads", "1", "--dir", tmp_path, "-q")
+    assert code == 0, err
+    monkeypatch.setattr(config, "available_memory", lambda: 100 * MiB)
+    assert config.default_size(str(tmp_path), "host", None) == (25 * MiB, "a quarter of the available host memory")
+    assert leftovers(tmp_path) == []
+
+    monkeypatch.setattr(os, "statvfs", statvfs(1000, 10))
+    code, _, err = cli(capsys, "--host", "--size", "4M", "--mode", "read", "--dir", tmp_path)
+    assert code == 2 and "needs 8 MiB of disk" in err and f"{tmp_path} has 40 KiB free" in err, err
+    code, _, err = cli(capsys, "--host", "--files", "4", "--file-size", "4K", "--mode", "copy", "--dir", tmp_path)
+    assert code == 2 and "the tree and its copy need up to" in err and "has 40960 free" in err, err
+    assert leftovers(tmp_path) == []
+
+
 def test_resolve_fills_in_the_defaults(tmp_path):
     plan = config.resolve(BenchConfig(dir=str(tmp_path), memory="host", modes=["randread", "read", "read"]))
     assert plan.modes == ["randread", "read"]

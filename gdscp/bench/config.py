@@ -141,7 +141,9 @@ def default_size(directory: str, memory_kind: str, device: Optional[int]) -> tup
     write target), of the available host memory (buffers plus page cache) or of
     the free GPU memory (the buffer plus the copy ``cupy.asarray`` makes) is smaller."""
     limits = [(DEFAULT_SIZE, "the default 1 GiB")]
-    limits.append((free_disk(directory) // 4, f"a quarter of the free disk in {directory}"))
+    free = free_disk(directory)
+    if free is not None:
+        limits.append((free // 4, f"a quarter of the free disk in {directory}"))
     limits.append((available_memory() // 4, "a quarter of the available host memory"))
     if memory_kind == "gpu" and device is not None:
         limits.append((memory.device_memory(device)[0] // 4, f"a quarter of GPU {device}'s free memory"))
@@ -239,7 +241,7 @@ def check_room(size: int, directory: str, *, disk: int, disk_why: str, host: int
     ``devices``' free memory (``gpu`` each); the warnings for a run that fits
     but whose files may not stay in the page cache."""
     free = free_disk(directory)
-    if disk > free:
+    if free is not None and disk > free:
         raise BenchConfigError("size", f"{human(size)} needs {human(disk)} of disk ({disk_why}); "
                                        f"{directory} has {human(free)} free")
     available = available_memory()

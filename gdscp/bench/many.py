@@ -29,7 +29,7 @@ import numpy as np
 from .. import memory
 from . import ceilings as ceil
 from .config import BenchConfig, BenchConfigError, _choose_memory, check_runs, check_threads, default_threads
-from .files import available_memory, scratch_dir
+from .files import available_memory, free_disk, scratch_dir
 from .machine import describe_machine, now_iso
 from .measure import BenchError
 from .stats import rated, spread
@@ -92,8 +92,8 @@ def _check(config: FilesConfig) -> Optional[list[int]]:
     # gdscp over the ranks), and room to spare.
     copies = 3 if config.ranks else 2
     need = (copies * config.runs + 2) * config.files * config.high
-    free = shutil.disk_usage(directory).free
-    if need > free:
+    free = free_disk(directory)
+    if free is not None and need > free:
         raise BenchConfigError("files", f"the tree and its copy need up to {need} bytes; {directory} has {free} free")
     if "read" in config.modes:
         # Reading the tree back: one buffer for all its bytes, checked through

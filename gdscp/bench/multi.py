@@ -71,7 +71,10 @@ def _size(config: MultiConfig) -> int:
             devices=config.devices, gpu=size + copy, gpu_why="the buffer and pinned_h2d's",
         ))
         return size
-    size = min(_DEFAULT_SIZE, available_memory() // (2 * n + 2), free_disk(config.dir) // (n + 1))
+    size = min(_DEFAULT_SIZE, available_memory() // (2 * n + 2))
+    free = free_disk(config.dir)
+    if free is not None:
+        size = min(size, free // (n + 1))
     for d in config.devices:
         size = min(size, memory.available_bytes(d) // 4)
     size -= size % (1 << 20)

@@ -16,6 +16,7 @@ import stat
 from typing import Any, Optional
 
 from .. import memory
+from ..info import free_space
 from .output import Failure
 from .units import format_bytes
 
@@ -125,16 +126,13 @@ def check_room(path: str, size: int, existing: Optional[os.stat_result] = None) 
     if 32 < bits < 64 and size > (1 << (bits - 1)) - 1:
         raise Failure(f"{format_bytes(size)} is larger than the largest file the filesystem of '{directory}' holds")
     try:
-        fs = os.statvfs(directory)
+        free = free_space(directory)
     except OSError as exc:
         if exc.errno == errno.ENOENT:
             raise Failure(f"cannot create '{path}': No such file or directory") from None
         return  # the write itself will say what is wrong
-    if fs.f_blocks == 0:
-        # No size reported (a FUSE filesystem without statfs answers all
-        # zeros, as procfs and sysfs do): free space unknown, not none.
-        return
-    free = fs.f_bavail * fs.f_frsize
+    if free is None:
+        return  # unknown: a full disk is said by the write itself
     if size > free:
         raise Failure(
             f"not enough space for '{path}': {format_bytes(size)} needed, {format_bytes(free)} free in '{directory}'"

@@ -2102,6 +2102,27 @@ def test_option_values_out_of_range_are_usage_errors(capsys, tmp_path, args):
     assert out == "" and not (tmp_path / "dst").exists()
 
 
+@pytest.mark.parametrize("command", ["copy", "read", "write"])
+def test_a_chunk_size_below_a_page_is_refused_naming_the_minimum(capsys, tmp_path, command):
+    """A chunk of a few bytes costs a system call per few bytes (a 10MiB
+    write took most of a minute at --chunk-size 1), most likely a slip for
+    a larger size: exit 2, one line naming the option and its minimum, and
+    nothing written. A page is taken."""
+    data = random_file(tmp_path / "src.bin", 3 * 4096 + 5)
+    args = {"copy": [tmp_path / "src.bin", tmp_path / "dst.bin"], "read": [tmp_path / "src.bin"],
+            "write": [tmp_path / "dst.bin", "--size", "12K"]}[command]
+    for size in ("1", "4095", "3.5K"):
+        code, out, err = cli(capsys, command, "--host", *args, "--chunk-size", size)
+        assert code == 2 and out == "", err
+        assert error_lines(err) == [f"gdscp {command}: error: Invalid value for '--chunk-size': '{size}' is below "
+                                    f"the minimum of 4096 bytes (see 'gdscp {command} --help')"], err
+        assert not (tmp_path / "dst.bin").exists()
+    code, doc, err = cli_json(capsys, command, "--host", *args, "--chunk-size", "4K")
+    assert code == 0 and doc["bytes"] == (12 * 1024 if command == "write" else len(data)), err
+    if command == "copy":
+        assert (tmp_path / "dst.bin").read_bytes() == data
+
+
 @pytest.mark.parametrize("stdout", ["closed", "full", "gone"])
 def test_a_result_that_cannot_be_written_is_a_failure(tmp_path, stdout):
     """Stdout closed, on a full disk, or a reader that left (| head): exit 1

@@ -11,7 +11,7 @@ import typer
 
 from .. import defaults
 from .output import Output, UsageError
-from .units import positive_size_option, size_option
+from .units import size_option, size_option_at_least
 
 __all__ = [
     "CompatModeChoice",
@@ -144,13 +144,19 @@ Host = _host_option("Use host memory instead of a GPU.")
 CopyHost = _host_option(
     "No GPU (the default): regular files are copied inside the kernel, as cp does, others through host memory."
 )
+# Each chunk costs a system call (and a cudaMemcpy through a GPU): below a
+# page that cost is all there is (at one byte a chunk, 10MiB take most of a
+# minute). A page is also the least that O_DIRECT and cuFile move aligned.
+# Most likely such a size is a slip ("1" for "1G"): said, not taken.
+MIN_CHUNK_SIZE = 4096
+
 ChunkSize = Annotated[
     Optional[int],
     typer.Option(
         "--chunk-size",
-        parser=positive_size_option,
+        parser=size_option_at_least(MIN_CHUNK_SIZE),
         metavar="SIZE",
-        help="Buffer per transfer; larger files move through in chunks of this size "
+        help="Buffer per transfer, at least 4KiB; larger files move through in chunks of this size "
         "(default: copy and read 64MiB shared by the workers; write up to 1GiB, at most an eighth of free memory).",
         rich_help_panel=_MEMORY,
     ),

@@ -19,7 +19,7 @@ __all__ = [
     "SIZE_HELP",
     "parse_size",
     "size_option",
-    "positive_size_option",
+    "size_option_at_least",
     "format_bytes",
     "format_rate",
     "format_seconds",
@@ -41,12 +41,16 @@ def size_option(text: str) -> int:
     return value
 
 
-def positive_size_option(text: str) -> int:
-    """``size_option`` that also refuses 0."""
-    value = size_option(text)
-    if value == 0:
-        raise typer.BadParameter(f"{text!r}: must be at least 1 byte")
-    return value
+def size_option_at_least(minimum: int):
+    """``size_option`` that also refuses a size below ``minimum`` bytes, saying the minimum."""
+
+    def parse(text: str) -> int:
+        value = size_option(text)
+        if value < minimum:
+            raise typer.BadParameter(f"{text!r} is below the minimum of {minimum} bytes")
+        return value
+
+    return parse
 
 
 _BINARY_UNITS = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"]

@@ -24,12 +24,16 @@ import pytest
 from rich.console import Console
 
 import gdscp
+import standin
 from gdscp import _core, memory
 from gdscp.bench.tree import make_tree as make_file_tree
 from gdscp.bulk import BulkJob
 from gdscp.cli import output, units
 from gdscp.cli.app import run
 from gdscp.cli.progress import TransferProgress
+from test_cufile_standin import file_bytes, folder, go, new_file, settings, standin_build, without_cupy
+
+__all__ = ["folder", "go", "standin_build"]  # fixtures, imported for the tests over the stand-ins
 
 KiB = 1024
 MiB = 1 << 20
@@ -1818,6 +1822,39 @@ def test_gpu_write_read_copy(capsys, tmp_path):
     assert code == 0, err
     assert doc["memory"] == "gpu" and doc["copied"] == 1
     assert (tmp_path / "copy.bin").read_bytes() == expected
+
+
+def test_a_chunk_size_past_the_files_takes_no_more_gpu_memory_than_they_need(go):
+    go(scenario_chunk_size_past_the_files)
+
+
+def scenario_chunk_size_past_the_files(folder):
+    """--chunk-size larger than any file of the job: the GPU staging is one
+    chunk per worker, allocated before the job starts, and no chunk needs
+    more than the largest file. "--chunk-size 1T" for a 3MiB file is
+    copied and read through a few MiB of GPU memory (it asked the GPU for
+    4TiB, and failed, "cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY")."""
+    import contextlib
+
+    without_cupy()
+    data = np.random.default_rng(5).integers(0, 256, 3 * MiB + 5, dtype=np.uint8).tobytes()
+    src = new_file(folder, "src.bin", data)
+    dst = os.path.join(folder, "dst.bin")
+
+    def cli_doc(*args: str) -> dict:
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = run([*args, "--json"])
+        assert code == 0, err.getvalue()
+        return json.loads(out.getvalue())
+
+    with settings(num_threads=4):
+        doc = cli_doc("copy", src, dst, "--device", "0", "--chunk-size", "1T")
+        assert doc["copied"] == 1 and doc["memory"] == "gpu" and file_bytes(dst) == data
+        doc = cli_doc("read", src, "--device", "0", "--chunk-size", "1T", "--verify")
+        assert doc["bytes"] == len(data) and doc["files"][0]["verified"]
+    allocated = [c.size for c in standin.cuda.calls("cuMemAlloc")]
+    assert allocated and max(allocated) <= 4 * len(data), allocated
 
 
 @pytest.mark.gpu

@@ -565,7 +565,10 @@ def copy(
         copier.devices = spread
         if files:
             where = options.copy_memory(out, host, device) if spread is None else spread[0]
-            copier.staging_size = options.staging_size(chunk_size, len(spread) if spread else 1)
+            # Devices and FIFOs have no size to go by; where a regular file's says
+            # too little (procfs files say 0), its chunks are only smaller.
+            largest = None if any(not stat.S_ISREG(j.st.st_mode) for j in files) else max(j.st.st_size for j in files)
+            copier.staging_size = options.staging_size(chunk_size, len(spread) if spread else 1, largest)
         else:
             where = None if host else device  # nothing to move through memory
             if where is not None:

@@ -275,12 +275,18 @@ def chunk_size(requested: Optional[int], largest: int, device: Optional[int], bu
     return max(1, min(largest, cap))
 
 
-def staging_size(requested: Optional[int], gpus: int = 1) -> Optional[int]:
+def staging_size(requested: Optional[int], gpus: int = 1, largest: Optional[int] = None) -> Optional[int]:
     """A bulk job's staging memory for ``--chunk-size``, per GPU when spread
     over ``gpus``: one chunk per worker of a GPU's share of the threads (None
-    without the option: the job's default)."""
+    without the option: the job's default). ``largest``: the most bytes one
+    file of the job moves, where each file's is known; no chunk is larger
+    (GPU staging is allocated whole before the job starts: a chunk past the
+    largest file would only hold GPU memory that nothing uses, "--chunk-size
+    1T" for a 10MiB file 4TiB of it)."""
     if requested is None:
         return None
+    if largest is not None:
+        requested = min(requested, max(largest, MIN_CHUNK_SIZE))
     return requested * max(1, int(defaults.get("num_threads")) // gpus)
 
 

@@ -211,15 +211,16 @@ def read(
                 if f.stream or not stat.S_ISREG(os.stat(f.path).st_mode):
                     raise UsageError(f"--replicate needs regular files; '{f.path}' is not one")
         where = options.choose_memory(out, host, device) if spread is None else spread[0]
-        staging_size = options.staging_size(chunk_size, len(spread) if spread else 1)
         total = sum(f.length or 0 for f in plan)
+        known = None if any(f.length is None for f in plan) else total
+        largest = None if known is None else max((f.length for f in plan), default=0)
+        staging_size = options.staging_size(chunk_size, len(spread) if spread else 1, largest)
 
         def failed(r: FileResult) -> None:
             path = plan[r.index].path
             out.error(f"cannot read '{path}': {r.error}" if r.errno is not None else r.error)
 
         setup = time.perf_counter()
-        known = None if any(f.length is None for f in plan) else total
         ready = ready_gpus(spread if spread is not None else ([] if where is None else [where]), known)
         setup_seconds = time.perf_counter() - setup
         with TransferProgress(out, total, len(plan), "read", enabled=out.show_progress) as progress:

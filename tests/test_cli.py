@@ -2139,6 +2139,23 @@ def test_option_values_out_of_range_are_usage_errors(capsys, tmp_path, args):
     assert out == "" and not (tmp_path / "dst").exists()
 
 
+@pytest.mark.parametrize("args", [("copy", "a", "b", "--chunk-size"), ("read", "a", "--offset"), ("write", "a", "-s"),
+                                  ("info", "--json", "a", "--compat-mode"), ("benchmark", "--json", "--mode")])
+def test_an_option_without_its_value_names_the_command(capsys, args):
+    """An option whose value is missing at the end of the line is said as
+    the command's own usage error, pointing to the command's help (the
+    option is not in gdscp's); with --json, its document names the command."""
+    command, option = args[0], args[-1]
+    code, out, err = cli(capsys, *args)
+    assert code == 2, err
+    message = f"Option '{option}' requires an argument."
+    assert error_lines(err) == [f"gdscp {command}: error: {message} (see 'gdscp {command} --help')"], err
+    if "--json" in args:
+        assert json.loads(out) == {"command": command, "ok": False, "error": message, "exit_code": 2}
+    else:
+        assert out == ""
+
+
 @pytest.mark.parametrize("command", ["copy", "read", "write"])
 def test_a_chunk_size_below_a_page_is_refused_naming_the_minimum(capsys, tmp_path, command):
     """A chunk of a few bytes costs a system call per few bytes (a 10MiB

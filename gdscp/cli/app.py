@@ -183,7 +183,12 @@ def run(argv: Optional[Sequence[str]] = None) -> int:
         if type(exc).__name__ == "NoArgsIsHelpError":  # plain `gdscp`: Typer has shown the help
             return EXIT_USAGE
         ctx = getattr(exc, "ctx", None)
-        where = ctx.command_path if ctx is not None else "gdscp"
+        if ctx is not None:
+            where = ctx.command_path
+        else:
+            # Click's parser gives some errors no context (an option's value
+            # missing at the end of the line): the command is still the one named.
+            where = f"gdscp {args[0]}" if args and args[0] in COMMANDS else "gdscp"
         hint = f" (see '{where} --help')" if exc.exit_code == EXIT_USAGE else ""
         message = exc.format_message()
         if getattr(exc, "command_name", None) is not None and "Did you mean" in str(getattr(exc, "message", "")):

@@ -1857,6 +1857,45 @@ def scenario_chunk_size_past_the_files(folder):
     assert allocated and max(allocated) <= 4 * len(data), allocated
 
 
+def test_a_chunk_size_whose_staging_does_not_fit_on_the_gpu_is_refused_naming_it(go):
+    go(scenario_chunk_size_past_the_gpu)
+
+
+def scenario_chunk_size_past_the_gpu(folder):
+    """Chunks that the GPU cannot hold (600MiB for each of 32 workers; the
+    stand-in's GPU says it has 16GiB free): exit 2 and one line naming
+    --chunk-size and what it needs, before any GPU memory is taken or
+    anything written. (A real GPU's own refusal said only "CUDA error:
+    cuMemAlloc (20132659200 bytes on GPU 0): CUDA_ERROR_OUT_OF_MEMORY",
+    naming neither; the stand-in's memory is the host's, and took it.)
+    A chunk that fits is taken."""
+    import contextlib
+
+    without_cupy()
+    src = os.path.join(folder, "sparse.bin")
+    with open(src, "wb") as f:
+        f.truncate(600 * MiB)  # a hole: its size is all that counts here
+    dst = os.path.join(folder, "dst.bin")
+
+    def cli_err(*args: str) -> tuple[int, str, str]:
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = run(list(args))
+        return code, out.getvalue(), err.getvalue()
+
+    said = ("error: --chunk-size: a chunk of 600.00 MiB for each of 32 workers needs 18.75 GiB of GPU 0's memory; "
+            "16.00 GiB is free")
+    with settings(num_threads=32):
+        for command, args in (("copy", (src, dst)), ("read", (src,))):
+            code, out, err = cli_err(command, *args, "--device", "0", "--chunk-size", "1G")
+            assert code == 2 and out == "", err
+            assert err.splitlines() == [f"gdscp {command}: {said}"], err
+        assert not os.path.exists(dst) and os.listdir(folder) == ["sparse.bin"]
+        assert standin.cuda.calls("cuMemAlloc") == []
+        code, _, err = cli_err("read", src, "--device", "0", "--chunk-size", "1G", "--length", "1M", "-q")
+        assert code == 0, err
+
+
 @pytest.mark.gpu
 def test_gpu_copy_tree_and_failure(capsys, tmp_path):
     make_tree(tmp_path / "src")

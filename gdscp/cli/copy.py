@@ -569,6 +569,7 @@ def copy(
             # too little (procfs files say 0), its chunks are only smaller.
             largest = None if any(not stat.S_ISREG(j.st.st_mode) for j in files) else max(j.st.st_size for j in files)
             copier.staging_size = options.staging_size(chunk_size, len(spread) if spread else 1, largest)
+            options.check_staging(copier.staging_size, spread or ([] if where is None else [where]))
         else:
             where = None if host else device  # nothing to move through memory
             if where is not None:

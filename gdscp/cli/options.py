@@ -11,7 +11,7 @@ import typer
 
 from .. import defaults
 from .output import Output, UsageError
-from .units import size_option, size_option_at_least
+from .units import format_bytes, size_option, size_option_at_least
 
 __all__ = [
     "CompatModeChoice",
@@ -32,6 +32,7 @@ __all__ = [
     "memory_name",
     "chunk_size",
     "staging_size",
+    "check_staging",
     "check_path",
     "count_option",
     "sources_and_destination",
@@ -288,6 +289,24 @@ def staging_size(requested: Optional[int], gpus: int = 1, largest: Optional[int]
     if largest is not None:
         requested = min(requested, max(largest, MIN_CHUNK_SIZE))
     return requested * max(1, int(defaults.get("num_threads")) // gpus)
+
+
+def check_staging(staging: Optional[int], gpus: list[int]) -> None:
+    """A usage error where the staging of ``--chunk-size`` (``staging_size``'s
+    answer, one chunk per worker) is more than one of ``gpus`` has free: said
+    before anything is written, naming the option, where the GPU's own refusal
+    would name only a cuMemAlloc of that many bytes."""
+    if staging is None or not gpus:
+        return
+    from .. import memory  # noqa: PLC0415
+
+    workers = max(1, int(defaults.get("num_threads")) // len(gpus))
+    for d in gpus:
+        free = memory.available_bytes(d)
+        if staging > free:
+            raise UsageError(f"--chunk-size: a chunk of {format_bytes(staging // workers)} for each of {workers} "
+                             f"workers needs {format_bytes(staging)} of GPU {d}'s memory; {format_bytes(free)} "
+                             "is free")
 
 
 def check_path(path: str, what: str = "path") -> str:

@@ -215,6 +215,8 @@ def read(
         known = None if any(f.length is None for f in plan) else total
         largest = None if known is None else max((f.length for f in plan), default=0)
         staging_size = options.staging_size(chunk_size, len(spread) if spread else 1, largest)
+        if not replicate:  # which moves whole files GPU to GPU, through no staging
+            options.check_staging(staging_size, spread or ([] if where is None else [where]))
 
         def failed(r: FileResult) -> None:
             path = plan[r.index].path

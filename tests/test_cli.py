@@ -538,9 +538,10 @@ def test_version(capsys):
 
 @pytest.mark.parametrize("args, code", [(["--help"], 1), (["copy", "--help"], 1), (["read", "-h"], 1), ([], 2)])
 def test_help_that_cannot_be_written_is_one_line(args, code):
-    """As cp: help nobody can read, stdout closed or full, is a failure said in
-    one line (a bare `gdscp`, whose help comes with its usage error, keeps exit
-    2), never a traceback, nor a silent success."""
+    """As cp: help nobody can read, stdout closed, full or a pipe whose reader
+    has gone (| head), is a failure said in one line (a bare `gdscp`, whose
+    help comes with its usage error, keeps exit 2), never a traceback, nor a
+    silent success or failure."""
     command = [sys.executable, "-m", "gdscp", *args]
     closed = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=60,
                             preexec_fn=lambda: os.close(1))
@@ -551,6 +552,13 @@ def test_help_that_cannot_be_written_is_one_line(args, code):
             done = subprocess.run(command, stdout=full, stderr=subprocess.PIPE, text=True, timeout=60)
         assert (done.returncode, done.stderr) == (code, "gdscp: error: cannot write the help: No space left on "
                                                         "device\n")
+    reader, writer = os.pipe()
+    os.close(reader)  # gone before the first byte: every write fails with EPIPE
+    try:
+        gone = subprocess.run(command, stdout=writer, stderr=subprocess.PIPE, text=True, timeout=60)
+    finally:
+        os.close(writer)
+    assert (gone.returncode, gone.stderr) == (code, "gdscp: error: cannot write the help: Broken pipe\n")
 
 
 def test_every_command_has_help(capsys):

@@ -10,7 +10,9 @@ lists them all): the benchmark's numpy, for one, is no part of a copy's start.
 
 from __future__ import annotations
 
+import errno
 import importlib
+import os
 import sys
 from typing import Annotated, Optional, Sequence
 
@@ -162,6 +164,14 @@ def run(argv: Optional[Sequence[str]] = None) -> int:
         if not help_shown:
             raise
         sys.stderr.write(f"gdscp: error: cannot write the help: {exc.strerror or exc}\n")
+        return help_failed
+    except SystemExit as exc:
+        # Rich, which prints the help, ends the process with status 1 and
+        # nothing said where the reader of a pipe has gone (| head); that is
+        # the one exit on the help's way.
+        if not help_shown or exc.code != 1:
+            raise
+        sys.stderr.write(f"gdscp: error: cannot write the help: {os.strerror(errno.EPIPE)}\n")
         return help_failed
     except KeyboardInterrupt:
         final = interrupted_rank(args)

@@ -353,6 +353,33 @@ def test_one_large_file_split_across_ranks(tmp_path):
 
 
 @needs_mpi
+def test_a_chunk_size_past_the_files_takes_no_more_gpu_memory_on_the_ranks(tmp_path):
+    """--device 0 --chunk-size 1T for a 3MiB file, on two ranks over the
+    libcuda stand-in (preloaded: the ranks' dlopen finds it, as in
+    tests/standin): each rank's GPU staging is one chunk per worker, no chunk
+    larger than the largest file, and the copy and the read succeed (each
+    rank asked the GPU for 4TiB, "cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY")."""
+    import standin
+
+    try:
+        libs = standin.build(tmp_path / "standin")
+    except standin.Unavailable as exc:
+        pytest.skip(f"cannot build the libcuda/libcufile stand-ins: {exc}")
+    data = os.urandom(3 * MiB + 5)
+    (tmp_path / "a.bin").write_bytes(data)
+    preload = dict(LD_PRELOAD=f"{libs.cuda}:{libs.cufile}", GDSCP_NUM_THREADS="4")
+    done = _run(["copy", "--json", "--device", "0", "--chunk-size", "1T", str(tmp_path / "a.bin"),
+                 str(tmp_path / "b.bin")], ranks=2, **preload)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["memory"] == "gpu" and (tmp_path / "b.bin").read_bytes() == data
+    done = _run(["read", "--json", "--verify", "--device", "0", "--chunk-size", "1T", str(tmp_path / "a.bin")],
+                ranks=2, **preload)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["files"][0]["bytes"] == len(data)
+    assert not _temporaries(tmp_path)
+
+
+@needs_mpi
 def test_read_and_write_on_four_ranks(tmp_path):
     path = tmp_path / "w.bin"
     done = _run(["write", str(path), "--size", "130M", "--pattern", "random", "--seed", "5", "--verify", "--json"])

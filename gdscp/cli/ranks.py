@@ -440,6 +440,10 @@ def _share_out(world: World, copier: Any, jobs: list[Any]) -> dict[str, Any]:
                 shares[rank] = [p for p in shares[rank] if p.index != index]
     return {
         "files": [(j.src, j.dst, j.st.st_size) for j, _ in files],
+        # What no chunk need be larger than (options.staging_size): devices
+        # and FIFOs have no size to go by.
+        "largest": None if any(not stat.S_ISREG(j.st.st_mode) for j, _ in files)
+        else max((j.st.st_size for j, _ in files), default=0),
         "shares": shares,
         "shared": {i: s["tmp"] for i, s in shared.items()},
         # Rank 0's own, kept off the broadcast:
@@ -608,9 +612,8 @@ def copy(world: World, out: Output, copier: Any, srcs: list[str], dst: str, *, h
          chunk_size: Optional[int], clean: bool, report: Any) -> None:
     """``gdscp copy`` on every rank of ``world``."""
     # 1. Rank 0 plans and makes the tree; every rank picks its memory.
-    def setup() -> tuple[Optional[int], Optional[int], Optional[dict]]:
+    def setup() -> tuple[Optional[int], Optional[dict]]:
         where = options.copy_memory(out, host, device)
-        staging = options.staging_size(chunk_size)
         plan = None
         if world.root:
             if clean and os.path.isdir(dst):
@@ -620,10 +623,10 @@ def copy(world: World, out: Output, copier: Any, srcs: list[str], dst: str, *, h
                 if removed:
                     out.note(f"removed {removed} temporary file{'s' if removed != 1 else ''} of earlier runs")
             plan = _copy_plan(world, copier, srcs, dst)
-        return where, staging, plan
+        return where, plan
 
     code, messages, got = _run(world, setup)
-    where, staging, plan = got if got else (None, None, None)
+    where, plan = got if got else (None, None)
     statuses = world.agree(code, messages)
     if job_code(statuses):
         if world.root and plan:
@@ -635,6 +638,7 @@ def copy(world: World, out: Output, copier: Any, srcs: list[str], dst: str, *, h
     shared_plan = world.bcast(public)
     if world.root:
         shared_plan = plan
+    staging = options.staging_size(chunk_size, 1, shared_plan["largest"])
     # The job's time, as docs/cluster.md gives it: from every rank having its
     # plan (rank 0's walk before it, as a process on its own walks before its clock).
     start = time.perf_counter()
@@ -706,13 +710,14 @@ def read(world: World, out: Output, make_plan: Any, *, host: bool, device: Optio
         where = choose_memory(out, host, device)
         begun = time.perf_counter()
         ready.extend(ready_gpus([] if where is None else [where]))  # this rank's GPU context, before the clock
-        return (where, options.staging_size(chunk_size), make_plan() if world.root else None,
-                time.perf_counter() - begun)
+        return where, make_plan() if world.root else None, time.perf_counter() - begun
 
     code, messages, got = _run(world, setup)
-    where, staging, plan, setup_seconds = got if got else (None, None, None, 0.0)
+    where, plan, setup_seconds = got if got else (None, None, 0.0)
     _settle(world, out, world.agree(code, messages))
     plan = world.bcast(plan)
+    known = not any(f.length is None for f in plan)
+    staging = options.staging_size(chunk_size, 1, max((f.length for f in plan), default=0) if known else None)
     world.barrier()
     start = time.perf_counter()
     code, messages, pieces = _run(world, _read_share, world, out, plan, where, verify, staging)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Iterator, Optional
 
 import typer
 
-from .. import _core
+from .. import _core, memory
 from .._interrupts import through_interrupts
 from ..bulk import FileResult, clean_temporaries, copy_files, stop_running_jobs
 from . import options, ranks
@@ -30,12 +30,15 @@ from .atomic import commit, discard, fsync_dir, give_owner, make_temp_link
 from .jobs import run_job
 from .output import EXIT_FAILURE, Failure, Output, describe
 from .progress import TransferProgress
+from .special import SequentialWriter, copy_through, own_descriptor
 from .units import format_bytes, format_rate, format_seconds, gb_per_s
 
 if TYPE_CHECKING:
     from rich.table import Table
 
 __all__ = ["copy"]
+
+_THROUGH_CHUNK = 4 << 20  # a copy through a descriptor: bytes per read and write
 
 
 @dataclass(slots=True)
@@ -545,9 +548,15 @@ def copy(
         copier = _Copier(
             out, recursive=recursive, no_clobber=no_clobber, preserve=preserve, verify=verify, fail_fast=fail_fast
         )
+        # One SRC into a descriptor of this process (/dev/stdout, /dev/fd/N)
+        # goes through it, front to back (see gdscp.cli.special); with -n it
+        # is there already, and kept.
+        descriptor = own_descriptor(dst) if len(srcs) == 1 and not no_clobber else None
         world = ranks.join(out, threads)
         if world is not None:  # one rank of an MPI job: the job is shared among the ranks
-            ranks.refuse_options(world, out, {"--devices": devices is not None})
+            through = f"'{dst}' is a descriptor of this process: under MPI only regular files are written"
+            ranks.refuse_options(world, out, {"--devices": devices is not None},
+                                 through if descriptor is not None else None)
             with ranks.protocol(world):
                 ranks.copy(world, out, copier, srcs, dst, host=host, device=device, chunk_size=chunk_size,
                             clean=clean, report=report)
@@ -562,6 +571,11 @@ def copy(
         files = [j for j in jobs if j.kind == "file"]
         total = sum(j.st.st_size for j in files)
         spread = options.choose_devices(host, device, devices)
+        if descriptor is not None and [j.kind for j in jobs] == ["file"]:
+            where = spread[0] if spread else options.copy_memory(out, host, device)
+            seconds = _copy_through(out, copier, files[0], descriptor, where, chunk_size, verify)
+            report(out, copier.records, where, verify, seconds)
+            return
         copier.devices = spread
         if files:
             where = options.copy_memory(out, host, device) if spread is None else spread[0]
@@ -588,6 +602,29 @@ def copy(
 
         report(out, copier.records, where, verify, seconds, spread=spread,
                device_bytes=copier.device_bytes if spread else None)
+
+
+def _copy_through(out: Output, copier: _Copier, job: _Job, descriptor: int, where: Optional[int],
+                  chunk_size: Optional[int], verify: bool) -> float:
+    """``job``'s source written through ``descriptor`` of this process (its
+    DST), front to back from where it stands, as ``cat SRC >> FILE`` writes:
+    what it refers to is the caller's, never replaced. Through GPU ``where``'s
+    memory where one is asked for (gdscp.cli.special.copy_through says the
+    rest). The seconds it took."""
+    record = _Record(job.src, job.dst, read_backend="posix", write_backend="posix")
+    copier.records.append(record)
+    buffer = memory.allocate(chunk_size or _THROUGH_CHUNK, where)
+    with TransferProgress(out, job.st.st_size, 1, "copy", enabled=out.show_progress) as progress:
+        start = time.perf_counter()
+        try:
+            with SequentialWriter(job.dst, descriptor) as writer:
+                record.bytes = copy_through(job.src, writer, buffer, progress, verify)
+        except Failure as exc:
+            record.status, record.error = "failed", str(exc)
+            out.error(record.error)
+        record.seconds = time.perf_counter() - start
+        progress.file_done()
+    return record.seconds
 
 
 def report(out: Output, records: list[_Record], where: Optional[int], verify: bool, seconds: float,

@@ -24,7 +24,8 @@ from .atomic import commit, discard, fsync_dir, keep_owner, make_temp, signals_h
 from .jobs import run_job
 from .output import EXIT_FAILURE, Failure, Output, UsageError, describe, shown
 from .progress import TransferProgress
-from .special import SequentialWriter, check_room, writes_in_place
+from .special import (SequentialWriter, check_descriptor_room, check_room, own_descriptor, read_back,
+                      writes_in_place)
 from .units import format_bytes, format_rate, format_seconds, gb_per_s, size_option
 
 if TYPE_CHECKING:
@@ -148,22 +149,32 @@ def write(
             _write_many(out, paths, size, kind=pattern.value, seed=seed, fsync=fsync, verify=verify,
                         fail_fast=fail_fast, host=host, device=device, devices=devices, threads=threads)
             return
-        path = _through_link(paths[0])
+        # One of this process's descriptors (/dev/stdout, /dev/fd/N) is
+        # written through, whatever it refers to (see gdscp.cli.special).
+        descriptor = own_descriptor(paths[0])
+        path = paths[0] if descriptor is not None else _through_link(paths[0])
         directory = _names_a_directory(path)
         if directory:
             raise Failure(f"cannot write '{path}': {directory}")
         # A device or FIFO is written in place; a regular file (or a new one)
         # beside its final name, renamed into place once complete, so that an
         # interrupted or failed write never leaves a partial FILE where a good one was.
-        special = writes_in_place(path)
-        if special is not None and stat.S_ISSOCK(special.st_mode):
+        special = writes_in_place(path) if descriptor is None else os.fstat(descriptor)
+        if descriptor is None and special is not None and stat.S_ISSOCK(special.st_mode):
             raise Failure(f"cannot write to '{path}': it is a socket")
-        if verify and special is not None and not stat.S_ISBLK(special.st_mode):
+        readable = special is None or stat.S_ISBLK(special.st_mode) or (
+            descriptor is not None and stat.S_ISREG(special.st_mode))
+        if verify and not readable:
             raise UsageError(f"--verify cannot read '{path}' back: it is not a regular file or block device")
-        check_room(path, size, special)
+        if descriptor is None:
+            check_room(path, size, special)
+        else:
+            check_descriptor_room(path, descriptor, size)
         world = ranks.join(out, threads)
         if world is not None:  # one rank of an MPI job: each rank writes its range of one temporary file
             irregular = f"'{path}' is not a regular file: under MPI only regular files are written"
+            if descriptor is not None:
+                irregular = f"'{path}' is a descriptor of this process: under MPI only regular files are written"
             ranks.refuse_options(world, out, {"--devices": devices is not None},
                                  irregular if special is not None else None)
             with ranks.protocol(world):
@@ -171,7 +182,8 @@ def write(
                               host=host, device=device, chunk_size=chunk_size)
             return
         # fsync means nothing to a character device or FIFO.
-        synced = fsync and (special is None or stat.S_ISBLK(special.st_mode))
+        synced = fsync and (special is None or stat.S_ISBLK(special.st_mode)
+                            or (descriptor is not None and stat.S_ISREG(special.st_mode)))
         spread = options.choose_devices(host, device, devices)
         where = options.choose_memory(out, host, device) if spread is None else spread[0]
         gpus = spread or [where]
@@ -210,8 +222,11 @@ def write(
         else:
             target = path
         try:
-            if special is None or stat.S_ISBLK(special.st_mode):
-                sink: Any = CuFile(target, "w" if special is None else "r+")
+            if descriptor is not None:
+                sink: Any = SequentialWriter(path, descriptor)
+                backend, reason = "posix", f"written through descriptor {descriptor}, front to back"
+            elif special is None or stat.S_ISBLK(special.st_mode):
+                sink = CuFile(target, "w" if special is None else "r+")
                 backend = "posix" if where is None else sink.backend
                 reason = "host memory always takes the POSIX path" if where is None else sink.backend_reason
             else:
@@ -255,7 +270,9 @@ def write(
             if special is None and os.path.lexists(target):
                 discard(target)
 
-        if verify and special is not None:  # a device, written in place
+        if verify and descriptor is not None:  # the bytes just written through it, wherever they began
+            read_back(path, descriptor, size, lambda pos, n: memory.pattern(n, kind, seed, pos), f"the {kind} pattern")
+        elif verify and special is not None:  # a device, written in place
             verify_pattern(path, size, kind, seed)
         data = {
             "command": "write",
@@ -295,6 +312,9 @@ def _write_many(out: Output, paths: list[str], size: int, *, kind: str, seed: in
         if first != i:
             same = paths[first]
             raise UsageError(f"'{p}' is named twice" if same == p else f"'{same}' and '{p}' name the same file")
+        if own_descriptor(p) is not None:
+            raise UsageError(f"'{p}' is a descriptor of this process, written through it, front to back: several "
+                             "FILEs must all be regular files named as such (write it alone)")
         if writes_in_place(p) is not None or _names_a_directory(p):
             raise UsageError(f"'{p}' is not a regular file: several FILEs must all be regular files")
     world = ranks.join(out, threads)

@@ -9,6 +9,7 @@ import ast
 import errno
 import inspect
 import io
+import mmap
 import os
 import pathlib
 import pydoc
@@ -326,6 +327,36 @@ def test_mmap_read_ending_past_a_shrunk_files_end_is_an_error(mapped_file):
         with pytest.raises(RuntimeError, match="shrank to 100 bytes"):
             m.pread(buf, PAGE, 0).get()
         assert m.read(buf, 100, 0) == 100 and buf[:100].tobytes() == data[:100]
+
+
+def test_mmap_read_into_a_buffer_that_faults_blames_the_buffer(mapped_file, tmp_path):
+    """A destination whose pages fault (a mapping of a file cut short since)
+    is the buffer's fault, as pread's EFAULT says: not reported as the mapped
+    file having shrunk, which it has not."""
+    if os.uname().machine != "x86_64":
+        pytest.skip("the SIGBUS guard is x86-64 only")
+    path, data = mapped_file
+    target = tmp_path / "target.bin"
+    target.write_bytes(bytes(len(data)))
+
+    def failure(call) -> tuple:
+        # What the call raised, without its traceback, whose frames would keep
+        # dst's buffer exported (and the mapping open) after the test.
+        try:
+            call()
+        except Exception as exc:  # noqa: BLE001 - the type is checked below
+            return getattr(exc, "errno", None), isinstance(exc, RuntimeError), str(exc)
+        return None, False, "nothing raised"
+
+    with open(target, "r+b") as f, mmap.mmap(f.fileno(), len(data)) as dst, gdscp.Mmap(path) as m:
+        os.truncate(target, 0)  # every page of dst now faults when written
+        for call in (lambda: m.read(dst), lambda: m.pread(dst, task_size=PAGE).get()):
+            code, runtime_error, message = failure(call)
+            assert code == errno.EFAULT and runtime_error  # a RuntimeError too, as KvikIO's callers expect
+            assert "buffer" in message and "shrank" not in message, message
+        assert m.file_size() == len(data)
+        buf = bytearray(len(data))
+        assert m.read(buf) == len(data) and bytes(buf) == data  # the mapping reads on
 
 
 def test_mmap_size_none_reads_to_the_end_the_file_had_when_mapped(mapped_file):

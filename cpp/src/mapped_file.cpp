@@ -63,8 +63,15 @@ int64_t size_of(int fd, const std::string& path) {
               "shrank to " + std::to_string(file_size) + " bytes after it was mapped)");
 }
 
-void copy_piece(const Mapping& m, char* dst, const char* src, size_t n) {
-  if (!detail::copy_from_mapping(dst, src, n)) shrank(m, size_of(m.fd, m.path));  // a page past the new end
+// The copy faults on a page past the end of a file that shrank, or on a page
+// of the destination that cannot be written (a mapping of another file cut
+// short since): the file's size tells which, and the error names the one at
+// fault. pread reports a destination's fault as EFAULT, and so does this.
+void copy_piece(const Mapping& m, char* dst, const char* src, int64_t at, size_t n) {
+  if (detail::copy_from_mapping(dst, src, n)) return;
+  const int64_t file_size = size_of(m.fd, m.path);
+  if (file_size < at + static_cast<int64_t>(n)) shrank(m, file_size);
+  throw_os_error(EFAULT, "the buffer cannot take the bytes read through the mapping of", m.path, at);
 }
 
 // After a copy out of the mapping: the file still holds [0, end). A shrink
@@ -83,7 +90,7 @@ size_t copy_chunks(const Mapping& m, const MemoryTarget& mem, char* base, ChunkQ
   int64_t end = 0;
   if (mem.device) {
     const size_t total = detail::staged_upload(mem, base, work, s, req, [&m, &end](char* dst, size_t n, int64_t at) {
-      copy_piece(m, dst, m.at(at), n);
+      copy_piece(m, dst, m.at(at), at, n);
       end = std::max(end, at + static_cast<int64_t>(n));
       return n;
     });
@@ -93,7 +100,7 @@ size_t copy_chunks(const Mapping& m, const MemoryTarget& mem, char* base, ChunkQ
   size_t total = 0;
   Chunk c;
   while (work.next(c)) {
-    copy_piece(m, base + c.buf_offset, m.at(c.file_offset), c.size);
+    copy_piece(m, base + c.buf_offset, m.at(c.file_offset), c.file_offset, c.size);
     end = std::max(end, c.file_offset + static_cast<int64_t>(c.size));
     total += c.size;
     if (req) req->add_progress(c.size);

@@ -8,6 +8,8 @@ import fcntl
 import os
 import shutil
 import stat
+import subprocess
+import sys
 import tempfile
 import warnings
 
@@ -608,6 +610,64 @@ def test_direct_io_read_past_eof_leaves_rest_of_aligned_memory(tmp_path, file_si
         assert f.pread(tail, file_offset=file_size - 10, task_size=task_size).get() == 10
         assert tail[:10].tobytes() == data[-10:]
         assert tail[10:].tobytes() == bytes([POISON]) * (2 * MiB - 10)
+
+
+# A buffer whose pages fault (a mapping of a file cut short since) handed to an
+# O_DIRECT transfer from unaligned memory, which copies it through an aligned
+# staging buffer. Run in a child: before that copy was guarded, the SIGBUS
+# ended the process.
+_FAULTING_BUFFER_PROGRAM = """
+import mmap, os, sys
+import gdscp
+call, path, target = sys.argv[1:]
+# write_files with the default settings: its pieces of a file this large are
+# written through O_DIRECT too.
+size = (32 if call == "write_files" else 6) << 20
+with open(target, "r+b") as t, mmap.mmap(t.fileno(), size + 4096) as pages:
+    os.truncate(target, 0)  # every page of the mapping now faults when touched
+    view = memoryview(pages)[1 : size + 1]  # unaligned: copied through staging
+    settings = {"direct_io": "on", "num_threads": 1, "task_size": size, "mapped_reads": False}
+    try:
+        if call == "write_files":
+            (result,) = gdscp.write_files([view], [path]).results()
+            print(result.errno, result.status == "failed", result.error)
+        else:
+            with gdscp.defaults.set(settings), gdscp.CuFile(path, "r" if call == "read" else "w") as f:
+                assert f.is_direct_io_supported()
+                getattr(f, call)(view)
+            print("nothing raised")
+    except OSError as exc:
+        print(exc.errno, isinstance(exc, RuntimeError), exc)
+    del view
+"""
+
+
+@pytest.mark.parametrize("call", ["read", "write", "write_files"])
+def test_direct_io_through_a_buffer_that_faults_is_efault(tmp_path, call):
+    """Copying between such a buffer and the staging buffer is a failed
+    transfer (EFAULT, as pread and pwrite report such memory), not the
+    process killed by SIGBUS; a failed write_files leaves no file."""
+    if os.uname().machine != "x86_64":
+        pytest.skip("the SIGBUS guard is x86-64 only")
+    probe = tmp_path / "probe"
+    try:
+        os.close(os.open(probe, os.O_CREAT | os.O_WRONLY | os.O_DIRECT, 0o644))
+    except OSError:
+        pytest.skip("this filesystem refuses O_DIRECT")
+    os.unlink(probe)
+    path = str(tmp_path / "file.bin")
+    if call == "read":
+        write_file(path, random_bytes(6 * MiB + 4096, seed=41))
+    target = tmp_path / "target.bin"
+    target.write_bytes(bytes(32 * MiB + 4096))
+    child = subprocess.run([sys.executable, "-c", _FAULTING_BUFFER_PROGRAM, call, path, str(target)],
+                           capture_output=True, text=True, timeout=300, check=False)
+    assert child.returncode == 0, f"the child ended with {child.returncode}: {child.stderr[-2000:]}"
+    code, runtime_error, message = child.stdout.strip().split(" ", 2)
+    assert (int(code), runtime_error) == (errno.EFAULT, "True"), child.stdout
+    assert "O_DIRECT" in message and path in message, message
+    if call == "write_files":
+        assert sorted(os.listdir(tmp_path)) == ["target.bin"]  # neither the file nor a temporary
 
 
 # --------------------------------------------------------------------------

@@ -99,13 +99,19 @@ bool guard_installed() {
 }
 
 // No C++ objects live between the sigsetjmp and the copy, so jumping out of
-// the copy skips no destructor.
+// the copy skips no destructor. Streaming: with stream_copy's streaming
+// stores, else memcpy's.
+template <bool Streaming>
 __attribute__((noinline)) bool guarded_copy(char* dst, const char* src, size_t n) {
   sigjmp_buf env;
   if (sigsetjmp(env, 1) != 0) return false;  // SIGBUS: the handler cleared t_guard
   t_guard = &env;
   std::atomic_signal_fence(std::memory_order_seq_cst);
-  stream_copy(dst, src, n);
+  if constexpr (Streaming) {
+    stream_copy(dst, src, n);
+  } else {
+    std::memcpy(dst, src, n);
+  }
   std::atomic_signal_fence(std::memory_order_seq_cst);
   t_guard = nullptr;
   return true;
@@ -148,12 +154,20 @@ bool MappedRange::cached() const {
 
 bool copy_from_mapping(char* dst, const char* src, size_t n) {
   if (!guard_installed()) return false;
-  return guarded_copy(dst, src, n);
+  return guarded_copy<true>(dst, src, n);
+}
+
+bool copy_guarded(char* dst, const char* src, size_t n) {
+  if (!guard_installed()) {
+    std::memcpy(dst, src, n);
+    return true;
+  }
+  return guarded_copy<false>(dst, src, n);
 }
 
 bool MappedRange::copy_to(char* dst) const {
   if (!map_ || !guard_installed()) return false;
-  return guarded_copy(dst, static_cast<const char*>(map_) + lead_, n_);
+  return guarded_copy<true>(dst, static_cast<const char*>(map_) + lead_, n_);
 }
 
 bool mapped_read(int fd, char* dst, size_t size, int64_t off, const std::string& path, size_t& copied) {
@@ -192,6 +206,11 @@ bool mapped_read(int fd, char* dst, size_t size, int64_t off, const std::string&
 #else
 
 bool copy_from_mapping(char* dst, const char* src, size_t n) {
+  std::memcpy(dst, src, n);
+  return true;
+}
+
+bool copy_guarded(char* dst, const char* src, size_t n) {
   std::memcpy(dst, src, n);
   return true;
 }

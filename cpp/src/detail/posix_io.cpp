@@ -4,10 +4,10 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 
 #include "gdscp/detail/buffer_pool.hpp"
 #include "gdscp/detail/fault.hpp"
+#include "gdscp/detail/mapped_read.hpp"
 #include "gdscp/detail/plan.hpp"
 #include "gdscp/error.hpp"
 
@@ -120,13 +120,15 @@ size_t read_range(const File& f, char* dst, size_t size, int64_t off, DirectIO d
             file_size > mid_off ? round_down(static_cast<size_t>(file_size - mid_off), kDirectAlign) : 0;
         moved = direct_transfer<false>(f.direct_fd(), mid, std::min(part.middle, inside), mid_off, f.path());
       } else {
-        // Unaligned memory: O_DIRECT into an aligned bounce, then copy.
+        // Unaligned memory: O_DIRECT into an aligned bounce, then copy. A page
+        // of `dst` that faults is EFAULT, as the kernel reports it for aligned memory.
         auto bounce = BufferPool::aligned().acquire(std::min(bounce_size, part.middle));
         while (moved < part.middle) {
           const size_t n = std::min(bounce.size(), part.middle - moved);
           const size_t got = direct_transfer<false>(f.direct_fd(), static_cast<char*>(bounce.get()), n,
                                                     mid_off + static_cast<int64_t>(moved), f.path());
-          std::memcpy(mid + moved, bounce.get(), got);
+          if (!copy_guarded(mid + moved, static_cast<const char*>(bounce.get()), got))
+            throw_os_error(EFAULT, "pread (O_DIRECT)", f.path(), mid_off + static_cast<int64_t>(moved));
           moved += got;
           if (got < n) break;
         }
@@ -153,11 +155,13 @@ size_t write_range(const File& f, const char* src, size_t size, int64_t off, Dir
       if (reinterpret_cast<uintptr_t>(mid) % kDirectAlign == 0) {
         moved = direct_transfer<true>(f.direct_fd(), const_cast<char*>(mid), part.middle, mid_off, f.path());
       } else {
-        // Unaligned memory: copy into an aligned bounce, then O_DIRECT.
+        // Unaligned memory: copy into an aligned bounce, then O_DIRECT. A page
+        // of `src` that faults is EFAULT, as the kernel reports it for aligned memory.
         auto bounce = BufferPool::aligned().acquire(std::min(bounce_size, part.middle));
         while (moved < part.middle) {
           const size_t n = std::min(bounce.size(), part.middle - moved);
-          std::memcpy(bounce.get(), mid + moved, n);
+          if (!copy_guarded(static_cast<char*>(bounce.get()), mid + moved, n))
+            throw_os_error(EFAULT, "pwrite (O_DIRECT)", f.path(), mid_off + static_cast<int64_t>(moved));
           const size_t put = direct_transfer<true>(f.direct_fd(), static_cast<char*>(bounce.get()), n,
                                                    mid_off + static_cast<int64_t>(moved), f.path());
           moved += put;

@@ -26,6 +26,13 @@ bool mapped_read(int fd, char* dst, size_t size, int64_t off, const std::string&
 // page kills as it would any reader of a mapping.
 bool copy_from_mapping(char* dst, const char* src, size_t n);
 
+// memcpy under the same SIGBUS guard, for the copies between a caller's
+// buffer and a staging buffer: the caller's pages may map a file cut short
+// since, where pread and pwrite fail with EFAULT instead of faulting. False
+// when a page faulted (`dst` then holds part of the range). Elsewhere than on
+// x86-64, or where the guard cannot be set, a plain memcpy.
+bool copy_guarded(char* dst, const char* src, size_t n);
+
 // Bytes copied by mapped_read since the process started.
 uint64_t mapped_read_bytes() noexcept;
 

@@ -96,7 +96,10 @@ def file_descriptor(file: Any) -> tuple[int, bool]:
     if isinstance(file, int) and not isinstance(file, bool):
         return c_int(file, "file descriptor", "a descriptor is an int"), False
     if isinstance(file, io.IOBase) or callable(getattr(file, "fileno", None)):
-        return file.fileno(), False
+        try:
+            return file.fileno(), False
+        except io.UnsupportedOperation:  # io.BytesIO, io.StringIO: memory, not a file
+            raise ArgumentError(f"file object {type(file).__name__} has no file descriptor") from None
     raise ArgumentError(
         f"file must be a path, a file descriptor or a file object, not {type(file).__name__}"
     )

@@ -524,6 +524,11 @@ def test_page_cache_helpers_bad_arguments(cached_file, tmp_path, call):
             call(bad)
     with pytest.raises(ValueError, match="embedded null byte"):
         call(str(cached_file) + "\0x")
+    # A file object with no descriptor behind it: the error says so, rather
+    # than io's bare "fileno".
+    for bad in (io.BytesIO(b"data"), io.StringIO("data")):
+        with pytest.raises(gdscp.ArgumentError, match=f"{type(bad).__name__} has no file descriptor"):
+            call(bad)
     fd = os.open(cached_file, os.O_RDONLY)
     os.close(fd)
     with pytest.raises(OSError) as info:

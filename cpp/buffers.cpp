@@ -32,6 +32,7 @@ struct DLManagedTensorVersioned {
 };
 constexpr int32_t kDLCUDA = 2;
 constexpr uint8_t kDLUInt = 1;
+constexpr uint64_t kDLReadOnly = 1;  // DLPACK_FLAG_BITMASK_READ_ONLY
 
 // A DeviceBuffer handed out as a DLPack tensor: the tensor, its shape, and
 // the view that keeps the memory until the consumer (or the capsule) deletes it.
@@ -119,10 +120,13 @@ bool dense(const std::vector<int64_t>& shape, const std::vector<int64_t>& stride
 
 nb::tuple dlpack_info(nb::handle capsule) {
   const DLTensor* t = nullptr;
+  bool read_only = false;
   if (PyCapsule_IsValid(capsule.ptr(), "dltensor")) {
     t = &static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule.ptr(), "dltensor"))->dl_tensor;
   } else if (PyCapsule_IsValid(capsule.ptr(), "dltensor_versioned")) {
-    t = &static_cast<DLManagedTensorVersioned*>(PyCapsule_GetPointer(capsule.ptr(), "dltensor_versioned"))->dl_tensor;
+    const auto* v = static_cast<DLManagedTensorVersioned*>(PyCapsule_GetPointer(capsule.ptr(), "dltensor_versioned"));
+    t = &v->dl_tensor;
+    read_only = (v->flags & kDLReadOnly) != 0;
   } else {
     throw nb::type_error("not a DLPack capsule (expected a 'dltensor' capsule from __dlpack__())");
   }
@@ -142,7 +146,7 @@ nb::tuple dlpack_info(nb::handle capsule) {
   }
   const auto addr = reinterpret_cast<uintptr_t>(t->data) + t->byte_offset;
   return nb::make_tuple(addr, *nbytes, t->device.device_type, t->device.device_id,
-                        dense(shape, strides, 1));  // DLPack strides count elements
+                        dense(shape, strides, 1), read_only);  // DLPack strides count elements
 }
 
 bool holds_objects(const char* format) noexcept {

@@ -17,8 +17,9 @@ namespace gdscp::bindings {
 // of `unit`.
 bool dense(const std::vector<int64_t>& shape, const std::vector<int64_t>& strides, int64_t unit) noexcept;
 
-// (address, nbytes, device_type, device_id, contiguous) of a DLPack capsule,
-// which stays unconsumed: the caller keeps it alive while the memory is used.
+// (address, nbytes, device_type, device_id, contiguous, read_only) of a DLPack
+// capsule, which stays unconsumed: the caller keeps it alive while the memory
+// is used. read_only: a versioned capsule's flag (an unversioned one has none).
 nanobind::tuple dlpack_info(nanobind::handle capsule);
 
 // Whether `obj` is host memory by its type alone: an exact numpy.ndarray,

@@ -50,16 +50,29 @@ def _from_cai(obj: Any, cai: dict, writable: bool) -> Buffer:
     return Buffer(ptr, nbytes, True, obj)
 
 
+def _dlpack_capsule(obj: Any) -> Any:
+    """A versioned capsule (DLPack 1.0), whose flags say whether the memory
+    may be written, from a producer that makes one; an unversioned one from
+    an older producer, whose ``__dlpack__`` takes no ``max_version``. (Through
+    an unversioned capsule numpy does not share a read-only array at all.)"""
+    try:
+        return obj.__dlpack__(max_version=(1, 0))
+    except TypeError:
+        return obj.__dlpack__()
+
+
 def _from_dlpack(obj: Any, writable: bool) -> Buffer | None:
     try:
         dev_type, _dev_id = obj.__dlpack_device__()
     except Exception:
         return None
-    capsule = obj.__dlpack__()
-    ptr, nbytes, dev_type, _dev_id, contiguous = _core.dlpack_info(capsule)
+    capsule = _dlpack_capsule(obj)
+    ptr, nbytes, dev_type, _dev_id, contiguous, read_only = _core.dlpack_info(capsule)
     _check_address(ptr, nbytes, "DLPack tensor")
     if not contiguous:
         raise ValueError("buffer must be contiguous (got a strided DLPack tensor)")
+    if writable and read_only:
+        raise ValueError("cannot read into a read-only DLPack tensor")
     if dev_type in (_DL_CUDA, _DL_CUDA_MANAGED):
         return Buffer(ptr, nbytes, True, (obj, capsule))
     if dev_type in (_DL_CPU, _DL_CUDA_HOST):

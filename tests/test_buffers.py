@@ -289,6 +289,39 @@ def test_fortran_order_moves_in_memory_order(tmp_file, tmp_path):
     assert file_bytes(out) == data[:nbytes]
 
 
+class _PreVersionDLPack(DLPackOnly):
+    """A producer from before DLPack 1.0: its __dlpack__ takes no max_version."""
+
+    def __dlpack__(self, stream=None):
+        return self._array.__dlpack__(stream=stream)
+
+
+def test_read_only_dlpack_tensors(tmp_file, tmp_path):
+    """A read-only tensor's memory is written from as any other and never read
+    into: its producer says it is read-only in a versioned capsule (DLPack
+    1.0), which gdscp asks for. Through the old unversioned capsule numpy
+    refuses to share a read-only array at all, and the write failed."""
+    path, data = tmp_file(3000)
+    source = np.frombuffer(data, np.uint8)  # read-only: bytes behind it
+    out = str(tmp_path / "out.bin")
+    with gdscp.CuFile(out, "w") as f:
+        assert f.write(DLPackOnly(source[1000:])) == 2000
+        assert f.pwrite(DLPackOnly(source[:1000]), file_offset=2000).get() == 1000
+    assert file_bytes(out) == data[1000:] + data[:1000]
+    target = np.zeros(3000, np.uint8)
+    target.setflags(write=False)
+    with gdscp.CuFile(path) as f:
+        for call in (f.read, lambda buf: f.pread(buf).get()):
+            with pytest.raises(ValueError, match="read-only DLPack tensor"):
+                call(DLPackOnly(target))
+    assert not target.any()
+    # A producer that takes no max_version still works, through the old capsule.
+    target = np.zeros(3000, np.uint8)
+    with gdscp.CuFile(path) as f:
+        assert f.read(_PreVersionDLPack(target)) == 3000
+    assert target.tobytes() == data
+
+
 def test_host_dlpack_strided_is_rejected(tmp_file):
     path, _ = tmp_file(3000)
     with gdscp.CuFile(path) as f:

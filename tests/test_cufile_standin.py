@@ -1342,7 +1342,7 @@ def scenario_device_buffer(folder):
     assert buf.__cuda_array_interface__ == {"shape": (3 * MiB,), "typestr": "|u1", "data": (buf.ptr, False),
                                             "strides": None, "version": 3}
     assert buf.__dlpack_device__() == (2, 1)
-    assert _core.dlpack_info(buf[5:105].__dlpack__()) == (buf.ptr + 5, 100, 2, 1, True)
+    assert _core.dlpack_info(buf[5:105].__dlpack__()) == (buf.ptr + 5, 100, 2, 1, True, False)
     # Views share the memory; fills and copies land where they say.
     data = random_bytes(3 * MiB, seed=31)
     buf.copy_from_host(data)

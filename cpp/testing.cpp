@@ -105,6 +105,9 @@ void define_testing(nb::module_& core) {
   t.def("hold_reached", &detail::fault::hold_reached, "Whether a worker has reached the hold since arm_hold.");
   t.def("held_workers", &detail::fault::held_workers,
         "How many workers wait at the hold now (each doing nothing else: a fork then finds none of them in malloc).");
+  t.def("arm_progress_hold", &detail::fault::arm_progress_hold,
+        "The next bulk job's progress() releases a hold (arm_hold) between reading whether its job has finished "
+        "and reading its counts, and waits there for the job to finish: the job ends mid-read, every time.");
   t.def("arm_unmap_hold", &detail::fault::arm_unmap_hold,
         "The next mapped file unmapped waits just before its munmap until disarm_fault() (or a minute).");
   t.def("unmap_held", &detail::fault::unmap_held, "Whether a mapped file waits at its munmap now.");

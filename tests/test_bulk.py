@@ -1712,6 +1712,32 @@ def test_progress_totals_meet_the_bytes_done_at_the_end(tmp_path):
     assert job.progress().bytes_done == job.progress().bytes_total == 0
 
 
+def test_progress_seen_finished_has_the_final_counts(tmp_path):
+    """A job that ends while its progress is being read (the engine's test
+    hook lets its held file go on there and waits for its end) is reported
+    either not yet finished or finished with every byte and file counted:
+    a poller that stops at ``finished`` reports the final counts."""
+    data = random_bytes(300_000, 12)
+    src = tmp_path / "src"
+    src.write_bytes(data)
+    _core.testing.arm_hold(0)  # the copy waits at its first chunk, nothing counted yet
+    try:
+        job = gdscp.copy_files([(src, tmp_path / "dst")])
+        deadline = time.monotonic() + 60
+        while not _core.testing.hold_reached():
+            assert time.monotonic() < deadline, "the copy never reached the hold"
+            time.sleep(0.001)
+        _core.testing.arm_progress_hold()
+        seen = job.progress()
+    finally:
+        _core.testing.disarm_fault()
+    assert job.wait(60)
+    final = job.progress()
+    assert final == (300_000, 300_000, 1, 0, 1, True)
+    assert not seen.finished or seen == final, seen
+    assert (tmp_path / "dst").read_bytes() == data
+
+
 def test_a_range_past_the_end_of_its_file_says_so(tmp_path):
     """A range to read that the file does not have fails saying which bytes
     and how many the file has."""

@@ -1100,12 +1100,17 @@ void BulkJob::cancel() { state_->stop(); }
 
 BulkProgress BulkJob::progress() const {
   BulkProgress p;
+  // Whether the job has finished, read before the counts: its last worker
+  // has counted everything before it says so (under done_mutex), so a job
+  // seen finished here has its final counts below. Read after them, a job
+  // that ended in between was reported finished with counts from before.
+  p.finished = done();
+  if (detail::fault::progress_hold()) wait_for(-1);  // tests only: disarmed, one relaxed load
   p.bytes_done = state_->bytes_done.load();
   p.bytes_total = state_->bytes_total.load();
   p.files_done = state_->files_done.load();
   p.files_failed = state_->files_failed.load();
   p.files_total = state_->items.size();
-  p.finished = done();
   return p;
 }
 

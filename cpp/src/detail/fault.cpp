@@ -19,6 +19,7 @@ std::atomic<bool> hold_armed{false};
 std::atomic<long> hold_skip{0};
 std::atomic<bool> reached{false};
 std::atomic<int> holding{0};
+std::atomic<bool> progress_armed{false};
 std::atomic<bool> unmap_armed{false};
 std::atomic<bool> unmap_holding{false};
 }  // namespace
@@ -34,6 +35,7 @@ void arm(Op op, long skip, long count, int err) noexcept {
 void disarm() noexcept {
   for (auto& s : slots) s.armed = false;
   hold_armed = false;
+  progress_armed = false;
   unmap_armed = false;
   unmap_holding = false;
 }
@@ -57,6 +59,14 @@ void hold(const std::atomic<bool>& cancelled) noexcept {
   while (!cancelled.load() && hold_armed.load() && std::chrono::steady_clock::now() < limit)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   --holding;
+}
+
+void arm_progress_hold() noexcept { progress_armed = true; }
+
+bool progress_hold() noexcept {
+  if (!progress_armed.load(std::memory_order_relaxed) || !progress_armed.exchange(false)) return false;
+  hold_armed = false;  // the job's held workers go on, so that it can end
+  return true;
 }
 
 void arm_unmap_hold() noexcept { unmap_armed = true; }

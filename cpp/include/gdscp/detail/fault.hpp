@@ -42,6 +42,14 @@ int held_workers() noexcept;
 // and before a parallel request's worker claims a chunk (work_queue.hpp).
 void hold(const std::atomic<bool>& cancelled) noexcept;
 
+// The next bulk job's progress() lets go of a hold (arm_hold) between the
+// two halves of its reading and waits there for its job to finish: a job
+// that ends while its progress is being read, every time.
+void arm_progress_hold() noexcept;
+// Called by a bulk job's progress() between its reads (bulk.cpp): whether to
+// wait there for the job to finish (once per arm_progress_hold, the hold let go).
+bool progress_hold() noexcept;
+
 // The next mapped file unmapped waits just before its munmap until disarm()
 // (or a minute has passed).
 void arm_unmap_hold() noexcept;

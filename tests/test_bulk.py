@@ -1422,6 +1422,37 @@ def test_a_slow_fifo_reader_gets_every_byte_in_order(tmp_path):
     assert bytes(got) == data
 
 
+@pytest.mark.parametrize("threads", [1, 4])
+@pytest.mark.parametrize("first", ["reader", "writer"])
+def test_a_job_waiting_on_a_fifo_lets_a_later_job_open_its_other_end(tmp_path, threads, first):
+    """Jobs share the engine's workers, a later job's waiting for an earlier
+    one's: a job that waits on a FIFO (for its writer, its reader, or room)
+    lets a later job take workers meanwhile, so that a job copying out of a
+    FIFO and one copying into it, started one after the other in either
+    order, both end, every byte in order."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    data = random_bytes(MiB + 3, 13)  # more than a FIFO holds: each end waits for the other in turn
+    src, out = tmp_path / "src", tmp_path / "out"
+    src.write_bytes(data)
+    start = {"reader": lambda: gdscp.copy_files([(fifo, out)]), "writer": lambda: gdscp.copy_files([(src, fifo)])}
+    with gdscp.defaults.set("num_threads", threads):
+        jobs = [start[first]()]
+        jobs.append(start["writer" if first == "reader" else "reader"]())
+        try:
+            ended = [job.wait(60) for job in jobs]
+        finally:
+            for job in jobs:
+                job.cancel()
+                job.wait()
+    assert ended == [True, True], "the jobs at the two ends of one FIFO waited for each other"
+    for job in jobs:
+        (result,) = job.results()
+        assert (result.status, result.bytes) == ("done", len(data)), result
+    assert out.read_bytes() == data
+    assert sorted(os.listdir(tmp_path)) == ["fifo", "out", "src"]
+
+
 @pytest.mark.parametrize("kind", ["read", "copy"])
 def test_verify_of_a_fifo_source_is_refused(tmp_path, kind):
     """A FIFO cannot be read a second time to check what was read from it:

@@ -504,35 +504,41 @@ def test_appends_from_many_processes_never_overlap(tmp_path):
 
 
 DROPPED = r"""
-import os, sys, threading, numpy as np, gdscp
+import os, sys, threading, time, numpy as np, gdscp
+from gdscp import _core
 folder, what = sys.argv[1], sys.argv[2]
-fifos = [os.path.join(folder, f"fifo{i}") for i in range(2)]
-for fifo in fifos:
-    os.mkfifo(fifo)
 gdscp.defaults.set("num_threads", 2)
-# Each of the pool's two workers waits for a FIFO's writer, a Python thread.
-held = [gdscp.read_files(fifos, [bytearray(10), bytearray(10)])]
-if what == "future":  # a read of two tasks, queued behind the workers, is dropped; the job stays
-    job = held.pop()
+if what == "job":  # each of the pool's two workers waits for a FIFO's writer, a Python thread
+    fifos = [os.path.join(folder, f"fifo{i}") for i in range(2)]
+    for fifo in fifos:
+        os.mkfifo(fifo)
+    held = [gdscp.read_files(fifos, [bytearray(10), bytearray(10)])]
+else:  # a read of several tasks, each held at its chunk until a Python thread lets them go
     path = os.path.join(folder, "data")
     data = np.random.default_rng(2).integers(0, 256, 8 << 20, dtype=np.uint8)
     data.tofile(path)
     f = gdscp.CuFile(path)
     out = np.zeros_like(data)
-    held.append(f.pread(out, task_size=1 << 20))
+    _core.testing.arm_hold(0)
+    held = [f.pread(out, task_size=1 << 20)]
+    while not _core.testing.hold_reached():
+        time.sleep(0.001)
 assert not held[0].done()
 
 def writer():
-    for fifo in fifos:
-        with open(fifo, "wb") as w:
-            w.write(b"x")
+    if what == "job":
+        for fifo in fifos:
+            with open(fifo, "wb") as w:
+                w.write(b"x")
+    else:
+        _core.testing.disarm_fault()
 
 t = threading.Thread(target=writer)
 t.start()
 held.clear()  # the last reference: waits for the transfer, which needs the writer thread to run
 t.join()
 if what == "future":
-    assert job.wait(10) and (out == data).all()
+    assert (out == data).all()
 print("ok")
 """
 

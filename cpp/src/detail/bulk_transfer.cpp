@@ -13,11 +13,13 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <thread>
 
 #include "gdscp/detail/fault.hpp"
 #include "gdscp/detail/posix_io.hpp"
 #include "gdscp/detail/staging.hpp"
+#include "gdscp/detail/thread_pool.hpp"
 #include "gdscp/detail/work_queue.hpp"
 #include "gdscp/error.hpp"
 #include "gdscp/shim/cuda_driver.hpp"
@@ -58,14 +60,18 @@ void open_file(const TransferContext& cx, const std::string& path, const char* m
 
 // Waits until `fd` is ready for `events` (POLLIN: something to read, data or
 // the end; POLLOUT: room to write), in slices, so that a cancel of the job
-// ends the wait; false if cancelled first.
+// ends the wait; false if cancelled first. Beyond a first look, the wait is
+// the pool's Blocking: what the other end waits for may be a task queued
+// behind this worker (another job's copy out of, or into, the same FIFO).
 bool wait_ready(int fd, short events, const std::atomic<bool>& cancelled) {
-  for (;;) {
+  std::optional<ThreadPool::Blocking> blocking;
+  for (int slice_ms = 0;; slice_ms = 100) {
     if (cancelled.load(std::memory_order_relaxed)) return false;
     struct pollfd p = {fd, events, 0};
-    const int r = ::poll(&p, 1, 100);
+    const int r = ::poll(&p, 1, slice_ms);
     if (r > 0) return true;
     if (r < 0 && errno != EINTR) return true;  // let the read report it
+    if (!blocking) blocking.emplace(ThreadPool::process_default());
   }
 }
 
@@ -155,6 +161,7 @@ void open_source(const TransferContext& cx, Transfer& t, const std::string& path
 // a reader that stops reading holds no worker where a cancel cannot reach it
 // (write_all waits for room in slices).
 int open_fifo(const TransferContext& cx, const std::string& path) {
+  std::optional<ThreadPool::Blocking> blocking;  // its reader may be a task queued behind this worker
   for (;;) {
     const int fd = open_plain(path, O_WRONLY | O_NONBLOCK);
     if (fd >= 0) return fd;
@@ -163,6 +170,7 @@ int open_fifo(const TransferContext& cx, const std::string& path) {
       errno = ECANCELED;
       return -1;
     }
+    if (!blocking) blocking.emplace(ThreadPool::process_default());
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
 }

@@ -91,8 +91,8 @@ std::string ThreadPool::spawn_locked(unsigned upto) {
 void ThreadPool::worker_loop(Worker* self) {
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
-    cv_.wait(lock, [&] { return stopping_ || (self->index < active_ && !queue_.empty()); });
-    if (stopping_ && (queue_.empty() || self->index >= active_)) return;
+    cv_.wait(lock, [&] { return stopping_ || (self->index < active_ + blocked_ && !queue_.empty()); });
+    if (stopping_ && (queue_.empty() || self->index >= active_ + blocked_)) return;
     auto task = std::move(queue_.front());
     queue_.pop_front();
     ++busy_;
@@ -132,6 +132,23 @@ void ThreadPool::resize(unsigned threads) {
   if (!why.empty())
     throw_state("the I/O thread pool could not grow to " + std::to_string(threads) + " workers (" + why +
                 "); it runs " + std::to_string(running) + " workers");
+}
+
+ThreadPool::Blocking::Blocking(ThreadPool& pool) : pool_(pool) {
+  bool queued;
+  {
+    std::lock_guard<std::mutex> lock(pool_.mutex_);
+    ++pool_.blocked_;
+    // Where no thread can start, the pool goes on with those it has.
+    (void)pool_.spawn_locked(pool_.active_ + pool_.blocked_);
+    queued = !pool_.queue_.empty();
+  }
+  if (queued) pool_.cv_.notify_all();
+}
+
+ThreadPool::Blocking::~Blocking() {
+  std::lock_guard<std::mutex> lock(pool_.mutex_);
+  --pool_.blocked_;
 }
 
 unsigned ThreadPool::size() const {

@@ -35,6 +35,22 @@ class ThreadPool {
   unsigned size() const;   // active workers
   unsigned busy() const;   // workers running a task now
 
+  // Held by a worker while it waits on something outside the pool: the other
+  // end of a FIFO or a terminal, which a task still queued here may be the
+  // one to open (a bulk job reading a FIFO that a later job writes). While
+  // it is held, one more worker takes tasks, so that the wait cannot keep
+  // them queued behind it; that worker parks again after the task it took.
+  class Blocking {
+   public:
+    explicit Blocking(ThreadPool& pool);
+    ~Blocking();
+    Blocking(const Blocking&) = delete;
+    Blocking& operator=(const Blocking&) = delete;
+
+   private:
+    ThreadPool& pool_;
+  };
+
   // The process-wide pool (the only one most callers need), starting with
   // default_num_threads() workers. It is rebuilt in a forked child, where the
   // parent's workers do not exist.
@@ -54,6 +70,7 @@ class ThreadPool {
   std::deque<std::function<void()>> queue_;
   std::vector<std::unique_ptr<Worker>> workers_;
   unsigned active_ = 0;
+  unsigned blocked_ = 0;  // workers inside a Blocking: as many more take tasks
   unsigned busy_ = 0;
   bool stopping_ = false;
 };

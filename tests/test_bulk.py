@@ -1743,6 +1743,33 @@ def test_progress_totals_meet_the_bytes_done_at_the_end(tmp_path):
     assert job.progress().bytes_done == job.progress().bytes_total == 0
 
 
+@pytest.mark.parametrize("kind", ["read", "copy"])
+def test_progress_totals_of_sources_without_a_size_meet_their_bytes(tmp_path, kind):
+    """A source with no size to go by (a pipe; a kernel file, whose size
+    says nothing) counts in ``bytes_total`` what it gave once read, not the
+    buffer's size (a read) or 0 (a copy)."""
+    data = random_bytes(50_000, 14)  # within what a pipe holds: written whole before the job starts
+    r, w = os.pipe()
+    try:
+        os.write(w, data)
+        os.close(w)
+        source = f"/proc/self/fd/{r}"  # the pipe's read end, opened again by name
+        buf = bytearray(MiB)
+        job = gdscp.read_files([source], [buf]) if kind == "read" else gdscp.copy_files([(source, tmp_path / "out")])
+        assert job.wait(60)
+    finally:
+        os.close(r)
+    (result,) = job.results()
+    assert (result.status, result.bytes) == ("done", len(data)), result
+    assert (buf[: len(data)] if kind == "read" else (tmp_path / "out").read_bytes()) == data
+    assert job.progress() == (len(data), len(data), 1, 0, 1, True)
+    kernel = gdscp.copy_files([("/proc/self/mountinfo", tmp_path / "mountinfo")])
+    assert kernel.wait(60)
+    (result,) = kernel.results()
+    assert result.status == "done" and result.bytes == len((tmp_path / "mountinfo").read_bytes()) > 0, result
+    assert kernel.progress()[:2] == (result.bytes, result.bytes)
+
+
 def test_progress_seen_finished_has_the_final_counts(tmp_path):
     """A job that ends while its progress is being read (the engine's test
     hook lets its held file go on there and waits for its end) is reported

@@ -772,6 +772,13 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
       } catch (...) {
         t->fail(std::current_exception());
       }
+      // A source without a size (a FIFO, a kernel file) is found to be as
+      // long as what it gave: counted in the total so, not at the buffer's
+      // size or 0, so that a finished job's bytes done meet its total.
+      if (!t->src_sized) {
+        const int64_t counted = std::max<int64_t>(t->size, 0);
+        bytes_total.fetch_add(t->bytes.load() - static_cast<uint64_t>(counted), std::memory_order_relaxed);
+      }
       finish(t);
       return;
     }

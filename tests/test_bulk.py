@@ -688,6 +688,36 @@ def test_cancel_with_hundreds_of_files_in_flight(tmp_path, small_chunks):
     assert temporaries(tmp_path) == []
 
 
+def test_a_cancelled_job_queued_behind_another_ends_at_once(tmp_path):
+    """Jobs share the engine's workers: a job whose workers all still wait
+    behind another job's has ended once cancel() returns, its file cancelled
+    and nothing of it written, instead of when the job before it finishes;
+    that job goes on untouched."""
+    data = random_bytes(300_000, 15)
+    src = tmp_path / "src"
+    src.write_bytes(data)
+    with gdscp.defaults.set("num_threads", 2):
+        _core.testing.arm_hold(0)  # the first job's two workers wait at their first chunks
+        try:
+            first = gdscp.copy_files([(src, tmp_path / f"a{i}") for i in range(4)])
+            deadline = time.monotonic() + 60
+            while _core.testing.held_workers() < 2:
+                assert time.monotonic() < deadline, f"{_core.testing.held_workers()} of 2 workers reached the hold"
+                time.sleep(0.001)
+            second = gdscp.copy_files([(src, tmp_path / "b")])
+            second.cancel()
+            ended = second.done()
+        finally:
+            _core.testing.disarm_fault()
+        assert first.wait(60)
+    assert ended, "a cancelled job waited for the job before it"
+    assert [r.status for r in second.results()] == ["cancelled"]
+    assert second.progress() == (0, 0, 0, 0, 1, True)
+    assert [r.status for r in first.results()] == ["done"] * 4
+    assert all((tmp_path / f"a{i}").read_bytes() == data for i in range(4))
+    assert sorted(os.listdir(tmp_path)) == ["a0", "a1", "a2", "a3", "src"]
+
+
 def test_each_file_time_is_its_own(tmp_path):
     """With one worker the files run one after another: if a file's time
     counted its wait in the queue, the times would add up to many times the

@@ -241,7 +241,9 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
 
   mutable std::mutex done_mutex;
   mutable std::condition_variable done_cv;
-  unsigned running = 0;
+  unsigned running = 0;    // workers started and not yet out
+  unsigned unstarted = 0;  // workers still queued in the pool (behind another job's)
+  bool ending = false;     // the job is being ended: a worker starting now does nothing
   bool finished = false;
 
   unsigned umask = 022;
@@ -303,6 +305,28 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
     }
     split_cv.notify_all();
     flight.wake();  // a worker waiting for room, or for a file to close, sees it
+    // With no worker of the job running (every one still queued behind
+    // another job's, or the rest of them), nobody else would end it until
+    // the pool came to its workers: a cancelled job that never started
+    // waited for the job before it to finish.
+    if (take_ending()) end_job();
+  }
+
+  // Whether the caller is to end the job (once): no worker of it runs, and
+  // none is still to come or none is needed: cancelled, with one group of
+  // workers, any worker can claim every chunk, so those that ran resolved
+  // every file they opened. (Several groups wait for all their workers: a
+  // file's chunks are shared out among the groups.) Under done_mutex.
+  bool take_ending_locked() {
+    if (ending || running > 0) return false;
+    if (unstarted > 0 && !(cancelled.load() && groups == 1)) return false;
+    ending = true;
+    return true;
+  }
+
+  bool take_ending() {
+    std::lock_guard<std::mutex> lock(done_mutex);
+    return take_ending_locked();
   }
 
   // -- descriptors ---------------------------------------------------------------
@@ -794,6 +818,12 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
 
   // Worker `index` of the job: group index % groups, the (index / groups)th of its group.
   void run_worker(size_t index) {
+    {
+      std::lock_guard<std::mutex> lock(done_mutex);
+      --unstarted;
+      if (ending) return;  // the job was cancelled and ended before this worker came
+      ++running;
+    }
     BulkWorker w;
     w.slot_size = slot_size;
     w.group = index % groups;
@@ -833,9 +863,15 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
   void end_worker() {
     {
       std::lock_guard<std::mutex> lock(done_mutex);
-      if (--running > 0) return;
+      --running;
+      if (!take_ending_locked()) return;
     }
-    // The last worker out: every transfer has finished; commit what waits.
+    end_job();
+  }
+
+  // The last worker out (or a cancel that found none running): every
+  // transfer has finished; commit what waits.
+  void end_job() {
     commit(true);
     {
       std::lock_guard<std::mutex> lock(results_mutex);
@@ -1073,9 +1109,10 @@ BulkJob::BulkJob(std::vector<BulkItem> items, const BulkOptions& options, const 
   // worker's transfer in flight.
   detail::reserve_descriptors(std::min(writers, 2 * st->commit_files) + 7 * size_t{workers} + 16);
   st->group = options.sync == BulkSync::group || (options.sync == BulkSync::automatic && writers >= detail::kGroupSyncFiles);
-  st->running = workers;
+  st->unstarted = workers;
   if (st->items.empty()) {
-    st->running = 0;
+    st->unstarted = 0;
+    st->ending = true;
     st->finished = true;
   } else {
     std::vector<std::function<void()>> tasks;

@@ -70,6 +70,10 @@ def test_fail_fast_ends_a_job_whose_other_gpu_waits(go):
     go(scenario_fail_fast_with_a_waiting_gpu, devices=2)
 
 
+def test_a_cancelled_job_over_gpus_queued_behind_another_ends_at_once(go):
+    go(scenario_cancel_queued_spread, devices=2)
+
+
 def test_bad_device_lists_are_clear_errors(go):
     go(scenario_device_errors, devices=2)
 
@@ -369,6 +373,40 @@ def scenario_fail_fast_with_a_waiting_gpu(folder):
             if r.status == "done":
                 assert file_bytes(d) == data
         assert sorted(os.listdir(out)) == sorted(done)
+
+
+def scenario_cancel_queued_spread(folder):
+    """A job over two GPUs none of whose workers has started (all wait
+    behind another job's) has ended once cancel() returns, its files
+    cancelled and nothing of them written; the job before it goes on
+    untouched."""
+    import time
+
+    import gdscp
+    from gdscp import _core
+
+    without_cupy()
+    paths, datas = _files(folder, [300 * KiB + 1] * 2)
+    with settings(compat_mode="on", num_threads=2, task_size=MiB):
+        _core.testing.arm_hold(0)  # the first job's two workers wait at their first chunks
+        try:
+            first = gdscp.copy_files([(p, p + ".first") for p in paths])
+            deadline = time.monotonic() + 60
+            while _core.testing.held_workers() < 2:
+                assert time.monotonic() < deadline, f"{_core.testing.held_workers()} of 2 workers reached the hold"
+                time.sleep(0.001)
+            second = gdscp.copy_files([(p, p + ".second") for p in paths], devices=[0, 1], staging_size=2 * MiB)
+            second.cancel()
+            ended = second.done()
+        finally:
+            _core.testing.disarm_fault()
+        assert first.wait(60)
+    assert ended, "a cancelled job over two GPUs waited for the job before it"
+    assert [r.status for r in second.results()] == ["cancelled"] * 2
+    assert [r.status for r in first.results()] == ["done"] * 2
+    for p, data in zip(paths, datas):
+        assert file_bytes(p + ".first") == data
+        assert not os.path.exists(p + ".second")
 
 
 def scenario_device_errors(folder):

@@ -243,6 +243,7 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
   mutable std::condition_variable done_cv;
   unsigned running = 0;    // workers started and not yet out
   unsigned unstarted = 0;  // workers still queued in the pool (behind another job's)
+  bool started = false;    // a worker has started: files may have been opened
   bool ending = false;     // the job is being ended: a worker starting now does nothing
   bool finished = false;
 
@@ -313,13 +314,14 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
   }
 
   // Whether the caller is to end the job (once): no worker of it runs, and
-  // none is still to come or none is needed: cancelled, with one group of
-  // workers, any worker can claim every chunk, so those that ran resolved
-  // every file they opened. (Several groups wait for all their workers: a
-  // file's chunks are shared out among the groups.) Under done_mutex.
+  // none is still to come or none is needed: cancelled before any started
+  // (nothing was opened), or cancelled with one group of workers, where any
+  // worker can claim every chunk, so those that ran resolved every file they
+  // opened. (Otherwise several groups wait for all their workers: a file's
+  // chunks are shared out among the groups.) Under done_mutex.
   bool take_ending_locked() {
     if (ending || running > 0) return false;
-    if (unstarted > 0 && !(cancelled.load() && groups == 1)) return false;
+    if (unstarted > 0 && !(cancelled.load() && (groups == 1 || !started))) return false;
     ending = true;
     return true;
   }
@@ -823,6 +825,7 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
       --unstarted;
       if (ending) return;  // the job was cancelled and ended before this worker came
       ++running;
+      started = true;
     }
     BulkWorker w;
     w.slot_size = slot_size;

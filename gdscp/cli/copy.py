@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Iterator, Optional
 
 import typer
 
-from .. import _core, memory
+from .. import _core
 from .._interrupts import through_interrupts
 from ..bulk import FileResult, clean_temporaries, copy_files, stop_running_jobs
 from . import options, ranks
@@ -613,6 +613,8 @@ def _copy_through(out: Output, copier: _Copier, job: _Job, descriptor: int, wher
     rest). The seconds it took."""
     record = _Record(job.src, job.dst, read_backend="posix", write_backend="posix")
     copier.records.append(record)
+    from .. import memory  # noqa: PLC0415  (numpy: only this route of copy needs it)
+
     buffer = memory.allocate(chunk_size or _THROUGH_CHUNK, where)
     with TransferProgress(out, job.st.st_size, 1, "copy", enabled=out.show_progress) as progress:
         start = time.perf_counter()

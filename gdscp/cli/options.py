@@ -298,11 +298,11 @@ def check_staging(staging: Optional[int], gpus: list[int]) -> None:
     would name only a cuMemAlloc of that many bytes."""
     if staging is None or not gpus:
         return
-    from .. import memory  # noqa: PLC0415
+    from .._gpus import device_memory  # noqa: PLC0415  (not gdscp.memory, which imports numpy: copy needs none)
 
     workers = max(1, int(defaults.get("num_threads")) // len(gpus))
     for d in gpus:
-        free = memory.available_bytes(d)
+        free = device_memory(d)[0]
         if staging > free:
             raise UsageError(f"--chunk-size: a chunk of {format_bytes(staging // workers)} for each of {workers} "
                              f"workers needs {format_bytes(staging)} of GPU {d}'s memory; {format_bytes(free)} "

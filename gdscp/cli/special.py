@@ -24,7 +24,6 @@ import stat
 import struct
 from typing import Any, Callable, Optional
 
-from .. import memory
 from ..info import free_space
 from ..page_cache import drop_file_page_cache
 from .output import Failure
@@ -154,6 +153,7 @@ class SequentialWriter:
         return self.fd
 
     def pwrite(self, buf: Any, n: int, pos: int) -> Finished:
+        from .. import memory  # noqa: PLC0415  (numpy: copy imports this module, and most copies need none)
         view = memoryview(memory.to_host(buf[:n])).cast("B")
         done = 0
         while done < n:
@@ -280,6 +280,7 @@ def read_back(path: str, descriptor: int, size: int, expected: Callable[[int, in
     compared with ``expected(pos, n)``, the ``n`` bytes meant for position
     ``pos`` of them (``what`` they are); ``Failure`` at the first difference,
     named by its offset in the file."""
+    from .. import memory  # noqa: PLC0415  (numpy: copy imports this module, and most copies need none)
     start = os.lseek(descriptor, 0, os.SEEK_CUR) - size
     try:
         fd = os.open(f"/proc/self/fd/{descriptor}", os.O_RDONLY | os.O_CLOEXEC)
@@ -310,6 +311,7 @@ def copy_through(src: str, writer: SequentialWriter, buffer: Any, progress: Any,
     read back and compared with ``src``, read again. The bytes copied. A
     source that is the very file written would be read as it grows, without
     end: refused, as cp refuses it."""
+    from .. import memory  # noqa: PLC0415  (numpy: copy imports this module, and most copies need none)
     try:
         fd = os.open(src, os.O_RDONLY | os.O_CLOEXEC)
     except OSError as exc:

@@ -123,6 +123,17 @@ def random_bytes(size: int, seed: int = 0) -> bytes:
     return np.random.default_rng(seed).integers(0, 256, size, dtype=np.uint8).tobytes()
 
 
+def wait_for_held_workers(count: int, seconds: float = 60) -> None:
+    """Waits until ``count`` workers wait at the engine's hold (testing.arm_hold);
+    fails once ``seconds`` have passed."""
+    from gdscp import _core
+
+    deadline = time.monotonic() + seconds
+    while _core.testing.held_workers() < count:
+        assert time.monotonic() < deadline, f"{_core.testing.held_workers()} of {count} workers reached the hold"
+        time.sleep(0.001)
+
+
 class DLPackOnly:
     """An array seen only through DLPack, as from libraries without the buffer
     protocol or the CUDA array interface."""

@@ -31,7 +31,7 @@ import pytest
 
 import gdscp
 import standin
-from conftest import POISON, random_bytes
+from conftest import POISON, random_bytes, wait_for_held_workers
 from gdscp import _core, bulk
 from gdscp.bench.tree import make_tree
 from test_cufile_standin import folder, go, poisoned, standin_build  # noqa: F401 - fixtures and helpers
@@ -700,10 +700,7 @@ def test_a_cancelled_job_queued_behind_another_ends_at_once(tmp_path):
         _core.testing.arm_hold(0)  # the first job's two workers wait at their first chunks
         try:
             first = gdscp.copy_files([(src, tmp_path / f"a{i}") for i in range(4)])
-            deadline = time.monotonic() + 60
-            while _core.testing.held_workers() < 2:
-                assert time.monotonic() < deadline, f"{_core.testing.held_workers()} of 2 workers reached the hold"
-                time.sleep(0.001)
+            wait_for_held_workers(2)
             second = gdscp.copy_files([(src, tmp_path / "b")])
             second.cancel()
             ended = second.done()

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import standin
-from conftest import random_bytes
+from conftest import random_bytes, wait_for_held_workers
 from test_cufile_standin import file_bytes, folder, go, mark, new_file, settings, since, standin_build, without_cupy
 
 __all__ = ["folder", "go", "standin_build"]  # fixtures, imported for this module's tests
@@ -391,10 +391,7 @@ def scenario_cancel_queued_spread(folder):
         _core.testing.arm_hold(0)  # the first job's two workers wait at their first chunks
         try:
             first = gdscp.copy_files([(p, p + ".first") for p in paths])
-            deadline = time.monotonic() + 60
-            while _core.testing.held_workers() < 2:
-                assert time.monotonic() < deadline, f"{_core.testing.held_workers()} of 2 workers reached the hold"
-                time.sleep(0.001)
+            wait_for_held_workers(2)
             second = gdscp.copy_files([(p, p + ".second") for p in paths], devices=[0, 1], staging_size=2 * MiB)
             second.cancel()
             ended = second.done()

@@ -210,6 +210,13 @@ class CuFile:
         state = "closed" if self.closed else self.backend
         return f"<gdscp.CuFile {self.name!r} {state}>"
 
+    def __reduce_ex__(self, protocol: object) -> Any:
+        # As Python's own file objects: an open file (its descriptors, its
+        # transfers in flight) means nothing in another process. Without
+        # this, pickle names the engine's internal class instead.
+        raise TypeError(f"cannot pickle '{type(self).__name__}' object: a file handle belongs to the process that "
+                        "opened it (pickle its name, and open that again)")
+
     # -- parallel I/O ----------------------------------------------------------
     def _start(self, call, buf: Any, into: bool, size, file_offset, task_size) -> IOFuture:
         """One parallel transfer through the engine's ``call`` (pread or pwrite);

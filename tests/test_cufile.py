@@ -1242,3 +1242,24 @@ def test_random_writes_match_model(writes, task_size, threads):
                         model.extend(bytes(offset - len(model)))
                     model[offset : offset + size] = data
         assert file_bytes(path) == bytes(model)
+
+
+@pytest.mark.parametrize("closed", [False, True])
+def test_a_cufile_cannot_be_pickled_or_copied(tmp_file, closed):
+    """As Python's own file objects: a TypeError naming CuFile, not the
+    engine's internal class, open or closed."""
+    import copy
+    import pickle
+
+    path, _ = tmp_file(10)
+    f = gdscp.CuFile(path)
+    if closed:
+        f.close()
+    try:
+        for attempt in (pickle.dumps, copy.copy):
+            with pytest.raises(TypeError) as info:
+                attempt(f)
+            assert str(info.value) == ("cannot pickle 'CuFile' object: a file handle belongs to the process that "
+                                       "opened it (pickle its name, and open that again)")
+    finally:
+        f.close()

@@ -201,6 +201,44 @@ def test_what_cannot_go_through_a_descriptor_is_refused_before_any_byte(tmp_path
     assert not os.path.exists(tmp_path / "other")
 
 
+@pytest.mark.parametrize("to", ["/dev/stdout", "/dev/fd/{fd}", "/proc/self/fd/{fd}"])
+@pytest.mark.parametrize("what", ["link", "directory"])
+def test_a_recursive_copy_into_a_descriptor_replaces_no_link(tmp_path, to, what):
+    """-r of a symbolic link (copied as a link) or a directory into DST, a
+    link of one's own to a descriptor (standard output, or descriptor N,
+    both a log opened for appending): refused with one line naming DST,
+    the link DST and the log as they were, no temporary file left. (The
+    link was renamed over DST, which then led to the source's target, and
+    nothing went through the descriptor.)"""
+    log = tmp_path / "log"
+    old = random_file(log, 5000, seed=3)
+    random_file(tmp_path / "target", 100)
+    os.symlink("target", tmp_path / "src")
+    if what == "directory":
+        os.mkdir(tmp_path / "src-dir")
+        random_file(tmp_path / "src-dir" / "a", 100)
+    src = tmp_path / ("src" if what == "link" else "src-dir")
+    fd = os.open(log, os.O_WRONLY | os.O_APPEND)
+    try:
+        dst = tmp_path / "out"
+        os.symlink(to.format(fd=fd), dst)
+        with open(log, "ab") as stdout:
+            done = gdscp(["copy", "-r", str(src), str(dst), "-q"], stdout=stdout, pass_fds=[fd])
+    finally:
+        os.close(fd)
+    lines = [line for line in done.stderr.decode().splitlines() if ": error: " in line]
+    if what == "link":
+        said = (f"gdscp copy: error: cannot overwrite '{dst}' with symbolic link '{src}': '{dst}' names a descriptor "
+                "of this process, written through, never replaced (without -r, the file the link leads to goes "
+                "through it)")
+    else:
+        said = f"gdscp copy: error: cannot overwrite non-directory '{dst}' with directory '{src}'"
+    assert (done.returncode, lines) == (1, [said])
+    assert os.readlink(dst) == to.format(fd=fd)
+    assert log.read_bytes() == old
+    assert temp_files(tmp_path) == []
+
+
 @pytest.mark.parametrize("kind", ["copy", "write"])
 def test_verify_reads_back_what_went_through_a_descriptor(tmp_path, kind):
     """--verify through /dev/fd/N opened for appending: the bytes just

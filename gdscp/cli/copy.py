@@ -562,6 +562,8 @@ def copy(
                             clean=clean, report=report)
             return
         jobs = copier.plan(srcs, dst)
+        if descriptor is not None:
+            jobs = _through_descriptor(copier, jobs, dst)
         if fail_fast and copier.records:  # a source failed already: copy nothing
             cancelled = "not copied: an earlier file failed (--fail-fast)"
             copier.records += [_Record(j.src, j.dst, status="cancelled", error=cancelled) for j in jobs
@@ -602,6 +604,24 @@ def copy(
 
         report(out, copier.records, where, verify, seconds, spread=spread,
                device_bytes=copier.device_bytes if spread else None)
+
+
+def _through_descriptor(copier: _Copier, jobs: list[_Job], dst: str) -> list[_Job]:
+    """``jobs`` for a DST that names a descriptor of this process, less a
+    symbolic link (-r copies one as a link): put in place by a rename, it
+    would replace the name DST, the descriptor's own (/dev/stdout, when this
+    process may write /dev) or a link of the caller's to it, and nothing
+    would go through the descriptor. Refused, as a file that cannot go
+    through one is."""
+    kept = []
+    for job in jobs:
+        if job.kind == "link" and job.dst == dst:
+            copier.problem(f"cannot overwrite '{dst}' with symbolic link '{job.src}': '{dst}' names a descriptor of "
+                           "this process, written through, never replaced (without -r, the file the link leads to "
+                           "goes through it)", job.src, dst)
+        else:
+            kept.append(job)
+    return kept
 
 
 def _copy_through(out: Output, copier: _Copier, job: _Job, descriptor: int, where: Optional[int],

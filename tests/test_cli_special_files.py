@@ -215,6 +215,25 @@ def test_copy_without_a_destination_names_it(capsys, tmp_path):
     assert "missing destination operand" in err and "'SRC'" not in err
 
 
+@pytest.mark.parametrize("dst", ["/proc/self/gdscp-link", "/proc/sys/vm/gdscp-link", "/sys/kernel/gdscp-link"])
+def test_a_link_copied_into_procfs_or_sysfs_is_refused_naming_the_destination(capsys, tmp_path, dst):
+    """-r copies a symbolic link as a link, made beside DST under a
+    temporary name and renamed over it; procfs and sysfs take no new name
+    (whoever runs it). One line naming DST and what could not be done, never
+    the temporary name, a file the user never named (it said "'target' ->
+    '/proc/self/.gdscp-link.XXXXXXXX.gdscp-tmp': No such file or directory")."""
+    if not os.path.isdir(os.path.dirname(dst)):
+        pytest.skip(f"no {os.path.dirname(dst)} here")
+    os.symlink("target", tmp_path / "link")
+    code, out, err = cli(capsys, "copy", "-r", tmp_path / "link", dst, "-q")
+    (line,) = [line for line in err.splitlines() if ": error: " in line]
+    said = (f"gdscp copy: error: cannot create symbolic link '{dst}': no temporary link can be made beside it, to "
+            "be renamed over it (")
+    assert code == 1 and line.startswith(said) and line.endswith(")"), err
+    assert ".gdscp-tmp" not in err
+    assert not os.path.lexists(dst)
+
+
 # -- sources whose size the kernel does not tell ---------------------------------------------
 
 

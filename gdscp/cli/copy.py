@@ -440,13 +440,24 @@ class _Copier:
                 raise Failure(f"'{job.src}' and '{job.dst}' are the same file")
             if os.path.isdir(job.dst) and not os.path.islink(job.dst):
                 raise Failure(f"cannot overwrite directory '{job.dst}' with a symbolic link")
-        tmp = make_temp_link(os.readlink(job.src), job.dst)
+        target = os.readlink(job.src)
+        # The errors below name DST, not the temporary link (a name the user
+        # never gave, gone by the time it is read): a directory that takes no
+        # new name (procfs, sysfs) refuses it, not DST.
+        try:
+            tmp = make_temp_link(target, job.dst)
+        except OSError as exc:
+            raise Failure(f"cannot create symbolic link '{job.dst}': no temporary link can be made beside it, to "
+                          f"be renamed over it ({exc.strerror})") from None
         try:
             if self.preserve:
                 give_owner(tmp, job.st.st_uid, job.st.st_gid, 0, follow_symlinks=False)
                 os.utime(tmp, ns=(job.st.st_atime_ns, job.st.st_mtime_ns), follow_symlinks=False)
             commit(tmp, job.dst)
             self.link_dirs.add(os.path.dirname(os.path.abspath(job.dst)))
+        except OSError as exc:
+            discard(tmp)
+            raise Failure(f"cannot create symbolic link '{job.dst}': {exc.strerror}") from None
         except BaseException:
             discard(tmp)
             raise

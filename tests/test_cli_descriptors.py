@@ -10,6 +10,7 @@ import fcntl
 import json
 import os
 import resource
+import stat
 import subprocess
 import sys
 import threading
@@ -199,6 +200,46 @@ def test_what_cannot_go_through_a_descriptor_is_refused_before_any_byte(tmp_path
     assert (done.returncode, lines) == (code, [message.format(log=log)])
     assert log.read_bytes() == old
     assert not os.path.exists(tmp_path / "other")
+
+
+@pytest.mark.parametrize("into", ["new file", "appended", "pipe"])
+def test_preserve_through_a_descriptor(tmp_path, into):
+    """copy -p SRC /dev/stdout: standard output a file the shell made for
+    it (``> new``) holds the copy alone, and gets SRC's mode and times, as
+    cp -p gives a copy; a file the copy was added to (``>> log``) or a pipe
+    is no copy of SRC, keeps its own, and a warning says so. (-p was passed
+    over in silence.)"""
+    src = tmp_path / "src"
+    data = random_file(src, 5000)
+    os.chmod(src, 0o751)
+    os.utime(src, ns=(10**18, 10**18 + 5))
+    dst = tmp_path / "dst"
+    dst.write_bytes(b"old\n" if into == "appended" else b"")
+    os.chmod(dst, 0o640)
+    args = ["copy", "-p", str(src), "/dev/stdout"]
+    if into == "pipe":
+        done = gdscp(args)
+        got = done.stdout
+    else:
+        with open(dst, "ab") as out:
+            done = gdscp(args, stdout=out)
+        st = os.stat(dst)  # (before reading it sets its access time)
+        got = dst.read_bytes()
+    assert done.returncode == 0, done.stderr[-2000:]
+    warnings = [line for line in done.stderr.decode().splitlines() if ": warning: " in line]
+    if into == "new file":
+        assert got == data and warnings == []
+        assert (stat.S_IMODE(st.st_mode), st.st_atime_ns, st.st_mtime_ns) == (0o751, 10**18, 10**18 + 5)
+        return
+    why = ("the file holds more than the copy of '{src}' (it was written from offset 4)" if into == "appended"
+           else "it is a pipe or FIFO, not a copy of '{src}'")
+    assert warnings == ["gdscp copy: warning: --preserve: '/dev/stdout' keeps its own mode and times: "
+                        + why.format(src=src)]
+    if into == "appended":
+        assert got == b"old\n" + data
+        assert stat.S_IMODE(st.st_mode) == 0o640 and st.st_mtime_ns != 10**18 + 5
+    else:
+        assert got == data
 
 
 @pytest.mark.parametrize("to", ["/dev/stdout", "/dev/fd/{fd}", "/proc/self/fd/{fd}"])

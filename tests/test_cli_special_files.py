@@ -101,6 +101,27 @@ def test_copy_into_a_fifo_writes_in_place(capsys, tmp_path):
     assert stat.S_ISFIFO(os.stat(fifo).st_mode)
 
 
+def test_preserve_into_a_fifo_keeps_its_mode_and_times_and_says_so(capsys, tmp_path):
+    """-p into a FIFO (written in place): the bytes go through, the FIFO
+    keeps its own mode and times (who may write to it is its owner's), and
+    a warning says so, where -p was silently passed over."""
+    data = random_file(tmp_path / "src.bin", 5000)
+    os.chmod(tmp_path / "src.bin", 0o751)
+    os.utime(tmp_path / "src.bin", ns=(10**18, 10**18))
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo, 0o600)
+    before = os.stat(fifo)
+    reader = FifoReader(fifo)
+    code, out, err = cli(capsys, "copy", "-p", tmp_path / "src.bin", fifo, "--host")
+    assert code == 0, err
+    assert reader.join() == data
+    assert [line for line in err.splitlines() if ": warning: " in line] == [
+        f"gdscp copy: warning: --preserve: '{fifo}' keeps its own mode and times: it is a pipe or FIFO, not a copy "
+        f"of '{tmp_path / 'src.bin'}'"]
+    after = os.stat(fifo)
+    assert stat.S_IMODE(after.st_mode) == 0o600 and after.st_mtime_ns != 10**18 and after.st_mode == before.st_mode
+
+
 def test_write_to_a_fifo_writes_the_pattern_in_place(capsys, tmp_path):
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)

@@ -186,10 +186,10 @@ def remove_pending() -> None:
         raise interrupt
 
 
-def give_owner(path: str, uid: int, gid: int, mode: int, *, follow_symlinks: bool = True) -> int:
-    """Owner ``uid`` and group ``gid`` for ``path`` where this process may
-    give them (root may; others only a group of their own), as cp -p keeps
-    them; returns ``mode`` less the set-user-ID (set-group-ID) bit where the
+def give_owner(path: "str | int", uid: int, gid: int, mode: int, *, follow_symlinks: bool = True) -> int:
+    """Owner ``uid`` and group ``gid`` for ``path`` (a name, or a
+    descriptor) where this process may give them (root may; others only a
+    group of their own), as cp -p keeps them; returns ``mode`` less the set-user-ID (set-group-ID) bit where the
     owner (group) could not be given, as cp drops it: kept for another owner,
     a user's program would run as root."""
     st = os.stat(path, follow_symlinks=follow_symlinks)

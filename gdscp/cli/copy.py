@@ -503,7 +503,15 @@ def copy(
         bool, typer.Option("--no-clobber", "-n", help="Do not replace existing files (skipped files count as success).")
     ] = False,
     preserve: Annotated[
-        bool, typer.Option("--preserve", "-p", help="Keep mode and access/modification times.")
+        bool,
+        typer.Option(
+            "--preserve",
+            "-p",
+            help="Keep mode and access/modification times (and the owner, where permitted). A device or FIFO "
+            "written in place keeps its own, with a warning; through a descriptor of this process (/dev/stdout, "
+            "/dev/fd/N) only a regular file that holds the copy alone gets them, and a terminal, pipe, device or "
+            "file the copy was added to keeps its own, with a warning.",
+        ),
     ] = False,
     verify: Annotated[
         bool,
@@ -604,6 +612,14 @@ def copy(
 
                 _gpus.check_device(where)
         copier.device = where
+        if preserve:
+            for j in files:  # a device or FIFO is written in place (see _kept_in_place)
+                try:
+                    there = os.stat(j.dst)
+                except OSError:
+                    continue  # a new file, made with the source's mode and times
+                if not (stat.S_ISREG(there.st_mode) or stat.S_ISDIR(there.st_mode)):
+                    _kept_in_place(out, j, there)
         if clean and os.path.isdir(dst):
             removed = _clean(dst)
             if removed:
@@ -652,12 +668,49 @@ def _copy_through(out: Output, copier: _Copier, job: _Job, descriptor: int, wher
         try:
             with SequentialWriter(job.dst, descriptor) as writer:
                 record.bytes = copy_through(job.src, writer, buffer, progress, verify)
+                if copier.preserve:
+                    _preserve_through(out, job, writer.fileno(), record.bytes)
         except Failure as exc:
             record.status, record.error = "failed", str(exc)
             out.error(record.error)
         record.seconds = time.perf_counter() - start
         progress.file_done()
     return record.seconds
+
+
+def _preserve_through(out: Output, job: _Job, fd: int, nbytes: int) -> None:
+    """--preserve through descriptor ``fd`` (``job``'s DST), once its
+    ``nbytes`` are in and durable: a regular file that holds the copy alone
+    (``> FILE``, or an empty file appended to) is the copy, and gets the
+    source's owner (where this process may give it), mode and times as cp -p
+    gives them. Anything else is not the copy's to change: a terminal, pipe
+    or device (its mode decides who may write to it), a file the bytes were
+    added to (its times say when that was). It keeps its own, with a
+    warning."""
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        _kept_in_place(out, job, st)
+        return
+    if st.st_size != nbytes:
+        out.warn(f"--preserve: '{job.dst}' keeps its own mode and times: the file holds more than the copy of "
+                 f"'{job.src}' (it was written from offset {os.lseek(fd, 0, os.SEEK_CUR) - nbytes})")
+        return
+    try:
+        mode = give_owner(fd, job.st.st_uid, job.st.st_gid, stat.S_IMODE(job.st.st_mode))
+        os.chmod(fd, mode)
+        os.utime(fd, ns=(job.st.st_atime_ns, job.st.st_mtime_ns))
+        os.fsync(fd)
+    except OSError as exc:
+        raise Failure(f"cannot give '{job.dst}' the mode and times of '{job.src}': {exc.strerror}") from None
+
+
+def _kept_in_place(out: Output, job: _Job, st: os.stat_result) -> None:
+    """--preserve's warning for ``job``'s DST, written in place (``st``):
+    a pipe, terminal or device is no copy of the source, and keeps its mode
+    (which decides who may write to it) and times."""
+    kind = ("a pipe or FIFO" if stat.S_ISFIFO(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode)
+            else "a terminal or character device" if stat.S_ISCHR(st.st_mode) else "a device")
+    out.warn(f"--preserve: '{job.dst}' keeps its own mode and times: it is {kind}, not a copy of '{job.src}'")
 
 
 def report(out: Output, records: list[_Record], where: Optional[int], verify: bool, seconds: float,

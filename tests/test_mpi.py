@@ -380,6 +380,36 @@ def test_a_chunk_size_past_the_files_takes_no_more_gpu_memory_on_the_ranks(tmp_p
 
 
 @needs_mpi
+def test_a_staging_past_a_ranks_gpu_is_refused_on_the_ranks_naming_the_option(tmp_path):
+    """--chunk-size whose staging no rank's GPU can hold (600MiB for each
+    of 32 workers; the libcuda stand-in's GPU says it has 16GiB free), on
+    two ranks: exit 2 and the one line a process on its own says, naming
+    --chunk-size, before anything is made or moved (each rank asked its GPU
+    for the 18.75GiB, the copy made its tree first, and the GPU's own
+    refusal would have named only a cuMemAlloc)."""
+    import standin
+
+    try:
+        libs = standin.build(tmp_path / "standin")
+    except standin.Unavailable as exc:
+        pytest.skip(f"cannot build the libcuda/libcufile stand-ins: {exc}")
+    src = tmp_path / "src" / "sparse.bin"
+    src.parent.mkdir()
+    with open(src, "wb") as f:
+        f.truncate(600 * MiB)  # a hole: its size is all that counts here
+    preload = dict(LD_PRELOAD=f"{libs.cuda}:{libs.cufile}", GDSCP_NUM_THREADS="32")
+    said = ("error: --chunk-size: a chunk of 600.00 MiB for each of 32 workers needs 18.75 GiB of GPU 0's memory; "
+            "16.00 GiB is free")
+    for command, args in (("copy", ["-r", str(src.parent), str(tmp_path / "dst")]), ("read", [str(src)])):
+        done = _run([command, *args, "--device", "0", "--chunk-size", "1G"], ranks=2, **preload)
+        lines = [line for line in done.stderr.splitlines() if ": error: " in line]
+        assert (done.returncode, lines) == (2, [f"gdscp {command}: {said}"]), done.stderr
+        assert done.stdout == ""
+    assert not (tmp_path / "dst").exists()
+    assert not _temporaries(tmp_path)
+
+
+@needs_mpi
 def test_read_and_write_on_four_ranks(tmp_path):
     path = tmp_path / "w.bin"
     done = _run(["write", str(path), "--size", "130M", "--pattern", "random", "--seed", "5", "--verify", "--json"])

@@ -383,9 +383,9 @@ def _shared_destination(copier: Any, job: Any) -> tuple[Optional[str], int, Opti
     return dst, mode, None
 
 
-def _copy_plan(world: World, copier: Any, srcs: list[str], dst: str) -> dict[str, Any]:
-    """Rank 0: walk, make directories and links, share the files out, create the shared temporary files."""
-    jobs = copier.plan(srcs, dst)
+def _copy_plan(world: World, copier: Any, jobs: list[Any]) -> dict[str, Any]:
+    """Rank 0: make the directories and links of ``jobs`` (its walk), share the files out, create the shared
+    temporary files."""
     try:
         return _share_out(world, copier, jobs)
     except BaseException:
@@ -393,6 +393,16 @@ def _copy_plan(world: World, copier: Any, srcs: list[str], dst: str) -> dict[str
         # directory made is left at the 0700 it was made with.
         copier.finish(jobs)
         raise
+
+
+def _largest(jobs: list[Any]) -> Optional[int]:
+    """The most bytes one chunk of the files of ``jobs`` need hold (see
+    options.staging_size): their largest size; None where a device or FIFO,
+    which has no size to go by, is among them."""
+    files = [j for j in jobs if j.kind == "file"]
+    if any(not stat.S_ISREG(j.st.st_mode) for j in files):
+        return None
+    return max((j.st.st_size for j in files), default=0)
 
 
 def _share_out(world: World, copier: Any, jobs: list[Any]) -> dict[str, Any]:
@@ -440,10 +450,6 @@ def _share_out(world: World, copier: Any, jobs: list[Any]) -> dict[str, Any]:
                 shares[rank] = [p for p in shares[rank] if p.index != index]
     return {
         "files": [(j.src, j.dst, j.st.st_size) for j, _ in files],
-        # What no chunk need be larger than (options.staging_size): devices
-        # and FIFOs have no size to go by.
-        "largest": None if any(not stat.S_ISREG(j.st.st_mode) for j, _ in files)
-        else max((j.st.st_size for j, _ in files), default=0),
         "shares": shares,
         "shared": {i: s["tmp"] for i, s in shared.items()},
         # Rank 0's own, kept off the broadcast:
@@ -611,19 +617,29 @@ def _put_in_place(copier: Any, info: dict[str, Any], job: Any) -> None:
 def copy(world: World, out: Output, copier: Any, srcs: list[str], dst: str, *, host: bool, device: Optional[int],
          chunk_size: Optional[int], clean: bool, report: Any) -> None:
     """``gdscp copy`` on every rank of ``world``."""
-    # 1. Rank 0 plans and makes the tree; every rank picks its memory.
+    # 1. Rank 0 walks.
+    def walk() -> Optional[list]:
+        if not world.root:
+            return None
+        if clean and os.path.isdir(dst):
+            from .copy import _clean  # noqa: PLC0415
+
+            removed = _clean(dst)
+            if removed:
+                out.note(f"removed {removed} temporary file{'s' if removed != 1 else ''} of earlier runs")
+        return copier.plan(srcs, dst)
+
+    jobs = phase(world, out, walk)
+    staging = options.staging_size(chunk_size, 1, world.bcast(_largest(jobs) if world.root else None))
+
+    # 2. Every rank picks its memory and checks that it can hold its staging,
+    # as a process on its own does (the GPU's own refusal, in the middle of
+    # the copy, would name only a cuMemAlloc); rank 0 then makes the tree and
+    # shares the files out.
     def setup() -> tuple[Optional[int], Optional[dict]]:
         where = options.copy_memory(out, host, device)
-        plan = None
-        if world.root:
-            if clean and os.path.isdir(dst):
-                from .copy import _clean  # noqa: PLC0415
-
-                removed = _clean(dst)
-                if removed:
-                    out.note(f"removed {removed} temporary file{'s' if removed != 1 else ''} of earlier runs")
-            plan = _copy_plan(world, copier, srcs, dst)
-        return where, plan
+        options.check_staging(staging, [] if where is None else [where])
+        return where, _copy_plan(world, copier, jobs) if world.root else None
 
     code, messages, got = _run(world, setup)
     where, plan = got if got else (None, None)
@@ -638,14 +654,13 @@ def copy(world: World, out: Output, copier: Any, srcs: list[str], dst: str, *, h
     shared_plan = world.bcast(public)
     if world.root:
         shared_plan = plan
-    staging = options.staging_size(chunk_size, 1, shared_plan["largest"])
     # The job's time, as docs/cluster.md gives it: from every rank having its
     # plan (rank 0's walk before it, as a process on its own walks before its clock).
     start = time.perf_counter()
-    # 2. Every rank copies its share.
+    # 3. Every rank copies its share.
     code, messages, pieces = _run(world, _copy_share, world, out, shared_plan, where, copier, staging)
     everyone = world.agree(code, messages, data=pieces)
-    # 3. Rank 0 puts the shared files in place (or removes them), and reports.
+    # 4. Rank 0 puts the shared files in place (or removes them), and reports.
     code, messages = 0, []
     if world.root:
         for message in said(everyone):
@@ -718,6 +733,9 @@ def read(world: World, out: Output, make_plan: Any, *, host: bool, device: Optio
     plan = world.bcast(plan)
     known = not any(f.length is None for f in plan)
     staging = options.staging_size(chunk_size, 1, max((f.length for f in plan), default=0) if known else None)
+    # Every rank's GPU can hold its staging, as a process on its own checks
+    # (see copy), before any byte is read.
+    phase(world, out, lambda: options.check_staging(staging, [] if where is None else [where]))
     world.barrier()
     start = time.perf_counter()
     code, messages, pieces = _run(world, _read_share, world, out, plan, where, verify, staging)

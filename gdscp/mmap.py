@@ -106,6 +106,12 @@ class Mmap:
         return (f"<gdscp.Mmap {self._handle.path()!r} {self.initial_map_size()} bytes "
                 f"at offset {self.initial_map_offset()}>")
 
+    def __reduce_ex__(self, protocol: object) -> Any:
+        # As CuFile: a mapping of a file belongs to the process that made it.
+        # Without this, pickle names the engine's internal class instead.
+        raise TypeError(f"cannot pickle '{type(self).__name__}' object: a mapped file belongs to the process that "
+                        "mapped it (pickle its name, and map that again)")
+
     def _request(self, buf: Any, size: Optional[int], offset: int) -> tuple:
         b = _buffers.resolve(buf, writable=True)
         offset = _args.offset(offset, "offset")

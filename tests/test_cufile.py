@@ -1263,3 +1263,23 @@ def test_a_cufile_cannot_be_pickled_or_copied(tmp_file, closed):
                                        "opened it (pickle its name, and open that again)")
     finally:
         f.close()
+
+
+@pytest.mark.parametrize("closed", [False, True])
+def test_an_mmap_cannot_be_pickled_or_copied(tmp_file, closed):
+    """As CuFile: a TypeError naming Mmap, not the engine's internal class."""
+    import copy
+    import pickle
+
+    path, _ = tmp_file(10)
+    m = gdscp.Mmap(path)
+    if closed:
+        m.close()
+    try:
+        for attempt in (pickle.dumps, copy.copy):
+            with pytest.raises(TypeError) as info:
+                attempt(m)
+            assert str(info.value) == ("cannot pickle 'Mmap' object: a mapped file belongs to the process that "
+                                       "mapped it (pickle its name, and map that again)")
+    finally:
+        m.close()

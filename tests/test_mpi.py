@@ -5,6 +5,7 @@ the mpich wheel)."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -668,6 +669,42 @@ elif what == "failed setup" and rank == "1":
 from gdscp.cli.main import main
 main()
 """
+
+
+_RENAME_FAILS = r"""
+import errno, os, sys
+sys.argv = ["gdscp", *sys.argv[1:]]
+if os.environ.get("PMI_RANK", os.environ.get("OMPI_COMM_WORLD_RANK")) == "0":
+    from gdscp.cli import ranks
+
+    def failing(tmp, dst):
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), tmp, dst)
+
+    ranks.commit = failing
+from gdscp.cli.main import main
+main()
+"""
+
+
+@needs_mpi
+def test_a_shared_file_that_cannot_be_put_in_place_is_said_of_its_destination(tmp_path):
+    """A file cut among the ranks whose rename into place fails (a directory
+    put at its name meanwhile, say): one line naming the source, the
+    destination and what failed, as one process says it, never the
+    temporary file (which it named, "'DIR/.b.bin.XXXXXXXX.gdscp-tmp': Is a
+    directory"); the temporary file removed."""
+    data = os.urandom(100 * MiB + 5)
+    src, dst = tmp_path / "a.bin", tmp_path / "b.bin"
+    src.write_bytes(data)
+    cmd = [MPIEXEC, "-n", "2", sys.executable, "-c", _RENAME_FAILS, "copy", "--json", str(src), str(dst)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=_env())
+    said = (f"rank 0: cannot copy '{src}' to '{dst}': cannot rename the copy into place at '{dst}': "
+            f"{os.strerror(errno.EISDIR)}")
+    assert done.returncode == 1, done.stderr
+    assert [line for line in done.stderr.splitlines() if ": error: " in line] == [f"gdscp copy: error: {said}"]
+    (record,) = json.loads(done.stdout)["files"]
+    assert record["ranks"] == [0, 1] and record["error"] == said
+    assert not dst.exists() and not _temporaries(tmp_path)
 
 
 @needs_mpi

@@ -41,7 +41,7 @@ from ..mpi.comm import Status, Unavailable, World, job_code, said, spans, worst
 from . import options
 from .atomic import commit, discard, fsync_dir, give_owner, keep_owner, make_temp, remove_pending
 from .exits import EXIT_USAGE
-from .output import Output, Terminated, UsageError, describe
+from .output import Failure, Output, Terminated, UsageError, describe
 from .progress import TransferProgress
 
 __all__ = ["join", "copy", "fail_before_joining", "read", "choose_memory", "run", "phase", "conclude", "protocol", "launched"]
@@ -574,7 +574,7 @@ def _copy_commit(world: World, copier: Any, plan: dict[str, Any], everyone: list
             except FileExistsError:
                 record.status = "skipped"
                 copier.out.note(f"not replacing '{record.destination}' (it appeared during the copy; --no-clobber)")
-            except OSError as exc:
+            except (OSError, Failure) as exc:
                 record.status = "failed"
                 record.error = f"rank 0: cannot copy '{record.source}' to '{record.destination}': {describe(exc)[0]}"
                 copier.out.error(record.error)
@@ -593,25 +593,35 @@ def _copy_commit(world: World, copier: Any, plan: dict[str, Any], everyone: list
 def _put_in_place(copier: Any, info: dict[str, Any], job: Any) -> None:
     """A shared file whose every range is durable: its mode and times, then its name."""
     tmp, dst = info["tmp"], info["dst"]
-    mode = info["mode"]
-    if copier.preserve:
-        mode = give_owner(tmp, job.st.st_uid, job.st.st_gid, mode)
-    else:
-        keep_owner(tmp, dst)
-    os.chmod(tmp, mode)
-    if copier.preserve:
-        os.utime(tmp, ns=(job.st.st_atime_ns, job.st.st_mtime_ns))
-    fd = os.open(tmp, os.O_RDONLY)
+    # What fails is said of DST, as a process on its own says it: the
+    # temporary file is a name the user never gave, and is removed.
+    doing = "give the copy its mode and times at"
     try:
-        os.fsync(fd)  # the mode and times
-    finally:
-        os.close(fd)
-    if copier.no_clobber:
-        os.link(tmp, dst)  # FileExistsError: something took the name meanwhile
-        discard(tmp)
-    else:
-        commit(tmp, dst)
-    fsync_dir(os.path.dirname(os.path.abspath(dst)))
+        mode = info["mode"]
+        if copier.preserve:
+            mode = give_owner(tmp, job.st.st_uid, job.st.st_gid, mode)
+        else:
+            keep_owner(tmp, dst)
+        os.chmod(tmp, mode)
+        if copier.preserve:
+            os.utime(tmp, ns=(job.st.st_atime_ns, job.st.st_mtime_ns))
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)  # the mode and times
+        finally:
+            os.close(fd)
+        doing = "rename the copy into place at"
+        if copier.no_clobber:
+            os.link(tmp, dst)  # FileExistsError: something took the name meanwhile
+            discard(tmp)
+        else:
+            commit(tmp, dst)
+        doing = "fsync the directory of"
+        fsync_dir(os.path.dirname(os.path.abspath(dst)))
+    except FileExistsError:
+        raise
+    except OSError as exc:
+        raise Failure(f"cannot {doing} '{dst}': {exc.strerror or exc}") from None
 
 
 def copy(world: World, out: Output, copier: Any, srcs: list[str], dst: str, *, host: bool, device: Optional[int],

@@ -57,11 +57,13 @@ ThreadPool::ThreadPool(unsigned threads) {
 }
 
 ThreadPool::~ThreadPool() {
+  std::vector<Worker*> idle;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
+    idle = take_idle_locked();
   }
-  cv_.notify_all();
+  for (Worker* w : idle) wake(w);
   for (auto& w : workers_) {
     if (w->thread.joinable()) w->thread.join();
   }
@@ -88,15 +90,53 @@ std::string ThreadPool::spawn_locked(unsigned upto) {
   return {};
 }
 
+std::vector<ThreadPool::Worker*> ThreadPool::take_idle_locked() {
+  std::vector<Worker*> idle;
+  for (auto& w : workers_) {
+    if (!w->idle) continue;
+    w->idle = false;
+    idle.push_back(w.get());
+  }
+  return idle;
+}
+
+void ThreadPool::wake(Worker* w, std::function<void()> task) {
+  {
+    std::lock_guard<std::mutex> lock(w->wake_mutex);
+    w->handed = std::move(task);
+    w->woken = true;
+  }
+  w->wake_cv.notify_one();
+}
+
 void ThreadPool::worker_loop(Worker* self) {
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
-    cv_.wait(lock, [&] { return stopping_ || (self->index < active_ + blocked_ && !queue_.empty()); });
-    if (stopping_ && (queue_.empty() || self->index >= active_ + blocked_)) return;
-    auto task = std::move(queue_.front());
-    queue_.pop_front();
-    ++busy_;
-    lock.unlock();
+    std::function<void()> task;
+    if (self->index < active_ + blocked_ && !queue_.empty()) {
+      task = std::move(queue_.front());
+      queue_.pop_front();
+      ++busy_;
+    } else if (stopping_) {
+      return;
+    } else {
+      // Nothing for this worker (or it is parked): sleep until a wake, which
+      // may bring a task, counted busy by whoever handed it over.
+      self->idle = true;
+      lock.unlock();
+      {
+        std::unique_lock<std::mutex> wake_lock(self->wake_mutex);
+        self->wake_cv.wait(wake_lock, [&] { return self->woken; });
+        self->woken = false;
+        task = std::move(self->handed);
+        self->handed = nullptr;
+      }
+      if (!task) {
+        lock.lock();
+        continue;
+      }
+    }
+    if (lock.owns_lock()) lock.unlock();
     task();  // tasks catch their own errors (handle.cpp)
     task = nullptr;  // let go of what the task held before taking the lock
     lock.lock();
@@ -105,20 +145,34 @@ void ThreadPool::worker_loop(Worker* self) {
 }
 
 void ThreadPool::submit_many(std::vector<std::function<void()>> tasks) {
+  // Each task goes with the wake of an idle active worker, lowest index first
+  // (the workers busy last have their caches and staging warm); the rest
+  // queue, for workers as they finish. Behind tasks already queued, new ones
+  // queue too, so that tasks start in the order they came.
+  std::vector<std::pair<Worker*, std::function<void()>>> handed;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    for (auto& t : tasks) queue_.push_back(std::move(t));
+    size_t next = 0;
+    if (queue_.empty()) {
+      const unsigned eligible = active_ + blocked_;
+      for (auto& w : workers_) {
+        if (next == tasks.size()) break;
+        if (w->index >= eligible || !w->idle) continue;
+        w->idle = false;
+        ++busy_;
+        handed.emplace_back(w.get(), std::move(tasks[next++]));
+      }
+    }
+    for (; next < tasks.size(); ++next) queue_.push_back(std::move(tasks[next]));
   }
-  // Every waiter, even for one task: parked workers wait on the same condition
-  // variable, and a notify_one that woke only a parked one would leave the
-  // task queued with every active worker asleep.
-  cv_.notify_all();
+  for (auto& [w, task] : handed) wake(w, std::move(task));
 }
 
 void ThreadPool::resize(unsigned threads) {
   threads = std::max(threads, 1u);
   std::string why;
   unsigned running = 0;
+  std::vector<Worker*> idle;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (workers_.size() < threads) why = spawn_locked(threads);
@@ -127,23 +181,25 @@ void ThreadPool::resize(unsigned threads) {
     // worker it has.
     active_ = why.empty() ? threads : static_cast<unsigned>(workers_.size());
     running = active_;
+    // Parked workers now active take queued tasks; the rest park again.
+    if (!queue_.empty()) idle = take_idle_locked();
   }
-  cv_.notify_all();
+  for (Worker* w : idle) wake(w);
   if (!why.empty())
     throw_state("the I/O thread pool could not grow to " + std::to_string(threads) + " workers (" + why +
                 "); it runs " + std::to_string(running) + " workers");
 }
 
 ThreadPool::Blocking::Blocking(ThreadPool& pool) : pool_(pool) {
-  bool queued;
+  std::vector<Worker*> idle;
   {
     std::lock_guard<std::mutex> lock(pool_.mutex_);
     ++pool_.blocked_;
     // Where no thread can start, the pool goes on with those it has.
     (void)pool_.spawn_locked(pool_.active_ + pool_.blocked_);
-    queued = !pool_.queue_.empty();
+    if (!pool_.queue_.empty()) idle = pool_.take_idle_locked();
   }
-  if (queued) pool_.cv_.notify_all();
+  for (Worker* w : idle) wake(w);
 }
 
 ThreadPool::Blocking::~Blocking() {

@@ -172,6 +172,10 @@ def test_posix_device_path_pipeline(go):
     go(scenario_posix_device_path)
 
 
+def test_partly_cached_reads_are_byte_exact(go):
+    go(scenario_partly_cached)
+
+
 def test_posix_device_path_cuda_failures(go):
     go(scenario_posix_device_failures)
 
@@ -962,6 +966,45 @@ def scenario_posix_device_path(folder):
                     with open(path, "r+b") as raw:
                         raw.write(data)
     assert standin.cufile.calls() == []
+
+
+def scenario_partly_cached(folder):
+    """A file only partly in the page cache, read into device memory through
+    the staging buffers and into host memory by pread (mapped reads off):
+    what is cached is read first without waiting for the disk, the rest asked
+    of it ahead and then read. Byte-exact, from unaligned offsets, in one task
+    and several, past the end of the file too; nothing outside the range is
+    touched."""
+    import gdscp
+
+    data = random_bytes(9 * MiB + 4097, seed=31)
+    path = new_file(folder, "partly.bin", data)
+    cases = [(len(data), 0), (3 * MiB + 5, 4093), (2 * MiB, len(data) - 5), (MiB + 1, 6 * MiB - 1)]
+    for size, offset in cases:
+        for threads in (1, 3):
+            for memory in ("device", "host"):
+                case = f"size={size} offset={offset} threads={threads} {memory}"
+                fd = os.open(path, os.O_RDONLY)
+                try:
+                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                    os.pread(fd, MiB, 2 * MiB + 7)  # cached: the middle of a piece, and one page
+                    os.pread(fd, 1, 6 * MiB + 100)
+                finally:
+                    os.close(fd)
+                values = dict(compat_mode="on", num_threads=threads, gds_threshold=0, mapped_reads=False,
+                              bounce_buffer_size=MiB, task_size=4 * MiB)
+                want = data[offset : offset + size]
+                with settings(**values), gdscp.CuFile(path, "r") as f:
+                    if memory == "device":
+                        buf = poisoned(size + 10)
+                        assert f.read(buf[3 : 3 + size], size, offset) == len(want), case
+                        got = buf.bytes()
+                    else:
+                        host = np.full(size + 10, POISON, np.uint8)
+                        assert f.read(host[3 : 3 + size], size, offset) == len(want), case
+                        got = host.tobytes()
+                assert got[3 : 3 + len(want)] == want, case
+                assert got[:3] + got[3 + len(want) :] == bytes([POISON]) * (size + 10 - len(want)), case
 
 
 def scenario_posix_device_failures(folder):

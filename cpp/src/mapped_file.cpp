@@ -89,7 +89,7 @@ size_t copy_chunks(const Mapping& m, const MemoryTarget& mem, char* base, ChunkQ
                    detail::Request* req) {
   int64_t end = 0;
   if (mem.device) {
-    const size_t total = detail::staged_upload(mem, base, work, s, req, [&m, &end](char* dst, size_t n, int64_t at) {
+    const size_t total = detail::staged_upload(mem, base, work, s, req, [&m, &end](char* dst, size_t n, int64_t at, size_t) {
       copy_piece(m, dst, m.at(at), at, n);
       end = std::max(end, at + static_cast<int64_t>(n));
       return n;

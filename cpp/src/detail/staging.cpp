@@ -151,7 +151,7 @@ size_t staged_upload(const MemoryTarget& mem, char* base, ChunkQueue& work, cons
     if (i >= pl.depth) drv.check(drv.cuEventSynchronize(pl.st.events[slot]), "cuEventSynchronize");
     if (!pl.bufs[slot].get()) pl.bufs[slot] = BufferPool::pinned_near(mem.ordinal).acquire(s.bounce_buffer_size);
     char* staging = static_cast<char*>(pl.bufs[slot].get());
-    const size_t got = fill(staging, p.size, p.file_offset);
+    const size_t got = fill(staging, p.size, p.file_offset, pieces.ahead());
     if (got < p.size) work.came_short(p, got);
     if (got > 0) {
       drv.check(drv.cuMemcpyHtoDAsync(dev + p.buf_offset, staging, got, pl.st.stream), "cuMemcpyHtoDAsync");
@@ -216,8 +216,8 @@ void prepare_staging(int ordinal, const Settings& s, size_t workers) {
 StageFill file_fill(const File& f, const Settings& s) {
   // Not a mapped read: staging buffers are small, reused and still in the
   // CPU cache, where pread's ordinary stores beat streaming ones.
-  return [&f, &s](char* dst, size_t n, int64_t off) {
-    return read_range(f, dst, n, off, s.direct_io, s.bounce_buffer_size);
+  return [&f, &s](char* dst, size_t n, int64_t off, size_t ahead) {
+    return read_range(f, dst, n, off, s.direct_io, s.bounce_buffer_size, ahead);
   };
 }
 
@@ -326,7 +326,7 @@ void UploadRing::upload(const MemoryTarget& mem, char* dst, size_t n, int64_t fi
       if (!bufs_[k].get()) bufs_[k] = BufferPool::pinned_near(mem.ordinal).acquire(piece_);
       char* staging = static_cast<char*>(bufs_[k].get());
       const size_t want = std::min(piece_, n - got);
-      const size_t r = fill(staging, want, file_offset + static_cast<int64_t>(got));
+      const size_t r = fill(staging, want, file_offset + static_cast<int64_t>(got), got == 0 ? n - want : 0);
       if (r > 0) {
         drv.check(drv.cuMemcpyHtoDAsync(dev + got, staging, r, st.stream), "cuMemcpyHtoDAsync");
         drv.check(drv.cuEventRecord(st.events[k], st.stream), "cuEventRecord");

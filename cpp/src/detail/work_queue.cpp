@@ -34,7 +34,8 @@ bool PieceStream::next(Chunk& out) {
       return false;
     }
   }
-  if (pos_ >= chunk_.size) {
+  started_ = pos_ >= chunk_.size;
+  if (started_) {
     if (!work_.next(chunk_)) return false;
     pos_ = 0;
   }

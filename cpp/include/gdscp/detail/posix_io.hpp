@@ -21,7 +21,17 @@ size_t pwrite_full(int fd, const void* buf, size_t size, int64_t offset, const s
 // With `direct` on, the aligned middle of a range of 1 MiB and more goes
 // through the O_DIRECT descriptor (into `dst` if it is aligned, else through an
 // aligned bounce of at most `bounce_size` bytes), the rest buffered.
-size_t read_range(const File& f, char* dst, size_t size, int64_t off, DirectIO direct, size_t bounce_size);
+//
+// A buffered read of 1 MiB and more first takes what the page cache holds
+// without waiting for the disk (RWF_NOWAIT). Where that comes short, the data
+// is cold, and the rest of the range plus the `ahead` bytes after it (what
+// the caller reads next, such as the rest of its chunk) are asked of the disk
+// at once (POSIX_FADV_WILLNEED) before the read waits for them: the kernel's
+// own readahead of a large read fetches one window at a time, each after the
+// one before has come in, and with it a worker kept fewer reads queued on the
+// disk than it could take (docs/performance.md, cold reads).
+size_t read_range(const File& f, char* dst, size_t size, int64_t off, DirectIO direct, size_t bounce_size,
+                  size_t ahead = 0);
 
 // Writes [off, off + size) of `f` from `src`, every byte or a throw. O_DIRECT
 // for the aligned middle with `direct` on (1 MiB and more) or automatic (4 MiB

@@ -20,8 +20,11 @@
 namespace gdscp::detail {
 
 // Fills `dst` with the `n` bytes of the source at `file_offset`; returns how
-// many it got (fewer only at the source's end).
-using StageFill = std::function<size_t(char* dst, size_t n, int64_t file_offset)>;
+// many it got (fewer only at the source's end). `ahead`: with the first piece
+// of a chunk, how many bytes of that chunk follow the piece (the same worker
+// fills them next), else 0; a file's fill asks the disk for them with the
+// piece where the data is cold (read_range).
+using StageFill = std::function<size_t(char* dst, size_t n, int64_t file_offset, size_t ahead)>;
 
 // Moves the chunks this worker claims from `work` into device memory at
 // `base + chunk.buf_offset`: each piece `fill`ed into a staging buffer, then

@@ -108,6 +108,9 @@ class PieceStream {
   // (what is left of the chunk then counts as not moved) or came up short
   // before this point.
   bool next(Chunk& out);
+  // With the first piece of a chunk: the bytes of the chunk after it (this
+  // worker's next pieces); 0 after any other piece.
+  size_t ahead() const noexcept { return started_ ? chunk_.size - pos_ : 0; }
 
  private:
   ChunkQueue& work_;
@@ -115,6 +118,7 @@ class PieceStream {
   size_t first_;          // the size of the next piece: piece_ after the first
   Chunk chunk_{0, 0, 0};  // the chunk being cut
   size_t pos_ = 0;        // bytes of chunk_ handed out
+  bool started_ = false;  // the last piece handed out began chunk_
 };
 
 }  // namespace gdscp::detail

@@ -440,6 +440,27 @@ def test_a_rank_failing_mid_copy_fails_the_job_and_leaves_no_partial_file(tmp_pa
 
 
 @needs_mpi
+def test_a_rank_failing_its_part_of_a_shared_file_names_the_destination(tmp_path):
+    """A rank whose range of a file cut among the ranks fails: the engine's
+    error names the destination, as one process says it, never the temporary
+    file the ranks wrote into (a name the user never gave, and removed)."""
+    data = os.urandom(100 * MiB + 5)
+    src, dst = tmp_path / "a.bin", tmp_path / "b.bin"
+    src.write_bytes(data)
+    done = _run(["copy", "--json", str(src), str(dst)], ranks=2, GDSCP_MPI_TEST_FAIL="1:0")
+    assert done.returncode == 1, done.stderr
+    errors = [line for line in done.stderr.splitlines() if ": error: " in line]
+    (record,) = json.loads(done.stdout)["files"]
+    said = record["error"]
+    assert errors == [f"gdscp copy: error: {said}"]
+    head = f"rank 1: cannot copy '{src}' to '{dst}' (its part at offset "
+    assert said.startswith(head), said
+    assert f"'{dst}' at offset " in said and os.strerror(errno.EIO) in said, said
+    assert bulk.TEMPORARY_SUFFIX not in done.stderr + done.stdout
+    assert not dst.exists() and not _temporaries(tmp_path)
+
+
+@needs_mpi
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_interrupting_the_launcher_leaves_no_partial_destination(tmp_path, sig, code):
     src, dst = tmp_path / "src", tmp_path / "dst"

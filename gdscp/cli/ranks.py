@@ -582,6 +582,9 @@ def _copy_commit(world: World, copier: Any, plan: dict[str, Any], everyone: list
             record.status = "failed" if bad else "cancelled"
             for rank, status, _n, _s, error, _rb, _wb, offset in bad:
                 if status == "failed":
+                    # The rank's job wrote into the temporary file, and its error
+                    # names that file, a name the user never gave, removed below.
+                    error = str(error).replace(info["tmp"], record.destination)
                     record.error = (f"rank {rank}: cannot copy '{record.source}' to '{record.destination}' "
                                     f"(its part at offset {offset}): {error}")
                     copier.out.error(record.error)

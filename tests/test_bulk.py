@@ -1480,6 +1480,38 @@ def test_a_job_waiting_on_a_fifo_lets_a_later_job_open_its_other_end(tmp_path, t
     assert sorted(os.listdir(tmp_path)) == ["fifo", "out", "src"]
 
 
+@pytest.mark.parametrize("threads", [2, 4])
+def test_jobs_writing_into_fifos_let_their_readers_jobs_started_after_run(tmp_path, threads):
+    """A job's workers wait for the one opening its file (which may turn into
+    chunks for them): where that open waits for a FIFO's reader, the workers
+    waiting with it must not hold the engine's workers from the reader's job
+    either. Two jobs each copying into a FIFO, then two copying out of them:
+    all four end, every byte in order (the readers' jobs stayed queued, and
+    the four waited for each other for good)."""
+    data = random_bytes(MiB + 3, 17)  # more than a FIFO holds: each end waits for the other in turn
+    src = tmp_path / "src"
+    src.write_bytes(data)
+    fifos = [tmp_path / f"fifo{i}" for i in range(2)]
+    for fifo in fifos:
+        os.mkfifo(fifo)
+    with gdscp.defaults.set("num_threads", threads):
+        jobs = [gdscp.copy_files([(src, fifo)]) for fifo in fifos]
+        jobs += [gdscp.copy_files([(fifo, tmp_path / f"out{i}")]) for i, fifo in enumerate(fifos)]
+        try:
+            ended = [job.wait(60) for job in jobs]
+        finally:
+            for job in jobs:
+                job.cancel()
+                job.wait()
+    assert ended == [True] * 4, "jobs at the two ends of FIFOs waited for each other"
+    for job in jobs:
+        (result,) = job.results()
+        assert (result.status, result.bytes) == ("done", len(data)), result
+    for i in range(2):
+        assert (tmp_path / f"out{i}").read_bytes() == data
+    assert sorted(os.listdir(tmp_path)) == ["fifo0", "fifo1", "out0", "out1", "src"]
+
+
 @pytest.mark.parametrize("kind", ["read", "copy"])
 def test_verify_of_a_fifo_source_is_refused(tmp_path, kind):
     """A FIFO cannot be read a second time to check what was read from it:

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <condition_variable>
@@ -15,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string_view>
 #include <unordered_map>
@@ -852,9 +854,22 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
         // not yet opened (by any group) may still turn into a file with
         // chunks for this group.
         if (w.ring) w.ring->drain();
+        // An item being opened may take long: a FIFO's open waits for its
+        // other end, which may be another job's task queued behind this job's
+        // workers. Past a first slice, this worker's wait is the pool's
+        // Blocking, as the opener's is: else the workers waiting with the
+        // opener keep that task queued (two jobs writing into FIFOs, their
+        // readers' jobs started after them, held every worker for good).
+        std::optional<ThreadPool::Blocking> blocking;
         std::unique_lock<std::mutex> lock(split_mutex);
         auto idle = [&] { return opening == 0 && (items_left == 0 || cancelled.load()); };
-        split_cv.wait(lock, [&] { return has_split(w.group) || idle(); });
+        auto go_on = [&] { return has_split(w.group) || idle(); };
+        while (!split_cv.wait_for(lock, std::chrono::milliseconds(100), go_on)) {
+          if (blocking) continue;
+          lock.unlock();
+          blocking.emplace(ThreadPool::process_default());
+          lock.lock();
+        }
         if (!has_split(w.group) && idle()) break;
       }
     }

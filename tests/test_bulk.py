@@ -1449,6 +1449,22 @@ def test_a_slow_fifo_reader_gets_every_byte_in_order(tmp_path):
     assert bytes(got) == data
 
 
+def _each_moves_all(jobs, size: int, stuck: str) -> None:
+    """Waits for ``jobs`` (a minute each; all are cancelled afterwards, ended
+    or not) and checks that each ended with its one file done, ``size`` bytes
+    moved; ``stuck`` is the failure's message where one did not end."""
+    try:
+        ended = [job.wait(60) for job in jobs]
+    finally:
+        for job in jobs:
+            job.cancel()
+            job.wait()
+    assert ended == [True] * len(jobs), stuck
+    for job in jobs:
+        (result,) = job.results()
+        assert (result.status, result.bytes) == ("done", size), result
+
+
 @pytest.mark.parametrize("threads", [1, 4])
 @pytest.mark.parametrize("first", ["reader", "writer"])
 def test_a_job_waiting_on_a_fifo_lets_a_later_job_open_its_other_end(tmp_path, threads, first):
@@ -1466,16 +1482,7 @@ def test_a_job_waiting_on_a_fifo_lets_a_later_job_open_its_other_end(tmp_path, t
     with gdscp.defaults.set("num_threads", threads):
         jobs = [start[first]()]
         jobs.append(start["writer" if first == "reader" else "reader"]())
-        try:
-            ended = [job.wait(60) for job in jobs]
-        finally:
-            for job in jobs:
-                job.cancel()
-                job.wait()
-    assert ended == [True, True], "the jobs at the two ends of one FIFO waited for each other"
-    for job in jobs:
-        (result,) = job.results()
-        assert (result.status, result.bytes) == ("done", len(data)), result
+        _each_moves_all(jobs, len(data), "the jobs at the two ends of one FIFO waited for each other")
     assert out.read_bytes() == data
     assert sorted(os.listdir(tmp_path)) == ["fifo", "out", "src"]
 
@@ -1497,16 +1504,7 @@ def test_jobs_writing_into_fifos_let_their_readers_jobs_started_after_run(tmp_pa
     with gdscp.defaults.set("num_threads", threads):
         jobs = [gdscp.copy_files([(src, fifo)]) for fifo in fifos]
         jobs += [gdscp.copy_files([(fifo, tmp_path / f"out{i}")]) for i, fifo in enumerate(fifos)]
-        try:
-            ended = [job.wait(60) for job in jobs]
-        finally:
-            for job in jobs:
-                job.cancel()
-                job.wait()
-    assert ended == [True] * 4, "jobs at the two ends of FIFOs waited for each other"
-    for job in jobs:
-        (result,) = job.results()
-        assert (result.status, result.bytes) == ("done", len(data)), result
+        _each_moves_all(jobs, len(data), "jobs at the two ends of FIFOs waited for each other")
     for i in range(2):
         assert (tmp_path / f"out{i}").read_bytes() == data
     assert sorted(os.listdir(tmp_path)) == ["fifo0", "fifo1", "out0", "out1", "src"]

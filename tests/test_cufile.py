@@ -1245,41 +1245,27 @@ def test_random_writes_match_model(writes, task_size, threads):
 
 
 @pytest.mark.parametrize("closed", [False, True])
-def test_a_cufile_cannot_be_pickled_or_copied(tmp_file, closed):
-    """As Python's own file objects: a TypeError naming CuFile, not the
-    engine's internal class, open or closed."""
+@pytest.mark.parametrize(
+    "kind, why",
+    [
+        ("CuFile", "a file handle belongs to the process that opened it (pickle its name, and open that again)"),
+        ("Mmap", "a mapped file belongs to the process that mapped it (pickle its name, and map that again)"),
+    ],
+)
+def test_a_handle_cannot_be_pickled_or_copied(tmp_file, closed, kind, why):
+    """As Python's own file objects: a TypeError naming the public class (not
+    the engine's internal one), open or closed."""
     import copy
     import pickle
 
     path, _ = tmp_file(10)
-    f = gdscp.CuFile(path)
+    handle = getattr(gdscp, kind)(path)
     if closed:
-        f.close()
+        handle.close()
     try:
         for attempt in (pickle.dumps, copy.copy):
             with pytest.raises(TypeError) as info:
-                attempt(f)
-            assert str(info.value) == ("cannot pickle 'CuFile' object: a file handle belongs to the process that "
-                                       "opened it (pickle its name, and open that again)")
+                attempt(handle)
+            assert str(info.value) == f"cannot pickle '{kind}' object: {why}"
     finally:
-        f.close()
-
-
-@pytest.mark.parametrize("closed", [False, True])
-def test_an_mmap_cannot_be_pickled_or_copied(tmp_file, closed):
-    """As CuFile: a TypeError naming Mmap, not the engine's internal class."""
-    import copy
-    import pickle
-
-    path, _ = tmp_file(10)
-    m = gdscp.Mmap(path)
-    if closed:
-        m.close()
-    try:
-        for attempt in (pickle.dumps, copy.copy):
-            with pytest.raises(TypeError) as info:
-                attempt(m)
-            assert str(info.value) == ("cannot pickle 'Mmap' object: a mapped file belongs to the process that "
-                                       "mapped it (pickle its name, and map that again)")
-    finally:
-        m.close()
+        handle.close()

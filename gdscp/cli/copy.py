@@ -30,7 +30,7 @@ from .atomic import commit, discard, fsync_dir, give_owner, make_temp_link
 from .jobs import run_job
 from .output import EXIT_FAILURE, Failure, Output, describe
 from .progress import TransferProgress
-from .special import SequentialWriter, copy_through, own_descriptor
+from .special import SequentialWriter, copy_through, own_descriptor, writes_in_place
 from .units import format_bytes, format_rate, format_seconds, gb_per_s
 
 if TYPE_CHECKING:
@@ -615,10 +615,10 @@ def copy(
         if preserve:
             for j in files:  # a device or FIFO is written in place (see _kept_in_place)
                 try:
-                    there = os.stat(j.dst)
-                except OSError:
-                    continue  # a new file, made with the source's mode and times
-                if not (stat.S_ISREG(there.st_mode) or stat.S_ISDIR(there.st_mode)):
+                    there = writes_in_place(j.dst)
+                except Failure:
+                    continue  # the copy itself reports a destination it cannot stat
+                if there is not None:
                     _kept_in_place(out, j, there)
         if clean and os.path.isdir(dst):
             removed = _clean(dst)

@@ -1,5 +1,7 @@
 #include "testing.hpp"
 
+#include <sys/sysmacros.h>
+
 #include "gdscp/system_info.hpp"
 
 #include <nanobind/stl/string.h>
@@ -13,6 +15,7 @@
 
 #include "buffers.hpp"
 #include "release_gil.hpp"
+#include "gdscp/detail/ask_ahead.hpp"
 #include "gdscp/detail/buffer_pool.hpp"
 #include "gdscp/detail/dispatch.hpp"
 #include "gdscp/detail/fault.hpp"
@@ -44,7 +47,8 @@ void arm_fault(const std::string& op, long skip, long count, int err) {
 // The pieces `workers` workers claim from one request (chunks of `chunk`
 // bytes, staging pieces of `piece`), the workers taking turns in an order
 // drawn from `seed` and each starting at its first turn, as the pool's
-// workers do. Returns (worker, buf_offset, file_offset, size) in claim order.
+// workers do. Returns (worker, buf_offset, file_offset, size, ahead) in claim
+// order, `ahead` being what a cold piece asks of the disk after itself.
 nb::list plan_pieces(int64_t file_offset, size_t size, size_t chunk, size_t piece, size_t workers, bool stagger,
                      uint64_t seed) {
   detail::ChunkQueue work(detail::split(file_offset, size, chunk), chunk, nullptr, workers);
@@ -59,7 +63,7 @@ nb::list plan_pieces(int64_t file_offset, size_t size, size_t chunk, size_t piec
     if (!streams[w]) streams[w] = std::make_unique<detail::PieceStream>(work, piece, stagger);
     detail::Chunk c;
     if (streams[w]->next(c)) {
-      out.append(nb::make_tuple(w, c.buf_offset, c.file_offset, c.size));
+      out.append(nb::make_tuple(w, c.buf_offset, c.file_offset, c.size, streams[w]->ahead()));
     } else {
       active.erase(active.begin() + static_cast<std::ptrdiff_t>(i));
     }
@@ -130,6 +134,10 @@ void define_testing(nb::module_& core) {
     return nb::make_tuple(d.tasks, d.chunk_size, chunks);
   }, "file_offset"_a, "size"_a, "task_size"_a, "min_task_size"_a, "bounce_buffer_size"_a,
         "(tasks, chunk_size, [(buf_offset, file_offset, size)]) of a request planned for the process's pool.");
+  t.def("readahead_step", [](unsigned major, unsigned minor) { return detail::readahead_step(makedev(major, minor)); },
+        "major"_a, "minor"_a, "Bytes one WILLNEED call reads ahead on that device, as the engine steps cold reads.");
+  t.def("ask_disk", &detail::ask_disk, "fd"_a, "offset"_a, "length"_a,
+        "Asks the disk for the range as a cold read does, in readahead_step steps.");
   t.def("hold_staging_lock", &hold_staging_lock, "seconds"_a,
         "Holds the host staging pool's lock for `seconds` on a thread of its own; returns once it is held.");
   t.def("take_staging", [] { detail::BufferPool::aligned().acquire(4096); }, release(),

@@ -10,10 +10,12 @@ KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 STEP = 64 * KiB  # graded first pieces grow in steps of this
 
 
-def claims(size, chunk, piece, workers, stagger, seed=0, offset=4095):
+def claims(size, chunk, piece, workers, stagger, seed=0, offset=4095, ahead=False):
+    """(worker, buf_offset, file_offset, size) of each piece in claim order,
+    and with ``ahead`` what the piece asks of the disk after itself if cold."""
     return [
-        (w, buf, fo, n)
-        for w, buf, fo, n in _core.testing.plan_pieces(offset, size, chunk, piece, workers, stagger, seed)
+        c if ahead else c[:4]
+        for c in _core.testing.plan_pieces(offset, size, chunk, piece, workers, stagger, seed)
     ]
 
 
@@ -74,6 +76,23 @@ def test_each_chunk_is_read_in_order_by_one_worker(workers, seed):
         assert [i for i, *_ in pieces] == mine[at:at + len(pieces)]  # nothing else in between
     firsts = [chunks[k][0][0] for k in sorted(chunks)]
     assert firsts == sorted(firsts)
+
+
+@pytest.mark.parametrize("size", [4 * MiB, 33 * MiB + 12345, 130 * MiB + 7])
+@pytest.mark.parametrize("workers", [1, 3, 16])
+def test_a_chunks_first_piece_asks_for_the_rest_of_it_and_the_next_chunk(size, workers):
+    """Where it is cold, a chunk's first piece asks the disk for the rest of
+    the chunk and for the chunk after it, never past the request; the other
+    pieces ask for nothing more."""
+    chunk = 16 * MiB
+    for stagger in (True, False):
+        got = claims(size, chunk, 4 * MiB, workers, stagger, seed=workers, ahead=True)
+        pieces = by_chunk([c[:4] for c in got], chunk)
+        for k, members in pieces.items():
+            end = max(buf + n for _, _, buf, n in members)
+            for j, (i, _, buf, n) in enumerate(members):
+                want = end - (buf + n) + min(chunk, size - end) if j == 0 else 0
+                assert got[i][4] == want, (k, j)
 
 
 def test_unstaggered_pieces_are_whole_but_the_last_of_a_chunk():

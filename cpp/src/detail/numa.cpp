@@ -1,6 +1,5 @@
 #include "gdscp/detail/numa.hpp"
 
-#include <fcntl.h>
 #include <sched.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -16,6 +15,7 @@
 #include <vector>
 
 #include "gdscp/detail/host_destination.hpp"
+#include "gdscp/detail/sysfs.hpp"
 #include "gdscp/shim/cuda_driver.hpp"
 
 namespace gdscp::detail {
@@ -27,28 +27,6 @@ constexpr int kMpolPreferred = 1;
 constexpr int kMaxNodes = 1024;
 constexpr size_t kPageSize = 4096;
 constexpr size_t kHugePage = size_t{2} << 20;
-
-std::string sysfs_root() {
-  const char* root = std::getenv("GDSCP_SYSFS_ROOT");
-  return root && *root ? root : "/sys";
-}
-
-// The first word of a small sysfs file ("0-1", "3"); empty if it cannot be
-// read. Plain read(2), not iostreams: a Python process may hold another C++
-// runtime whose locale facets the extension's stream parsing crashed on.
-std::string first_word(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return {};
-  char buf[4096];
-  const ssize_t n = ::read(fd, buf, sizeof buf - 1);
-  ::close(fd);
-  if (n <= 0) return {};
-  std::string text(buf, static_cast<size_t>(n));
-  const size_t begin = text.find_first_not_of(" \t\n");
-  if (begin == std::string::npos) return {};
-  const size_t end = text.find_first_of(" \t\n", begin);
-  return text.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
-}
 
 // Calls range(lo, hi) for each part of a sysfs list ("0-15,32-47", "3").
 template <class Range>

@@ -35,7 +35,7 @@ size_t PosixBackend::read(const MemoryTarget& mem, char* base, ChunkQueue& work,
     if (from < mem.populate_bytes) populate_for_write(base + from, std::min(stripe, mem.populate_bytes - from));
   }
   while (work.next(c)) {
-    const size_t got = read_host(base + c.buf_offset, c.size, c.file_offset, s);
+    const size_t got = read_host(base + c.buf_offset, c.size, c.file_offset, s, work.after(c));
     if (got < c.size) work.came_short(c, got);
     total += reported(got, req);
   }
@@ -65,13 +65,13 @@ bool PosixBackend::append_whole(const MemoryTarget& mem, const char* base, size_
   return true;
 }
 
-size_t PosixBackend::read_host(char* dst, size_t size, int64_t off, const Settings& s) {
+size_t PosixBackend::read_host(char* dst, size_t size, int64_t off, const Settings& s, size_t ahead) {
   // Cached data goes straight from the page cache with streaming stores.
   size_t copied = 0;
   if (s.mapped_reads && s.direct_io != DirectIO::on && size >= kMappedMin &&
       mapped_read(file_->fd(), dst, size, off, file_->path(), copied))
     return copied;
-  return read_range(*file_, dst, size, off, s.direct_io, s.bounce_buffer_size);
+  return read_range(*file_, dst, size, off, s.direct_io, s.bounce_buffer_size, ahead);
 }
 
 bool PosixBackend::submit_async(bool, const MemoryTarget&, void*, AsyncOp&, CUstream) { return false; }

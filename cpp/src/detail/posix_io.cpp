@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 
+#include "gdscp/detail/ask_ahead.hpp"
 #include "gdscp/detail/buffer_pool.hpp"
 #include "gdscp/detail/fault.hpp"
 #include "gdscp/detail/mapped_read.hpp"
@@ -77,8 +78,7 @@ size_t read_cached_ask_rest(int fd, char* dst, size_t size, int64_t off, size_t 
   if (r < 0 && errno != EAGAIN) return 0;  // EOPNOTSUPP and the like: a plain read follows
   const size_t got = r > 0 ? static_cast<size_t>(r) : 0;
   // 0 is also the end of the file; the read that follows says which.
-  if (got < size)
-    ::posix_fadvise(fd, off + static_cast<int64_t>(got), static_cast<off_t>(size - got + ahead), POSIX_FADV_WILLNEED);
+  if (got < size) ask_disk(fd, off + static_cast<int64_t>(got), size - got + ahead);
   return got;
 }
 

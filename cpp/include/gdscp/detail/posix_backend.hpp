@@ -31,8 +31,10 @@ class PosixBackend final : public Backend {
   size_t async_result(const AsyncOp& op) const override;
 
  private:
-  // One chunk into host memory: a mapped streaming copy of cached data, else read_range.
-  size_t read_host(char* dst, size_t size, int64_t off, const Settings& s);
+  // One chunk into host memory: a mapped streaming copy of cached data, else
+  // read_range (`ahead`: the bytes after the chunk to ask of the disk with it
+  // where it is cold).
+  size_t read_host(char* dst, size_t size, int64_t off, const Settings& s, size_t ahead = 0);
 
   std::shared_ptr<File> file_;
 };

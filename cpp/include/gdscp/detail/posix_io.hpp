@@ -25,11 +25,12 @@ size_t pwrite_full(int fd, const void* buf, size_t size, int64_t offset, const s
 // A buffered read of 1 MiB and more first takes what the page cache holds
 // without waiting for the disk (RWF_NOWAIT). Where that comes short, the data
 // is cold, and the rest of the range plus the `ahead` bytes after it (what
-// the caller reads next, such as the rest of its chunk) are asked of the disk
-// at once (POSIX_FADV_WILLNEED) before the read waits for them: the kernel's
-// own readahead of a large read fetches one window at a time, each after the
-// one before has come in, and with it a worker kept fewer reads queued on the
-// disk than it could take (docs/performance.md, cold reads).
+// the caller reads next, such as the rest of its chunk and the chunk after
+// it) are asked of the disk at once (ask_disk) before the read waits for
+// them: the kernel's own readahead of a large read fetches one window at a
+// time, each after the one before has come in, and with it the workers kept
+// fewer reads queued on the disk than it could take (docs/performance.md,
+// cold reads).
 size_t read_range(const File& f, char* dst, size_t size, int64_t off, DirectIO direct, size_t bounce_size,
                   size_t ahead = 0);
 

@@ -3,6 +3,7 @@
 // pieces.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <utility>
@@ -33,6 +34,7 @@ class ChunkQueue {
       : chunks_(std::move(chunks)), chunk_size_(chunk_size), cancelled_(cancelled), workers_(workers) {
     for (const Chunk& c : chunks_) bytes_ += c.size;
     begin_ = chunks_.empty() ? 0 : chunks_.front().buf_offset;
+    file_end_ = chunks_.empty() ? 0 : chunks_.back().file_offset + static_cast<int64_t>(chunks_.back().size);
     end_.store(begin_ + bytes_, std::memory_order_relaxed);
   }
   ChunkQueue(const ChunkQueue&) = delete;
@@ -76,6 +78,13 @@ class ChunkQueue {
   // A worker starting on the request: 0 for the first, 1 for the next...
   size_t join() noexcept { return joined_.fetch_add(1, std::memory_order_relaxed); }
   size_t chunk_size() const noexcept { return chunk_size_; }
+  // The bytes of the request's range in the chunk after `c` (asked of the
+  // disk with `c` where `c` is cold: that chunk's worker, whoever it is,
+  // finds it on its way).
+  size_t after(const Chunk& c) const noexcept {
+    const int64_t end = c.file_offset + static_cast<int64_t>(c.size);
+    return end < file_end_ ? std::min(chunk_size_, static_cast<size_t>(file_end_ - end)) : 0;
+  }
   size_t workers() const noexcept { return workers_; }
   size_t bytes() const noexcept { return bytes_; }
   bool cancelled() const noexcept { return cancelled_ && cancelled_->load(std::memory_order_relaxed); }
@@ -92,6 +101,7 @@ class ChunkQueue {
   size_t workers_;
   size_t bytes_ = 0;
   size_t begin_ = 0;
+  int64_t file_end_ = 0;
   std::atomic<size_t> end_{0};
   std::atomic<bool> skipped_{false};
 };
@@ -108,9 +118,10 @@ class PieceStream {
   // (what is left of the chunk then counts as not moved) or came up short
   // before this point.
   bool next(Chunk& out);
-  // With the first piece of a chunk: the bytes of the chunk after it (this
-  // worker's next pieces); 0 after any other piece.
-  size_t ahead() const noexcept { return started_ ? chunk_.size - pos_ : 0; }
+  // With the first piece of a chunk: the bytes after it to ask of the disk
+  // where it is cold, the rest of the chunk (this worker's next pieces) and
+  // the chunk after (ChunkQueue::after); 0 after any other piece.
+  size_t ahead() const noexcept { return started_ ? chunk_.size - pos_ + work_.after(chunk_) : 0; }
 
  private:
   ChunkQueue& work_;

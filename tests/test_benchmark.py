@@ -668,8 +668,10 @@ def test_host_side_ceiling_reads_every_byte_on_plain_threads(tmp_path):
 
 
 def test_ceilings_run_between_the_rounds_they_bound(tmp_path):
-    """A measurement's ceiling runs once after each round of the tools, so a
-    drifting disk weighs on both; other ceilings run once, before."""
+    """A measurement's ceiling runs once in each round of the tools, so a
+    drifting disk weighs on both; other ceilings run once, before. Each round
+    starts one place further along the tools and ceilings, so that none
+    always runs first."""
     seen = []
     doc = runner.run_benchmark(
         small(tmp_path, modes=["read", "write"], threads=[2], baselines=False),
@@ -677,11 +679,16 @@ def test_ceilings_run_between_the_rounds_they_bound(tmp_path):
     )
     order = [s for s in seen if "run " in s]
     rounds = [[s for s in order if s.startswith("read hot:") and f"run {r}/3" in s] for r in (1, 2, 3)]
-    for steps in rounds:
-        assert steps[0].startswith("read hot: gdscp")
-        assert {s.split("ceiling: ")[1].split(",")[0] for s in steps[1:]} == {"host memory copy", "page cache into host memory"}
-    writes = [s for s in order if s.startswith("write:")]
-    assert [s.split(":")[1].strip().split(",")[0] for s in writes[:3]] == ["gdscp (2 threads)", "ceiling", "ceiling"]
+    def who(step):
+        return step.split(": ", 1)[1].split(", run")[0]
+
+    hot = [who(s) for s in rounds[0]]
+    assert hot == ["gdscp (2 threads)", "ceiling: host memory copy, 2 threads",
+                   "ceiling: page cache into host memory, 2 threads"]
+    assert [[who(s) for s in steps] for steps in rounds] == [hot, hot[1:] + hot[:1], hot[2:] + hot[:2]]
+    writes = [who(s) for s in order if s.startswith("write:")]
+    assert writes[:3] == ["gdscp (2 threads)", "ceiling: disk O_DIRECT write, 2 threads", "ceiling: disk buffered write"]
+    assert writes[3:6] == writes[1:3] + writes[:1]
     assert any(s.startswith("ceiling: disk O_DIRECT read") for s in seen)  # no cold group: measured before
     for name in ("host_memcpy", "page_cache_read", "disk_direct_write", "disk_buffered_write"):
         entry = doc["ceilings"][name]

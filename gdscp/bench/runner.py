@@ -513,21 +513,33 @@ class Benchmark:
             self._load_buffer()
         records = [self._record(tool, group) for tool in tools]
         samples: list[list] = [[] for _ in tools]
+
+        def tool_run(tool: Tool, record: dict, tool_samples: list, run: int) -> None:
+            steps.start(f"{group.label}: {tool.label}, run {run + 1}/{plan.runs}")
+            if tool.name not in self.failed:
+                try:
+                    self._one_run(tool, group, run, record, tool_samples)
+                except Exception as exc:
+                    if tool.name == "gdscp":
+                        raise
+                    self._baseline_failed(tool, group, exc)
+            steps.finish()
+
+        def ceiling_run(index: int, job: Callable[[int], dict], description: str, run: int) -> None:
+            steps.start(f"{group.label}: ceiling: {description}, run {run + 1}/{plan.runs}")
+            ceiling_runs.setdefault(index, []).append(job(1))
+            steps.finish()
+
+        # Each round starts one place further along the list of tools and
+        # ceilings, so that none always runs first or last: on a disk whose
+        # rate drifts within a round (a cache below the machine warming up),
+        # a fixed order would favour whoever ran at the same point each time.
+        order = [lambda run, t=t, r=r, s=s: tool_run(t, r, s, run) for t, r, s in zip(tools, records, samples)]
+        order += [lambda run, i=i, j=j, d=d: ceiling_run(i, j, d, run) for i, (_, j, d, _) in ceiling_jobs]
         for run in range(plan.runs):
-            for tool, record, tool_samples in zip(tools, records, samples):
-                steps.start(f"{group.label}: {tool.label}, run {run + 1}/{plan.runs}")
-                if tool.name not in self.failed:
-                    try:
-                        self._one_run(tool, group, run, record, tool_samples)
-                    except Exception as exc:
-                        if tool.name == "gdscp":
-                            raise
-                        self._baseline_failed(tool, group, exc)
-                steps.finish()
-            for index, (_, job, description, _) in ceiling_jobs:
-                steps.start(f"{group.label}: ceiling: {description}, run {run + 1}/{plan.runs}")
-                ceiling_runs.setdefault(index, []).append(job(1))
-                steps.finish()
+            shift = run % len(order) if order else 0
+            for step in order[shift:] + order[:shift]:
+                step(run)
         return [self._finish(record, s) for record, s in zip(records, samples) if record["tool"] not in self.failed]
 
     def _baseline_failed(self, tool: Tool, group: Group, exc: Exception) -> None:

@@ -104,7 +104,12 @@ def drop_system_page_cache(reclaim_dentries_and_inodes: bool = True, sync_first:
     """
     if sync_first:
         os.sync()
-    level = "3" if reclaim_dentries_and_inodes else "1"
+    return _set_drop_caches("3" if reclaim_dentries_and_inodes else "1")
+
+
+def _set_drop_caches(level: str) -> bool:
+    """Write ``level`` to ``vm.drop_caches``: directly as root, else through
+    ``sudo -n sysctl``. True if the kernel took it."""
     if os.geteuid() == 0:
         try:
             with open("/proc/sys/vm/drop_caches", "w") as f:

@@ -83,7 +83,8 @@ run_mode() {
   # the interpreter does not link libstdc++, so without it the first C++
   # exception dies in the interceptor.
   libstdcxx="$(gcc -print-file-name=libstdc++.so)"
-  env_run=(env "LD_PRELOAD=$runtime $libstdcxx" PYTHONFAULTHANDLER=1)
+  # GDSCP_TESTS_BESIDE_OTHERS: the two runs share the machine (tests/conftest.py).
+  env_run=(env "LD_PRELOAD=$runtime $libstdcxx" PYTHONFAULTHANDLER=1 GDSCP_TESTS_BESIDE_OTHERS=1)
   if [ "$mode" = address ]; then
     # Python's own allocations look like leaks to LeakSanitizer, so leaks are off.
     env_run+=("ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:log_path=$logs/asan:strict_string_checks=1:detect_stack_use_after_return=1"

@@ -43,6 +43,27 @@ def require_gpu() -> bool:
     return os.environ.get("GDSCP_REQUIRE_GPU", "").strip().lower() in {"1", "true", "yes", "on"}
 
 
+def beside_other_test_runs() -> bool:
+    """Whether other test runs share this machine (the sanitizer runs go side
+    by side, each over two processes): set GDSCP_TESTS_BESIDE_OTHERS=1."""
+    return os.environ.get("GDSCP_TESTS_BESIDE_OTHERS", "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def pytest_configure(config):
+    # The CLI's tables take the width COLUMNS gives, else 160 columns where
+    # the output is not a terminal; pytest-xdist's workers inherit a COLUMNS
+    # of 80, which would cut long temporary paths short in some runs only.
+    os.environ.pop("COLUMNS", None)
+    # Dropping the whole machine's page cache (as root) would take the cached
+    # pages from under the tests of the runs beside this one that read a file
+    # they have just cached. There, gdscp is refused the drop, as a user
+    # without root is.
+    if beside_other_test_runs():
+        import gdscp.page_cache
+
+        gdscp.page_cache._set_drop_caches = lambda level: False
+
+
 def pytest_report_header(config):
     available, reason = gpu_status()
     policy = "required" if require_gpu() else "optional"

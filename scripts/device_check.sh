@@ -91,9 +91,11 @@ gdscp info /tmp 2>&1 | tee "$OUT/info.txt"
 
 if [[ $steps == *" tests "* ]]; then
   echo "== tests"
-  GDSCP_REQUIRE_GPU=1 timeout "$(limit 480)" python3 -m pytest -q -rs -p no:cacheprovider --durations=40 "$repo/tests" \
+  # One line per test as it ends (-v): a run cut short by the timeout still
+  # names every test that failed before it.
+  GDSCP_REQUIRE_GPU=1 timeout "$(limit 540)" python3 -m pytest -v -rs -p no:cacheprovider --durations=40 "$repo/tests" \
     >"$OUT/tests.log" 2>&1 || rc=1
-  grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/tests.log" | tail -30
+  grep -E "^(FAILED|ERROR)| (FAILED|ERROR)|passed|failed" "$OUT/tests.log" | tail -30
 fi
 
 if [[ $steps == *" bench "* ]]; then

@@ -57,7 +57,10 @@ size_t readahead_step(dev_t dev) {
 
 void ask_disk(int fd, int64_t off, size_t len) {
   struct stat st {};
-  const size_t step = ::fstat(fd, &st) == 0 ? readahead_step(st.st_dev) : kDefaultStep;
+  if (::fstat(fd, &st) != 0) return;
+  if (off >= st.st_size) return;  // nothing there to read ahead
+  len = std::min(len, static_cast<size_t>(st.st_size - off));
+  const size_t step = readahead_step(st.st_dev);
   for (size_t at = 0; at < len; at += step)
     ::posix_fadvise(fd, off + static_cast<int64_t>(at), static_cast<off_t>(std::min(step, len - at)),
                     POSIX_FADV_WILLNEED);

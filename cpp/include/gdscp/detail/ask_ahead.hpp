@@ -18,9 +18,9 @@ namespace gdscp::detail {
 // not say, as for files whose device is not a block device of its own.
 size_t readahead_step(dev_t dev);
 
-// Asks the disk for [off, off + len) of `fd` in readahead_step() steps; the
-// calls return once the reads are queued. Best effort: errors are ignored
-// (the read that follows gets the data either way).
+// Asks the disk for [off, off + len) of `fd`, up to the file's end, in
+// readahead_step() steps; the calls return once the reads are queued. Best
+// effort: errors are ignored (the read that follows gets the data either way).
 void ask_disk(int fd, int64_t off, size_t len);
 
 }  // namespace gdscp::detail

@@ -656,7 +656,11 @@ def test_a_bad_variable_on_a_rank_asked_for_help_ends_there(tmp_path):
     done = _run_or_kill(cmd)
     assert done.returncode == 2, done.stderr
     assert done.stderr.count("GDSCP_NUM_THREADS='abc' is not valid") == 1, done.stderr
-    assert done.stdout.count("Usage:") == 2  # the other ranks' help
+    # The other ranks' help: MPICH's launcher lets them finish. Open MPI's
+    # ends the job once a rank has left with a non-zero code, which may be
+    # before either has printed it.
+    helps = done.stdout.count("Usage:")
+    assert helps == 2 if _hydra() else helps <= 2, done.stdout
 
 
 # Every rank runs the command line through this: "interrupted plan" sends

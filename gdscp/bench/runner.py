@@ -5,6 +5,7 @@ noisy disk or a neighbour hurts every contender alike)."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import mmap
 import os
 import time
@@ -534,8 +535,8 @@ class Benchmark:
         # ceilings, so that none always runs first or last: on a disk whose
         # rate drifts within a round (a cache below the machine warming up),
         # a fixed order would favour whoever ran at the same point each time.
-        order = [lambda run, t=t, r=r, s=s: tool_run(t, r, s, run) for t, r, s in zip(tools, records, samples)]
-        order += [lambda run, i=i, j=j, d=d: ceiling_run(i, j, d, run) for i, (_, j, d, _) in ceiling_jobs]
+        order = [functools.partial(tool_run, *each) for each in zip(tools, records, samples)]
+        order += [functools.partial(ceiling_run, i, job, d) for i, (_, job, d, _) in ceiling_jobs]
         for run in range(plan.runs):
             shift = run % len(order) if order else 0
             for step in order[shift:] + order[:shift]:

@@ -34,7 +34,6 @@ class ChunkQueue {
       : chunks_(std::move(chunks)), chunk_size_(chunk_size), cancelled_(cancelled), workers_(workers) {
     for (const Chunk& c : chunks_) bytes_ += c.size;
     begin_ = chunks_.empty() ? 0 : chunks_.front().buf_offset;
-    file_end_ = chunks_.empty() ? 0 : chunks_.back().file_offset + static_cast<int64_t>(chunks_.back().size);
     end_.store(begin_ + bytes_, std::memory_order_relaxed);
   }
   ChunkQueue(const ChunkQueue&) = delete;
@@ -82,8 +81,10 @@ class ChunkQueue {
   // disk with `c` where `c` is cold: that chunk's worker, whoever it is,
   // finds it on its way).
   size_t after(const Chunk& c) const noexcept {
+    if (chunks_.empty()) return 0;
+    const int64_t last = chunks_.back().file_offset + static_cast<int64_t>(chunks_.back().size);
     const int64_t end = c.file_offset + static_cast<int64_t>(c.size);
-    return end < file_end_ ? std::min(chunk_size_, static_cast<size_t>(file_end_ - end)) : 0;
+    return end < last ? std::min(chunk_size_, static_cast<size_t>(last - end)) : 0;
   }
   size_t workers() const noexcept { return workers_; }
   size_t bytes() const noexcept { return bytes_; }
@@ -101,7 +102,6 @@ class ChunkQueue {
   size_t workers_;
   size_t bytes_ = 0;
   size_t begin_ = 0;
-  int64_t file_end_ = 0;
   std::atomic<size_t> end_{0};
   std::atomic<bool> skipped_{false};
 };

@@ -67,7 +67,8 @@ class IOFuture:
         """Skip the pieces of the transfer that have not started. ``get()``
         still waits for the running ones (after it the buffer is free to
         reuse) and returns the bytes moved without a gap from the start, so a
-        cancelled transfer reads as a short one; ``cancelled()`` tells it from
+        cancelled transfer reads as a short one (an append is all or nothing:
+        0, its range given back); ``cancelled()`` tells it from
         a read that met the end of the file. Cancelling a finished transfer,
         or twice, is harmless."""
         self._handle.cancel()
@@ -153,7 +154,9 @@ class CuFile:
 
     ``flags`` follow Python's ``open()``: "r", "w", "a", "x", each optionally
     with "+". In append mode every write lands at the current end of the file
-    and ``file_offset`` is ignored. The file is opened twice, buffered and (where
+    and ``file_offset`` is ignored; a write that fails or is cancelled there
+    leaves the file as it was, unless another append has landed after it
+    meanwhile. The file is opened twice, buffered and (where
     the filesystem allows) with ``O_DIRECT``.
     """
 

@@ -234,6 +234,10 @@ def test_device_appends_from_many_handles_never_overlap(go, compat):
     go(scenario_device_appends, compat=compat)
 
 
+def test_a_failed_device_append_leaves_the_file_as_it_was(go):
+    go(scenario_failed_device_appends)
+
+
 def test_device_buffer_without_cupy(go):
     go(scenario_device_buffer, devices=2)
 
@@ -1310,6 +1314,55 @@ def scenario_short_read_count(folder):
                 check(f.raw_read(buf, len(data)), buf, piece, f"raw, skip {skip}")
             finally:
                 _core.testing.disarm_fault()
+
+
+def scenario_failed_device_appends(folder):
+    """Appends from device memory that fail part-way (a pwrite, or a copy off
+    the GPU) through every way in: split over the workers, on the calling
+    thread, raw and stream-ordered. Each leaves the file as it was, and the
+    next append lands at the old end."""
+    import gdscp
+    from gdscp import _core
+
+    path = os.path.join(folder, "log.bin")
+    before = random_bytes(MiB + 5, 1)
+    with open(path, "wb") as out:
+        out.write(before)
+    big, small = random_bytes(4 * MiB + 3, 2), random_bytes(300 * KiB, 3)
+    stream = standin.cuda.stream()
+    calls = {
+        "write": lambda f, src, n: f.write(src, task_size=MiB),
+        "pwrite": lambda f, src, n: f.pwrite(src, task_size=MiB).get(),
+        "raw_write": lambda f, src, n: f.raw_write(src, n),
+        "raw_write_async": lambda f, src, n: f.raw_write_async(src, stream, n).check_bytes_done(),
+    }
+    with settings(compat_mode="on", num_threads=4, bounce_buffer_size=64 * KiB):
+        for name, call in calls.items():
+            for data in (big, small):
+                # Past the first piece where the call has several (big, split).
+                skip = 2 if name in ("write", "pwrite") and data is big else 0
+                for fault in ("pwrite", "cuMemcpyDtoHAsync"):
+                    src = standin.cuda.alloc(len(data)).set(data)
+                    with gdscp.CuFile(path, "a") as f:
+                        if fault == "pwrite":
+                            _core.testing.arm_fault("pwrite", skip, 1, errno.EIO)
+                            expected = OSError
+                        else:
+                            standin.cuda.fail(fault, CUDA_ERROR_ILLEGAL_ADDRESS, skip=skip)
+                            expected = gdscp.CudaError
+                        try:
+                            with pytest.raises(expected):
+                                call(f, src, len(data))
+                        finally:
+                            _core.testing.disarm_fault()
+                    assert standin.cuda.pending() == 0
+                    with open(path, "rb") as got:
+                        assert got.read() == before, (name, len(data), fault)
+        src = standin.cuda.alloc(len(big)).set(big)
+        with gdscp.CuFile(path, "a") as f:
+            assert f.write(src, task_size=MiB) == len(big)
+    with open(path, "rb") as got:
+        assert got.read() == before + big
 
 
 def scenario_device_appends(folder, compat):

@@ -255,6 +255,121 @@ def test_io_error_into_device_memory(tmp_path):
     )
 
 
+# -- an append that fails or is cancelled -----------------------------------------
+# A large append reserves its range at the end of the file, then fills it in
+# parallel. One that fails or is cancelled part-way gives the range back: the
+# file is as it was, and the next append lands where this one would have.
+
+
+@pytest.mark.parametrize("direct_io", [False, True], ids=["buffered", "direct"])
+def test_a_failed_append_leaves_the_file_as_it_was(tmp_path, direct_io):
+    run_child(
+        f"""
+        folder = {str(tmp_path)!r}
+        gdscp.defaults.set({{"direct_io": {direct_io!r}, "num_threads": 4}})
+        path = os.path.join(folder, "log.bin")
+        before = payload(3 * MiB + 123, 1)  # an end that is not block-aligned
+        before.tofile(path)
+        data = payload(8 * MiB + 7, 2)
+        # skip: system calls that succeed first (0: the first piece fails;
+        # 5: some pieces are in the file when one fails); count: once, or
+        # every call after.
+        for call in ("write", "pwrite"):
+            for skip in (0, 5):
+                for count in (1, 10_000):
+                    with gdscp.CuFile(path, "a") as f:
+                        _core.testing.arm_fault("pwrite", skip, count, errno.EIO)
+                        try:
+                            if call == "write":
+                                expect_os_error(lambda: f.write(data, task_size=MiB), errno.EIO, path)
+                            else:
+                                expect_os_error(f.pwrite(data, task_size=MiB).get, errno.EIO, path)
+                        finally:
+                            _core.testing.disarm_fault()
+                    got = np.fromfile(path, np.uint8)
+                    assert got.nbytes == before.nbytes, (call, skip, count, got.nbytes)
+                    assert np.array_equal(got, before), (call, skip, count)
+        # The next append lands right after the old end.
+        with gdscp.CuFile(path, "a") as f:
+            assert f.write(data, task_size=MiB) == data.nbytes
+        assert np.array_equal(np.fromfile(path, np.uint8), np.concatenate([before, data]))
+        assert_healthy(folder)
+        """,
+        tmp_path,
+    )
+
+
+def test_an_append_past_the_file_size_limit_changes_nothing(tmp_path):
+    """The reservation itself is refused (EFBIG): nothing is written."""
+    run_child(
+        f"""
+        folder = {str(tmp_path)!r}
+        path = os.path.join(folder, "log.bin")
+        before = payload(MiB + 5, 1)
+        before.tofile(path)
+        soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of death
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4 * MiB, hard))
+        with gdscp.CuFile(path, "a") as f:
+            e = expect_os_error(lambda: f.write(payload(8 * MiB, 2), task_size=MiB), errno.EFBIG, path)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        assert "append" in str(e), str(e)
+        assert np.array_equal(np.fromfile(path, np.uint8), before)
+        assert_healthy(folder)
+        """,
+        tmp_path,
+    )
+
+
+@pytest.mark.parametrize("later", [False, True], ids=["alone", "another-append-after-it"])
+def test_a_cancelled_append_is_given_back(tmp_path, later):
+    """An append cancelled while its first chunk is written and the rest wait
+    reports 0 bytes and leaves the file as it was; where another append has
+    landed after its range meanwhile, the range stays (what it wrote, zeros
+    elsewhere) and that append is kept whole."""
+    run_child(
+        f"""
+        import time
+        folder = {str(tmp_path)!r}
+        later = {later!r}
+        path = os.path.join(folder, "log.bin")
+        before = payload(MiB + 5, 1)
+        before.tofile(path)
+        data = payload(8 * MiB, 2)
+        tail = payload(1000, 3)
+        gdscp.defaults.set("num_threads", 2)
+        with gdscp.CuFile(path, "a") as f:
+            _core.testing.arm_hold(1)  # the second chunk claimed, and every one after, waits for the cancel
+            try:
+                future = f.pwrite(data, task_size=MiB)
+                deadline = time.monotonic() + 30
+                while _core.testing.held_workers() < 2:
+                    assert time.monotonic() < deadline, "the append's workers never reached the hold"
+                    time.sleep(0.001)
+                if later:
+                    with gdscp.CuFile(path, "a") as g:
+                        assert g.write(tail) == tail.nbytes
+                future.cancel()
+                assert future.get() == 0
+                assert future.cancelled()
+            finally:
+                _core.testing.disarm_fault()
+        got = np.fromfile(path, np.uint8)
+        if not later:
+            assert np.array_equal(got, before)
+        else:
+            assert got.nbytes == before.nbytes + data.nbytes + tail.nbytes, got.nbytes
+            assert np.array_equal(got[: before.nbytes], before)
+            assert np.array_equal(got[-tail.nbytes :], tail)
+            middle = got[before.nbytes : before.nbytes + data.nbytes].reshape(8, MiB)
+            for i, chunk in enumerate(middle):
+                assert np.array_equal(chunk, data[i * MiB : (i + 1) * MiB]) or not chunk.any(), i
+        assert_healthy(folder)
+        """,
+        tmp_path,
+    )
+
+
 # -- a file cut short while it is read ------------------------------------------
 
 

@@ -52,6 +52,30 @@ MemoryTarget raw_target(uintptr_t base) {
   return mem;
 }
 
+// An append's reserved range (File::reserve_append) once the write into it
+// has ended: kept whole, or given back unless every byte was written, so an
+// append that fails or is cancelled leaves the file as it was and reports
+// nothing appended. Returns the bytes the append reports.
+size_t settle_append(const detail::File& f, int64_t start, size_t n, size_t moved, bool failed) noexcept {
+  if (!failed && moved == n) return n;
+  f.release_append(start, n);
+  return 0;
+}
+
+// `write` (a write on the calling thread into the range an append reserved
+// at `start`), settled as above.
+template <class Write>
+size_t fill_reserved(const detail::File& f, int64_t start, size_t n, const Write& write) {
+  size_t moved;
+  try {
+    moved = write();
+  } catch (...) {
+    f.release_append(start, n);
+    throw;
+  }
+  return settle_append(f, start, n, moved, false);
+}
+
 // One transfer on the calling thread through the file's device backend. The
 // chunk's staging is bounded by the settings' task size, as a chunk of a
 // parallel request would be.
@@ -62,6 +86,58 @@ size_t raw_transfer(const OpenFile& st, const MemoryTarget& mem, bool write, uin
   Backend& b = *st.backends.device;
   const size_t n = write ? b.write(mem, p, one, s, nullptr) : b.read(mem, p, one, s, nullptr);
   return std::min(n, one.moved());
+}
+
+// submit() once the file is chosen: the request's tasks, queued.
+std::unique_ptr<Future> submit_tasks(const std::shared_ptr<const OpenFile>& st, Backend* backend, MemoryTarget mem,
+                                     char* base, bool write, size_t size, int64_t offset, bool appending,
+                                     const Settings& s) {
+  detail::Dispatch d = detail::plan_dispatch(offset, size, s);
+  if (!write && !mem.device && size >= kPrepareMin && d.tasks <= kPrepareMaxTasks &&
+      detail::destination_unmapped(base, size)) {
+    // Only what the file holds now: the read leaves pages past its end untouched.
+    const int64_t file_size = st->file->size();
+    mem.populate_bytes = file_size > offset ? std::min<size_t>(size, static_cast<size_t>(file_size - offset)) : 0;
+  }
+  auto req = std::make_shared<Request>(d.tasks, st);
+  auto work = std::make_shared<ChunkQueue>(std::move(d.chunks), d.chunk_size, req->cancel_flag(), d.tasks);
+  req->count_contiguous(work);
+  if (appending)
+    req->settle_with([file = st->file, offset, size](size_t moved, bool failed) {
+      return settle_append(*file, offset, size, moved, failed);
+    });
+
+  // Every task of the request runs this over the shared queue; the request
+  // keeps the file (and `backend`) alive until the last one ends.
+  detail::run_tasks(req, d, [backend, mem, s, write, base, req, work] {
+    return write ? backend->write(mem, base, *work, s, req.get()) : backend->read(mem, base, *work, s, req.get());
+  });
+  return std::make_unique<Future>(std::move(req));
+}
+
+// raw_async() at a resolved file offset.
+std::unique_ptr<StreamFuture> raw_async_at(const std::shared_ptr<const OpenFile>& st, const MemoryTarget& mem,
+                                           bool write, uintptr_t base, size_t size, int64_t file_offset,
+                                           int64_t dev_offset, uintptr_t stream, const Settings& s) {
+  const auto cu_stream = reinterpret_cast<CUstream>(stream);
+  Backend& backend = *st->backends.device;
+  if (size > 0 && backend.supports_async()) {
+    auto op = std::make_unique<detail::AsyncOp>();
+    op->size = size;
+    op->file_offset = file_offset;
+    op->buf_offset = dev_offset;
+    if (backend.submit_async(write, mem, reinterpret_cast<void*>(base), *op, cu_stream))
+      return std::make_unique<StreamFuture>(st, &backend, cu_stream, mem.ctx, 0, std::move(op));
+  }
+  // Stream-ordered fallback: let the stream's earlier work finish, then move the
+  // bytes before returning, so later work on the stream sees them.
+  const CudaDriver& drv = CudaDriver::require();
+  {
+    ScopedContext scope(drv, mem.ctx);
+    drv.check(drv.cuStreamSynchronize(cu_stream), "cuStreamSynchronize");
+  }
+  const size_t n = size == 0 ? 0 : raw_transfer(*st, mem, write, base, size, file_offset, dev_offset, s);
+  return std::make_unique<StreamFuture>(st, &backend, cu_stream, mem.ctx, n, nullptr);
 }
 
 }  // namespace
@@ -134,27 +210,17 @@ std::unique_ptr<Future> Handle::submit(bool write, uintptr_t buf, bool device, s
   MemoryTarget mem = target_for(buf, device);
   Backend* backend = mem.device ? st->backends.device.get() : st->backends.host.get();
   char* base = reinterpret_cast<char*>(buf);
-  if (write && st->file->mode().append) {
+  const bool appending = write && st->file->mode().append;
+  if (appending) {
     if (backend->append_whole(mem, base, size)) return Future::ready(size);
     offset = st->file->reserve_append(size);
   }
-  detail::Dispatch d = detail::plan_dispatch(offset, size, s);
-  if (!write && !mem.device && size >= kPrepareMin && d.tasks <= kPrepareMaxTasks &&
-      detail::destination_unmapped(base, size)) {
-    // Only what the file holds now: the read leaves pages past its end untouched.
-    const int64_t file_size = st->file->size();
-    mem.populate_bytes = file_size > offset ? std::min<size_t>(size, static_cast<size_t>(file_size - offset)) : 0;
+  try {
+    return submit_tasks(st, backend, mem, base, write, size, offset, appending, s);
+  } catch (...) {
+    if (appending) st->file->release_append(offset, size);
+    throw;
   }
-  auto req = std::make_shared<Request>(d.tasks, st);
-  auto work = std::make_shared<ChunkQueue>(std::move(d.chunks), d.chunk_size, req->cancel_flag(), d.tasks);
-  req->count_contiguous(work);
-
-  // Every task of the request runs this over the shared queue; the request
-  // keeps the file (and `backend`) alive until the last one ends.
-  detail::run_tasks(req, d, [backend, mem, s, write, base, req, work] {
-    return write ? backend->write(mem, base, *work, s, req.get()) : backend->read(mem, base, *work, s, req.get());
-  });
-  return std::make_unique<Future>(std::move(req));
 }
 
 std::unique_ptr<Future> Handle::pread(uintptr_t buf, bool device, size_t size, int64_t file_offset,
@@ -175,14 +241,16 @@ size_t Handle::transfer_now(bool write, uintptr_t buf, bool device, size_t size,
   const MemoryTarget mem = target_for(buf, device);
   Backend* backend = mem.device ? st->backends.device.get() : st->backends.host.get();
   char* base = reinterpret_cast<char*>(buf);
-  if (write && st->file->mode().append) {
-    if (backend->append_whole(mem, base, size)) return size;
-    offset = st->file->reserve_append(size);
-  }
   // The one chunk submit() would plan for this size, run as its one task would.
   if (!write) return backend->read_one(mem, base, size, offset, s);
-  ChunkQueue one({Chunk{0, offset, size}}, size);
-  return backend->write(mem, base, one, s, nullptr);
+  auto write_one = [&] {
+    ChunkQueue one({Chunk{0, offset, size}}, size);
+    return backend->write(mem, base, one, s, nullptr);
+  };
+  if (!st->file->mode().append) return write_one();
+  if (backend->append_whole(mem, base, size)) return size;
+  offset = st->file->reserve_append(size);
+  return fill_reserved(*st->file, offset, size, write_one);
 }
 
 size_t Handle::read_now(uintptr_t buf, bool device, size_t size, int64_t file_offset, const Settings& s) {
@@ -199,8 +267,10 @@ size_t Handle::raw(bool write, uintptr_t base, size_t size, int64_t file_offset,
   if (size == 0 && base == 0) return 0;  // an empty GPU array (CuPy's has no address): nothing to resolve
   const MemoryTarget mem = raw_target(base);
   if (size == 0) return 0;
-  if (write && st->file->mode().append) file_offset = st->file->reserve_append(size);
-  return raw_transfer(*st, mem, write, base, size, file_offset, dev_offset, s);
+  if (!write || !st->file->mode().append) return raw_transfer(*st, mem, write, base, size, file_offset, dev_offset, s);
+  file_offset = st->file->reserve_append(size);
+  return fill_reserved(*st->file, file_offset, size,
+                       [&] { return raw_transfer(*st, mem, write, base, size, file_offset, dev_offset, s); });
 }
 
 size_t Handle::raw_read(uintptr_t base, size_t size, int64_t file_offset, int64_t dev_offset, const Settings& s) {
@@ -217,26 +287,17 @@ std::unique_ptr<StreamFuture> Handle::raw_async(bool write, uintptr_t base, size
   // An empty GPU array (CuPy's has no address): nothing moves, nothing to order.
   if (size == 0 && base == 0) return std::make_unique<StreamFuture>(st, nullptr, nullptr, nullptr, 0, nullptr);
   const MemoryTarget mem = raw_target(base);
-  if (write && st->file->mode().append && size > 0) file_offset = st->file->reserve_append(size);
-  const auto cu_stream = reinterpret_cast<CUstream>(stream);
-  Backend& backend = *st->backends.device;
-  if (size > 0 && backend.supports_async()) {
-    auto op = std::make_unique<detail::AsyncOp>();
-    op->size = size;
-    op->file_offset = file_offset;
-    op->buf_offset = dev_offset;
-    if (backend.submit_async(write, mem, reinterpret_cast<void*>(base), *op, cu_stream))
-      return std::make_unique<StreamFuture>(st, &backend, cu_stream, mem.ctx, 0, std::move(op));
+  if (!write || !st->file->mode().append || size == 0) return raw_async_at(st, mem, write, base, size, file_offset, dev_offset,
+                                                              stream, s);
+  // An append queued on the stream (cuFile) can no longer be given back if it
+  // fails there; one that fails before it is queued, or in the fallback, is.
+  file_offset = st->file->reserve_append(size);
+  try {
+    return raw_async_at(st, mem, write, base, size, file_offset, dev_offset, stream, s);
+  } catch (...) {
+    st->file->release_append(file_offset, size);
+    throw;
   }
-  // Stream-ordered fallback: let the stream's earlier work finish, then move the
-  // bytes before returning, so later work on the stream sees them.
-  const CudaDriver& drv = CudaDriver::require();
-  {
-    ScopedContext scope(drv, mem.ctx);
-    drv.check(drv.cuStreamSynchronize(cu_stream), "cuStreamSynchronize");
-  }
-  const size_t n = size == 0 ? 0 : raw_transfer(*st, mem, write, base, size, file_offset, dev_offset, s);
-  return std::make_unique<StreamFuture>(st, &backend, cu_stream, mem.ctx, n, nullptr);
 }
 
 std::unique_ptr<StreamFuture> Handle::raw_read_async(uintptr_t base, size_t size, int64_t file_offset,

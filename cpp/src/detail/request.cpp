@@ -9,6 +9,9 @@ namespace gdscp::detail {
 void Request::finish_one(size_t bytes, std::exception_ptr error) {
   std::shared_ptr<const void> last;
   std::shared_ptr<const ChunkQueue> work;
+  Settle settle;
+  size_t moved;
+  bool failed;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     bytes_ += bytes;
@@ -24,6 +27,15 @@ void Request::finish_one(size_t bytes, std::exception_ptr error) {
       bytes_ = std::min(bytes_, work->moved());
       skipped_ = work->skipped();
     }
+    settle = std::move(settle_);
+    moved = bytes_;
+    failed = error_ != nullptr;
+  }
+  if (settle) {
+    const size_t kept = settle(moved, failed);
+    settle = nullptr;  // it may hold the file too
+    std::lock_guard<std::mutex> lock(mutex_);
+    bytes_ = kept;
   }
   work.reset();
   last.reset();  // may close the file's descriptors: before anyone sees the request done

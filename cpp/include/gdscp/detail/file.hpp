@@ -65,9 +65,15 @@ class File {
   // (fallocate, or ftruncate where the filesystem has no fallocate), so any
   // later append, from this handle, another or another process, lands after
   // it, and the tasks of this one can then write into it in parallel (through
-  // write_fd() and direct_fd()). A write that fails later leaves the rest of
-  // its range as zeros.
+  // write_fd() and direct_fd()).
   int64_t reserve_append(size_t n);
+  // Gives back the range reserve_append(n) returned `start` for, once the
+  // write into it failed or was cancelled: the file is cut back to `start`,
+  // as it was before the append, if it still ends where the range does.
+  // Where a later append has landed after it, the range stays (as zeros
+  // where it was not written): cutting it would take that append too.
+  // Best effort, never throws.
+  void release_append(int64_t start, size_t n) const noexcept;
 
   void require_readable() const;
   void require_writable() const;

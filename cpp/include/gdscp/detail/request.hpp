@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 
@@ -25,6 +26,13 @@ class Request {
   // start of the range (work_queue.hpp says why), not the tasks' sum. Set
   // before any task runs.
   void count_contiguous(std::shared_ptr<const ChunkQueue> work) noexcept { work_ = std::move(work); }
+
+  // Runs once, as the last task ends and before any waiter wakes, with the
+  // bytes the request moved and whether a task failed; what it returns
+  // becomes the request's byte count. An append gives back its reserved
+  // range there (handle.cpp). Set before any task runs; must not throw.
+  using Settle = std::function<size_t(size_t moved, bool failed)>;
+  void settle_with(Settle settle) { settle_ = std::move(settle); }
 
   // Called once per task, from whichever thread ran it.
   void task_done(size_t bytes);
@@ -58,6 +66,7 @@ class Request {
   size_t remaining_;
   std::shared_ptr<const void> keep_;
   std::shared_ptr<const ChunkQueue> work_;
+  Settle settle_;
   size_t bytes_ = 0;
   bool skipped_ = false;  // the queue's skipped(), kept once the last task lets the queue go
   std::exception_ptr error_;

@@ -249,6 +249,15 @@ def test_io_error_into_device_memory(tmp_path):
                     expect_os_error(call, errno.EIO, path)
                 finally:
                     _core.testing.disarm_fault()
+        # An append from GPU memory that fails part-way leaves the file as it was.
+        before = np.fromfile(path, np.uint8)
+        with gdscp.CuFile(path, "a") as f:
+            _core.testing.arm_fault("pwrite", 2, 1, errno.EIO)
+            try:
+                expect_os_error(lambda: f.write(cupy.asarray(data), task_size=MiB), errno.EIO, path)
+            finally:
+                _core.testing.disarm_fault()
+        assert np.array_equal(np.fromfile(path, np.uint8), before)
         assert_healthy(folder, cupy)
         """,
         tmp_path,

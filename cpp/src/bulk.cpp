@@ -337,9 +337,9 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
   // A file taking off: waits while as many are in flight as the process's
   // descriptors allow (the files waiting for their batch committed first,
   // and what this worker queued landed: either may let one close). False
-  // if the job was cancelled meanwhile; else `mark` is how many files had
-  // closed as it took off.
-  bool take_off(BulkWorker& w, uint64_t& mark) {
+  // if the job was cancelled meanwhile; else `mark` says how many files had
+  // closed, and how many had failed to open, as it took off.
+  bool take_off(BulkWorker& w, Flight::Mark& mark) {
     if (flight.take_off(mark, cancelled)) return true;
     if (cancelled.load()) return false;
     if (w.ring) w.ring->drain();
@@ -360,14 +360,15 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
   // aborted; `mark` from its take_off): from now on no more files in flight
   // than there are now, batches small enough to commit before they fill
   // that, the files waiting for their batch committed at once, and a wait
-  // until one more of the job's files has closed since it took off. False
-  // where none has and none is open (nothing of the job's own to wait for),
-  // or the job was cancelled.
-  bool wait_for_descriptors(BulkWorker& w, uint64_t mark) {
+  // until one more of the job's files has closed since it took off. With
+  // none of the job's files open: true if one has closed since, or others
+  // opening beside it failed the same way (Flight::ration); false where it
+  // was alone (nothing of the job's own to wait for), or the job was cancelled.
+  bool wait_for_descriptors(BulkWorker& w, const Flight::Mark& mark) {
     if (w.ring) w.ring->drain();
-    bool landed = false;
-    const size_t most = flight.ration(mark, landed);
-    if (most == 0) return landed && !cancelled.load();
+    bool retry = false;
+    const size_t most = flight.ration(mark, retry);
+    if (most == 0) return retry && !cancelled.load();
     {
       std::lock_guard<std::mutex> batch(commit_mutex);
       commit_files = std::max<size_t>(1, std::min(commit_files, most / 2));
@@ -740,7 +741,7 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
     std::shared_ptr<Transfer> t;
     std::string note;
     for (;;) {
-      uint64_t mark = 0;
+      Flight::Mark mark;
       if (!take_off(w, mark)) {
         opened(nullptr);
         recount(item, 0);

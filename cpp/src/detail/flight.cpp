@@ -11,30 +11,38 @@ namespace gdscp::detail {
 // bit, and notifies under the lock, which a waiter holds from its check
 // until it sleeps. Waiters only wait once rationed.
 
-bool Flight::take_off(uint64_t& mark, const std::atomic<bool>& cancelled) {
+bool Flight::take_off(Mark& mark, const std::atomic<bool>& cancelled) {
   if (cancelled.load()) return false;
+  // Read first: an abort between this and the count below only makes a
+  // failed open of this file try once more than it needs to.
+  mark.aborted = aborted_.load();
   uint64_t w = word_.load(std::memory_order_relaxed);
   while (!(w & kRationed)) {
     if (word_.compare_exchange_weak(w, w + 1)) {
-      mark = landed(w);
+      mark.landed = landed(w);
       return true;
     }
   }
   std::lock_guard<std::mutex> lock(mutex_);
   if (cancelled.load() || in_flight(word_.load()) >= most_) return false;
-  mark = landed(word_.fetch_add(1));
+  mark.aborted = aborted_.load();
+  mark.landed = landed(word_.fetch_add(1));
   return true;
 }
 
-bool Flight::take_off_waiting(uint64_t& mark, const std::atomic<bool>& cancelled) {
+bool Flight::take_off_waiting(Mark& mark, const std::atomic<bool>& cancelled) {
   std::unique_lock<std::mutex> lock(mutex_);
   cv_.wait(lock, [&] { return in_flight(word_.load()) < most_ || cancelled.load(); });
   if (cancelled.load()) return false;
-  mark = landed(word_.fetch_add(1));
+  mark.aborted = aborted_.load();
+  mark.landed = landed(word_.fetch_add(1));
   return true;
 }
 
-void Flight::abort() noexcept { changed(word_.fetch_sub(1)); }
+void Flight::abort() noexcept {
+  aborted_.fetch_add(1);
+  changed(word_.fetch_sub(1));
+}
 
 void Flight::land() noexcept { changed(word_.fetch_add(kLanding)); }
 
@@ -44,20 +52,24 @@ void Flight::changed(uint64_t before) noexcept {
   cv_.notify_all();
 }
 
-size_t Flight::ration(uint64_t mark, bool& landed_since) {
+size_t Flight::ration(const Mark& mark, bool& retry) {
   std::lock_guard<std::mutex> lock(mutex_);
   const uint64_t w = word_.fetch_or(kRationed);
   if (in_flight(w) == 0) {
-    landed_since = landed(w) != mark;
+    // Its own abort is one. Others' can only come from files that took off
+    // before the job went one at a time, so the retries end.
+    const bool others_aborted = aborted_.load() - mark.aborted > 1;
+    if (others_aborted) most_ = 1;
+    retry = landed(w) != mark.landed || others_aborted;
     return 0;
   }
   most_ = std::min(most_, in_flight(w));
   return most_;
 }
 
-bool Flight::wait_for_landing(uint64_t mark, const std::atomic<bool>& cancelled) {
+bool Flight::wait_for_landing(const Mark& mark, const std::atomic<bool>& cancelled) {
   std::unique_lock<std::mutex> lock(mutex_);
-  cv_.wait(lock, [&] { return landed(word_.load()) != mark || cancelled.load(); });
+  cv_.wait(lock, [&] { return landed(word_.load()) != mark.landed || cancelled.load(); });
   return !cancelled.load();
 }
 

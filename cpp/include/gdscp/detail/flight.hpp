@@ -43,13 +43,18 @@ class Flight {
     Flight* flight_ = nullptr;
   };
 
+  // How many files had landed, and how many had aborted, as one took off.
+  struct Mark {
+    uint64_t landed = 0;
+    uint64_t aborted = 0;
+  };
+
   // Counts a file taking off where there is room (always, until rationed);
-  // `mark` is then how many files had landed as it took off. False, counting
-  // nothing, if `cancelled`, or if the rationed job has as many in flight as
-  // it may (take_off_waiting then).
-  bool take_off(uint64_t& mark, const std::atomic<bool>& cancelled);
+  // `mark` is then set. False, counting nothing, if `cancelled`, or if the
+  // rationed job has as many in flight as it may (take_off_waiting then).
+  bool take_off(Mark& mark, const std::atomic<bool>& cancelled);
   // take_off, waiting for room; false if `cancelled` meanwhile.
-  bool take_off_waiting(uint64_t& mark, const std::atomic<bool>& cancelled);
+  bool take_off_waiting(Mark& mark, const std::atomic<bool>& cancelled);
   // A file that took off and holds nothing (it did not open, or was skipped).
   void abort() noexcept;
   // The file that took off has opened: in flight until the ticket goes.
@@ -58,11 +63,15 @@ class Flight {
   // A file that took off with `mark` could not open for want of descriptors
   // (and was aborted): the job is rationed to as many files in flight as it
   // has now. Returns how many it may have from now on; 0 where none of its
-  // files is in flight (the limit stays as it was), `landed_since` saying then
-  // whether one has landed since `mark`.
-  size_t ration(uint64_t mark, bool& landed_since);
+  // files is in flight, `retry` saying then whether the file may try again:
+  // one has landed since `mark`, or others that took off beside it have
+  // aborted since (files opening at once can each hold a descriptor the
+  // others lack, and all fail), and from then on the job opens one file at
+  // a time. False where it was alone: the process's other descriptors leave
+  // the job none.
+  size_t ration(const Mark& mark, bool& retry);
   // Waits until a file has landed since `mark`; false if `cancelled` first.
-  bool wait_for_landing(uint64_t mark, const std::atomic<bool>& cancelled);
+  bool wait_for_landing(const Mark& mark, const std::atomic<bool>& cancelled);
   // Wakes the waiters, to see that the job was cancelled (set before).
   void wake();
 
@@ -81,6 +90,7 @@ class Flight {
   static uint64_t landed(uint64_t w) noexcept { return w >> 32; }
 
   std::atomic<uint64_t> word_{0};
+  std::atomic<uint64_t> aborted_{0};  // aborts so far (counted before the word changes)
   // Once rationed: take-offs count themselves under the lock (a check for
   // room and the count are one step), and landings, aborts and a cancel
   // notify under it (a waiter between its check and its sleep misses none).

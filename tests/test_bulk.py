@@ -507,8 +507,8 @@ src, dst, spare = sys.argv[1], sys.argv[2], int(sys.argv[3])
 names = sorted(os.listdir(src))
 datas = [open(f"{src}/{n}", "rb").read() for n in names]
 gdscp.defaults.set("num_threads", 16)
-# What the process holds open once a job has run (on a GPU machine the
-# driver's own descriptors among them), plus `spare` for the jobs below.
+# What the process holds open once a job has run, plus `spare` for the jobs
+# below: 16 workers opening files at once find too few for all of them.
 gdscp.read_files([f"{src}/{names[0]}"]).results()
 limit = len(os.listdir("/proc/self/fd")) + spare
 resource.setrlimit(resource.RLIMIT_NOFILE, (limit, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))

@@ -39,14 +39,19 @@ def has_gpu() -> bool:
     return gpu_status()[0]
 
 
+def env_flag(name: str) -> bool:
+    """Whether the environment variable ``name`` is set to a true value (1, true, yes, on)."""
+    return os.environ.get(name, "").strip().lower() in {"1", "true", "yes", "on"}
+
+
 def require_gpu() -> bool:
-    return os.environ.get("GDSCP_REQUIRE_GPU", "").strip().lower() in {"1", "true", "yes", "on"}
+    return env_flag("GDSCP_REQUIRE_GPU")
 
 
 def beside_other_test_runs() -> bool:
     """Whether other test runs share this machine (the sanitizer runs go side
     by side, each over two processes): set GDSCP_TESTS_BESIDE_OTHERS=1."""
-    return os.environ.get("GDSCP_TESTS_BESIDE_OTHERS", "").strip().lower() in {"1", "true", "yes", "on"}
+    return env_flag("GDSCP_TESTS_BESIDE_OTHERS")
 
 
 def pytest_configure(config):

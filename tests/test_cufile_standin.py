@@ -30,7 +30,7 @@ import numpy as np
 import pytest
 
 import standin
-from conftest import POISON, DLPackOnly, random_bytes
+from conftest import POISON, DLPackOnly, env_flag, random_bytes
 
 MiB = 1 << 20
 KiB = 1 << 10
@@ -51,7 +51,7 @@ CUDA_ERROR_ILLEGAL_ADDRESS = 700
 # the tests (this process): build the stand-ins, run each scenario in a child
 # ==========================================================================
 def _required() -> bool:
-    return os.environ.get("GDSCP_REQUIRE_STANDIN", "").strip().lower() in {"1", "true", "yes", "on"}
+    return env_flag("GDSCP_REQUIRE_STANDIN")
 
 
 @pytest.fixture(scope="session")

@@ -62,18 +62,16 @@ size_t settle_append(const detail::File& f, int64_t start, size_t n, size_t move
   return 0;
 }
 
-// `write` (a write on the calling thread into the range an append reserved
-// at `start`), settled as above.
-template <class Write>
-size_t fill_reserved(const detail::File& f, int64_t start, size_t n, const Write& write) {
-  size_t moved;
+// Runs `step`, which writes (or queues the writes) into the range an append
+// reserved at `start`; a throw gives the range back on its way out.
+template <class Step>
+auto releasing_on_throw(const detail::File& f, int64_t start, size_t n, const Step& step) -> decltype(step()) {
   try {
-    moved = write();
+    return step();
   } catch (...) {
     f.release_append(start, n);
     throw;
   }
-  return settle_append(f, start, n, moved, false);
 }
 
 // One transfer on the calling thread through the file's device backend. The
@@ -210,17 +208,11 @@ std::unique_ptr<Future> Handle::submit(bool write, uintptr_t buf, bool device, s
   MemoryTarget mem = target_for(buf, device);
   Backend* backend = mem.device ? st->backends.device.get() : st->backends.host.get();
   char* base = reinterpret_cast<char*>(buf);
-  const bool appending = write && st->file->mode().append;
-  if (appending) {
-    if (backend->append_whole(mem, base, size)) return Future::ready(size);
-    offset = st->file->reserve_append(size);
-  }
-  try {
-    return submit_tasks(st, backend, mem, base, write, size, offset, appending, s);
-  } catch (...) {
-    if (appending) st->file->release_append(offset, size);
-    throw;
-  }
+  if (!write || !st->file->mode().append) return submit_tasks(st, backend, mem, base, write, size, offset, false, s);
+  if (backend->append_whole(mem, base, size)) return Future::ready(size);
+  offset = st->file->reserve_append(size);
+  return releasing_on_throw(*st->file, offset, size,
+                            [&] { return submit_tasks(st, backend, mem, base, write, size, offset, true, s); });
 }
 
 std::unique_ptr<Future> Handle::pread(uintptr_t buf, bool device, size_t size, int64_t file_offset,
@@ -250,7 +242,7 @@ size_t Handle::transfer_now(bool write, uintptr_t buf, bool device, size_t size,
   if (!st->file->mode().append) return write_one();
   if (backend->append_whole(mem, base, size)) return size;
   offset = st->file->reserve_append(size);
-  return fill_reserved(*st->file, offset, size, write_one);
+  return settle_append(*st->file, offset, size, releasing_on_throw(*st->file, offset, size, write_one), false);
 }
 
 size_t Handle::read_now(uintptr_t buf, bool device, size_t size, int64_t file_offset, const Settings& s) {
@@ -267,10 +259,10 @@ size_t Handle::raw(bool write, uintptr_t base, size_t size, int64_t file_offset,
   if (size == 0 && base == 0) return 0;  // an empty GPU array (CuPy's has no address): nothing to resolve
   const MemoryTarget mem = raw_target(base);
   if (size == 0) return 0;
-  if (!write || !st->file->mode().append) return raw_transfer(*st, mem, write, base, size, file_offset, dev_offset, s);
+  const auto move = [&] { return raw_transfer(*st, mem, write, base, size, file_offset, dev_offset, s); };
+  if (!write || !st->file->mode().append) return move();
   file_offset = st->file->reserve_append(size);
-  return fill_reserved(*st->file, file_offset, size,
-                       [&] { return raw_transfer(*st, mem, write, base, size, file_offset, dev_offset, s); });
+  return settle_append(*st->file, file_offset, size, releasing_on_throw(*st->file, file_offset, size, move), false);
 }
 
 size_t Handle::raw_read(uintptr_t base, size_t size, int64_t file_offset, int64_t dev_offset, const Settings& s) {
@@ -287,17 +279,12 @@ std::unique_ptr<StreamFuture> Handle::raw_async(bool write, uintptr_t base, size
   // An empty GPU array (CuPy's has no address): nothing moves, nothing to order.
   if (size == 0 && base == 0) return std::make_unique<StreamFuture>(st, nullptr, nullptr, nullptr, 0, nullptr);
   const MemoryTarget mem = raw_target(base);
-  if (!write || !st->file->mode().append || size == 0) return raw_async_at(st, mem, write, base, size, file_offset, dev_offset,
-                                                              stream, s);
+  const auto queue = [&] { return raw_async_at(st, mem, write, base, size, file_offset, dev_offset, stream, s); };
+  if (!write || !st->file->mode().append || size == 0) return queue();
   // An append queued on the stream (cuFile) can no longer be given back if it
   // fails there; one that fails before it is queued, or in the fallback, is.
   file_offset = st->file->reserve_append(size);
-  try {
-    return raw_async_at(st, mem, write, base, size, file_offset, dev_offset, stream, s);
-  } catch (...) {
-    st->file->release_append(file_offset, size);
-    throw;
-  }
+  return releasing_on_throw(*st->file, file_offset, size, queue);
 }
 
 std::unique_ptr<StreamFuture> Handle::raw_read_async(uintptr_t base, size_t size, int64_t file_offset,

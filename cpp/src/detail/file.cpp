@@ -239,15 +239,13 @@ int64_t File::reserve_append(size_t n) {
 void File::release_append(int64_t start, size_t n) const noexcept {
   try {
     const AppendLock lock(*this);
-    struct stat st {};
-    if (::fstat(write_fd_, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size != start + static_cast<int64_t>(n))
-      return;
+    if (size() != start + static_cast<int64_t>(n)) return;
     int r;
     do {
       r = ::ftruncate(write_fd_, start);
     } while (r != 0 && errno == EINTR);
   } catch (...) {
-    // The lock refused: the range stays, as it would after a crash.
+    // The lock or fstat refused: the range stays, as it would after a crash.
   }
 }
 

@@ -25,7 +25,6 @@ bool Flight::take_off(Mark& mark, const std::atomic<bool>& cancelled) {
   }
   std::lock_guard<std::mutex> lock(mutex_);
   if (cancelled.load() || in_flight(word_.load()) >= most_) return false;
-  mark.aborted = aborted_.load();
   mark.landed = landed(word_.fetch_add(1));
   return true;
 }

@@ -53,11 +53,15 @@ class IOFuture:
                 handle.cancel()
                 handle.wait(-1.0)
                 raise
+        self._keep = None  # the transfer has ended: the buffer is the caller's again
         return handle.get()
 
     def done(self) -> bool:
         """True once every task of the transfer has finished."""
-        return self._handle.done()
+        if self._handle.done():
+            self._keep = None
+            return True
+        return False
 
     def progress(self) -> int:
         """Bytes moved so far (for progress reports)."""
@@ -156,7 +160,9 @@ class CuFile:
     with "+". In append mode every write lands at the current end of the file
     and ``file_offset`` is ignored; a write that fails or is cancelled there
     leaves the file as it was, unless another append has landed after it
-    meanwhile. The file is opened twice, buffered and (where
+    meanwhile. Large appends take their range under an exclusive ``flock``:
+    another program appending to the file must take it too, or its data can
+    land in that range and be overwritten. The file is opened twice, buffered and (where
     the filesystem allows) with ``O_DIRECT``.
     """
 

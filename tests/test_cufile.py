@@ -11,6 +11,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import time
 import warnings
 
 import numpy as np
@@ -512,6 +513,27 @@ def test_future_get_twice_and_done(tmp_file):
         assert future.get() == 4 * MiB
 
 
+@pytest.mark.parametrize("ends_by", ["get", "done"])
+@pytest.mark.parametrize("write", [False, True], ids=["pread", "pwrite"])
+def test_a_finished_future_lets_go_of_its_buffer(tmp_file, ends_by, write):
+    """Once a parallel transfer has ended (get() returned, or done() said so),
+    its buffer is the caller's again: a bytearray can grow, though the future
+    is still held."""
+    path, data = tmp_file(4 * MiB)
+    buf = bytearray(os.urandom(4 * MiB)) if write else bytearray(4 * MiB)
+    expected = bytes(buf) if write else data
+    with gdscp.CuFile(path, "r+") as f:
+        future = (f.pwrite if write else f.pread)(buf, task_size=65536)
+        if ends_by == "get":
+            assert future.get() == 4 * MiB
+        else:
+            while not future.done():
+                time.sleep(0.001)
+        buf.extend(b"x")  # BufferError while anything still holds an export of it
+        assert future.get() == 4 * MiB
+    assert bytes(buf[:-1]) == expected == file_bytes(path)
+
+
 # --------------------------------------------------------------------------
 # O_DIRECT
 # --------------------------------------------------------------------------
@@ -782,7 +804,7 @@ def test_an_open_that_fails_for_want_of_cufile_leaves_the_file(tmp_path, flags):
             shutil.rmtree(folder, ignore_errors=True)
 
 
-@pytest.mark.parametrize("flags", ["", "q", "rw", "r++", "wa", "+", "R", "ax", "rw+", "rbt"])
+@pytest.mark.parametrize("flags", ["", "q", "rw", "r++", "wa", "+", "R", "ax", "rw+", "rbt", "rbb", "wtt"])
 def test_unknown_flags(tmp_file, flags):
     path, data = tmp_file(10)
     with pytest.raises(ValueError) as info:

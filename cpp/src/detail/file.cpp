@@ -30,9 +30,11 @@ OpenMode parse_open_mode(std::string_view mode) {
         plus = true;
         break;
       case 'b':  // the bytes move as they are either way: "b" and "t" (open()'s default) change nothing
+        if (binary) primary = 99;  // "bb" is as invalid as in open()
         binary = true;
         break;
       case 't':
+        if (text) primary = 99;
         text = true;
         break;
       default:

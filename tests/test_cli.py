@@ -240,6 +240,28 @@ def test_copy_into_a_tree_does_not_follow_a_link_inside_it(capsys, tmp_path):
     assert (outside / "sub" / "victim").read_bytes() == b"new"
 
 
+@pytest.mark.parametrize("target", ["/", ".."])
+def test_a_directory_that_cannot_be_made_takes_only_its_own_contents(capsys, tmp_path, target):
+    """A link in DST where the tree has a directory, pointing at / or at an
+    ancestor: that directory fails alone; the rest of the tree, which lies
+    under where the link points, is still copied."""
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    (src / "a").mkdir(parents=True)
+    (src / "b").mkdir()
+    (src / "a" / "x").write_bytes(b"x")
+    for i in range(3):
+        (src / "b" / f"f{i}").write_bytes(b"%d" % i)
+    (src / "z").write_bytes(b"z")
+    (dst / "src").mkdir(parents=True)
+    (dst / "src" / "a").symlink_to(target)
+    code, doc, err = cli_json(capsys, "copy", "-r", str(src), str(dst))
+    assert code == 1 and doc["copied"] == 4 and doc["failed"] == 1, err
+    assert [f["status"] for f in doc["files"] if f["source"] == str(src / "a")] == ["failed"]
+    assert {p.name: p.read_bytes() for p in (dst / "src" / "b").iterdir()} == {"f0": b"0", "f1": b"1", "f2": b"2"}
+    assert (dst / "src" / "z").read_bytes() == b"z"
+    assert os.readlink(dst / "src" / "a") == target
+
+
 def test_copy_makes_the_names_of_new_directories_and_links_durable(capsys, tmp_path, monkeypatch):
     """A tree of directories and links alone (no file: no job to sync) still
     has the directory holding each new name fsynced."""

@@ -382,3 +382,55 @@ def test_ctrl_c_as_the_command_ends_is_quiet():
     assert result.returncode == 130, result.stderr
     assert "Traceback" not in result.stderr and result.stderr == "", result.stderr
     assert json.loads(result.stdout)["command"] == "info"
+
+
+# The child: argv[1] is when the signal comes (as the result is being
+# serialised, or halfway through writing it), argv[2] the signal, the rest
+# the command line run through the entry.
+RESULT_SIGNALLED = r"""
+import os, signal, sys
+from gdscp.cli import output
+when, sig = sys.argv[1], getattr(signal, sys.argv[2])
+sent = []
+if when == "serialising":
+    serialise = output.json_text
+    def json_text(data):
+        if not sent:
+            sent.append(os.kill(os.getpid(), sig))
+        return serialise(data)
+    output.json_text = json_text
+else:
+    write = output._write_stdout
+    def _write_stdout(text):
+        half = len(text) // 2
+        write(text[:half])
+        if not sent:
+            sent.append(os.kill(os.getpid(), sig))
+        write(text[half:])
+    output._write_stdout = _write_stdout
+sys.argv = ["gdscp", *sys.argv[3:]]
+from gdscp.cli.main import main
+main()
+"""
+
+
+@pytest.mark.parametrize("sig, code", [("SIGINT", 130), ("SIGTERM", 143)])
+@pytest.mark.parametrize("when", ["serialising", "writing"])
+def test_a_signal_as_the_result_is_written_leaves_one_whole_document(tmp_path, when, sig, code):
+    """A Ctrl-C or SIGTERM as the command's --json result is being made or
+    written: stdout still holds one whole JSON document, the failure's where
+    the signal came before the result began, else the result itself; the
+    exit code is the signal's."""
+    import json
+
+    (tmp_path / "a").write_bytes(b"12345")
+    done = subprocess.run([sys.executable, "-c", RESULT_SIGNALLED, when, sig, "copy", str(tmp_path / "a"),
+                           str(tmp_path / "b"), "--json"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == code, done.stderr
+    assert "Traceback" not in done.stderr
+    doc = json.loads(done.stdout)
+    if when == "serialising":
+        word = "interrupted" if sig == "SIGINT" else "terminated"
+        assert doc == {"command": "copy", "ok": False, "error": word, "exit_code": code}
+    else:
+        assert doc["ok"] is True and doc["copied"] == 1

@@ -288,7 +288,9 @@ class _Copier:
         files: list[tuple[_Job, _Record]] = []
         after: list[_Job] = []
         for k, job in enumerate(jobs):
-            if self.failed_dirs and any(_inside(job.dst, bad) for bad in self.failed_dirs):
+            # By name, not by where links lead: a failed directory that is a
+            # link to / or to an ancestor would otherwise take every file with it.
+            if self.failed_dirs and any(job.dst.startswith(bad.rstrip(os.sep) + os.sep) for bad in self.failed_dirs):
                 continue  # its directory could not be made; that was reported once
             if job.kind == "dirmeta":
                 after.append(job)

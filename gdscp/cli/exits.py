@@ -7,7 +7,6 @@ may run in the middle of any import."""
 
 import os
 import sys
-from typing import Sequence
 
 __all__ = ["EXIT_FAILURE", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_TERMINATED", "EXIT_USAGE", "INTERRUPTED",
            "STDOUT_CLOSED", "Documents", "early_result", "json_asked"]
@@ -31,7 +30,7 @@ class Documents:
     written = False
 
 
-def json_asked(args: Sequence[str]) -> bool:
+def json_asked(args: "list[str]") -> bool:
     """Whether the command line ``args`` has --json (before any ``--``)."""
     args = list(args)
     return "--json" in (args[: args.index("--")] if "--" in args else args)
@@ -59,7 +58,7 @@ def _json_string(text: str) -> str:
     return '"' + "".join(out) + '"'
 
 
-def early_result(args: Sequence[str], message: str, code: int) -> None:
+def early_result(args: "list[str]", message: str, code: int) -> None:
     """With --json among ``args`` (the command line, before any ``--``), the
     JSON error document a command's own failure gives, for a failure found
     before its body runs (its arguments, the environment, an interrupt): a

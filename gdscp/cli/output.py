@@ -170,10 +170,15 @@ class _CommandSignals:
     document come out whole (the process is ending anyway, with the
     failure's exit code); a further one ends the process at once (a report
     stuck on a stream nobody reads). A signal ignored on entry (SIGHUP under
-    nohup) stays ignored."""
+    nohup) stays ignored. While ``held()`` the command's result is being
+    written: a signal then waits until the document is whole."""
+
+    active: Optional["_CommandSignals"] = None  # the running command's
 
     def __init__(self) -> None:
         self.reporting = False
+        self.holding = False
+        self.pending: Optional[int] = None
         self.noted = 0
         self.previous: dict[int, Any] = {}
 
@@ -183,21 +188,60 @@ class _CommandSignals:
                 old = signal.getsignal(sig)
                 if old is not signal.SIG_IGN and old is not None:  # None: not Python's to restore
                     self.previous[sig] = signal.signal(sig, self._handler)
+            _CommandSignals.active = self
         return self
 
     def __exit__(self, *exc: object) -> None:
         for sig, old in self.previous.items():
             signal.signal(sig, old)
+        if _CommandSignals.active is self:
+            _CommandSignals.active = None
 
     def _handler(self, signum: int, frame: object) -> None:
-        if self.reporting:
+        if self.reporting or self.holding:
             self.noted += 1
             if self.noted > 1:
                 os._exit(128 + signum)
+            if not self.reporting:
+                self.pending = signum
             return
-        if signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        raise Terminated(signum)
+        _raise_for(signum)
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """A signal in the block waits for its end, and is then raised there
+        (a second one ends the process at once, as while reporting)."""
+        if self.reporting or self.holding:
+            yield
+            return
+        self.holding = True
+        try:
+            yield
+        finally:
+            self.holding = False
+            pending, self.pending = self.pending, None
+            if pending is not None:
+                self.noted = 0
+                _raise_for(pending)
+
+
+def _raise_for(signum: int) -> None:
+    """What a command sees of Ctrl-C (``KeyboardInterrupt``), SIGTERM or SIGHUP (``Terminated``)."""
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    raise Terminated(signum)
+
+
+@contextlib.contextmanager
+def _result_held() -> Iterator[None]:
+    """The running command's signals held while its result is written (none
+    to hold outside a command, or off the main thread)."""
+    signals = _CommandSignals.active
+    if signals is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    with signals.held():
+        yield
 
 
 _CONTROL = {c: f"\\x{c:02x}" for c in [*range(0x20), 0x7F]} | {0x09: "\\t", 0x0A: "\\n", 0x0D: "\\r"}
@@ -378,12 +422,16 @@ class Output:
         returns (a table, a line) on stdout. Called once per command."""
         if self._result_written:
             raise RuntimeError("a command writes one result")
-        self._result_written = True
         if self.json:
-            with _stdout_errors():
-                _write_stdout(json_text(data) + "\n")
-            Documents.written = True
-        elif render is not None and not (self.quiet and data.get("ok", True)):
+            text = json_text(data) + "\n"  # a signal meanwhile: no document yet, the failure's comes
+            # Whole or not at all: a signal from here waits until the document is written.
+            with _result_held():
+                self._result_written = Documents.written = True
+                with _stdout_errors():
+                    _write_stdout(text)
+            return
+        self._result_written = True
+        if render is not None and not (self.quiet and data.get("ok", True)):
             if self._table_on_stderr:
                 if not self._stderr_lost and sys.stderr is not None:
                     with contextlib.suppress(OSError, ValueError):  # lost, as _say's lines are

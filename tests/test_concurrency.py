@@ -7,6 +7,7 @@ with the ``gpu`` mark, over device memory (the ``xp`` fixture).
 
 from __future__ import annotations
 
+import fcntl
 import os
 import struct
 import subprocess
@@ -451,6 +452,36 @@ def test_small_appends_are_atomic_against_plain_o_append_writers(tmp_path):
             with gdscp.CuFile(path, "a") as f:
                 for seq in range(count):
                     assert f.write(record(w, seq, size)) == size
+
+    run_threads(work, 4)
+    check_records(path, expected)
+
+
+def test_large_appends_are_safe_against_plain_writers_that_take_the_lock(tmp_path):
+    """gdscp's large appends (a range reserved under an exclusive flock, then
+    filled in parallel) and os.write on an O_APPEND descriptor under the same
+    flock, from threads at once: no record overwrites or splits another."""
+    path = str(tmp_path / "log.bin")
+    count = 200
+    expected = {(w, s): (n if w % 2 == 0 else 64 + 8 * w)
+                for w in range(4) for s, n in enumerate(append_sizes(w, count))}
+
+    def work(w: int) -> None:
+        if w % 2:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                for seq in range(count):
+                    fcntl.flock(fd, fcntl.LOCK_EX)
+                    try:
+                        assert os.write(fd, record(w, seq, 64 + 8 * w).tobytes()) == 64 + 8 * w
+                    finally:
+                        fcntl.flock(fd, fcntl.LOCK_UN)
+            finally:
+                os.close(fd)
+        else:
+            with gdscp.CuFile(path, "a") as f:
+                for seq, size in enumerate(append_sizes(w, count)):
+                    assert f.write(record(w, seq, size), task_size=64 << 10) == size
 
     run_threads(work, 4)
     check_records(path, expected)

@@ -23,7 +23,7 @@ from . import options, ranks
 from .jobs import run_job
 from .output import EXIT_FAILURE, Failure, Output, UsageError, shown
 from .progress import TransferProgress
-from .units import format_bytes, format_rate, format_seconds, gb_per_s, size_option
+from .units import byte_count, format_bytes, format_rate, format_seconds, gb_per_s, size_option
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -120,7 +120,7 @@ def _plan(paths: list[str], offset: int, length: Optional[int], verify: bool,
         want = size - offset if length is None else length
         if offset + want > size:
             raise Failure(
-                f"'{path}' has {size - offset} bytes from offset {offset}; --length asks for {want}"
+                f"'{path}' has {byte_count(size - offset)} from offset {offset}; --length asks for {want}"
             )
         files.append(_File(path, offset, want))
     return files

@@ -21,6 +21,7 @@ __all__ = [
     "size_option",
     "size_option_at_least",
     "format_bytes",
+    "byte_count",
     "format_rate",
     "format_seconds",
     "gb_per_s",
@@ -62,6 +63,11 @@ def format_bytes(n: int) -> str:
         return f"{n} B"
     unit, suffix = filesize.pick_unit_and_suffix(n, _BINARY_UNITS, 1024)
     return f"{n / unit:.2f} {suffix}"
+
+
+def byte_count(n: int) -> str:
+    """``n`` bytes, exactly, in words: "1 byte", "4096 bytes"."""
+    return f"{n} byte" if n == 1 else f"{n} bytes"
 
 
 def gb_per_s(nbytes: int, seconds: float) -> float:

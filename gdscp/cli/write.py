@@ -26,7 +26,7 @@ from .output import EXIT_FAILURE, Failure, Output, UsageError, describe, shown
 from .progress import TransferProgress
 from .special import (SequentialWriter, check_descriptor_room, check_room, own_descriptor, read_back,
                       writes_in_place)
-from .units import format_bytes, format_rate, format_seconds, gb_per_s, size_option
+from .units import byte_count, format_bytes, format_rate, format_seconds, gb_per_s, size_option
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -53,11 +53,11 @@ def verify_pattern(path: str, size: int, kind: str, seed: int, shown_as: Optiona
         if stat.S_ISBLK(os.fstat(fd).st_mode):  # its size is its length, which fstat does not give
             actual = os.lseek(fd, 0, os.SEEK_END)
             if actual < size:
-                raise Failure(f"verify failed: '{path}' has {actual} bytes, fewer than {size}")
+                raise Failure(f"verify failed: '{path}' has {byte_count(actual)}, fewer than {size}")
         else:
             actual = os.fstat(fd).st_size
             if actual != size:
-                raise Failure(f"verify failed: '{path}' has {actual} bytes, expected {size}")
+                raise Failure(f"verify failed: '{path}' has {byte_count(actual)}, expected {size}")
         block = bytearray(min(_VERIFY_BLOCK, max(size, 1)))
         pos = 0
         while pos < size:

@@ -458,7 +458,9 @@ def read_files(
     result says how many bytes came). Without ``buffers``: new arrays of each
     file's size, on GPU ``device`` or (None) in host memory, as ``job.arrays``
     (a file that has no size to go by, a FIFO, device or procfs file, is a
-    ``ValueError``: give it a buffer).
+    ``ValueError``: give it a buffer; one whose size cannot be looked up (missing,
+    or in a folder that cannot be searched) raises its ``OSError`` before the
+    job starts, since its array cannot be made).
     ``devices``: GPUs (or "all") to spread the files over, balanced by bytes,
     each GPU's files read by its own workers. ``replicate`` (with ``devices``):
     every file into every GPU named, read from storage once; ``job.arrays[i]``

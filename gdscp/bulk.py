@@ -339,10 +339,10 @@ def _distinct_destinations(paths: Iterable[tuple[int, str]], *, in_place: bool =
 def _sources_not_replaced(pairs: list[tuple[str, str]], whole: list[int]) -> None:
     """ValueError, naming both items, if a source of the copy is a file that
     another item replaces (``whole``: the items that replace their
-    destination). The job reads sources while it puts copies in place, batch
-    by batch: a job of a few files reads every source first, one of thousands
-    (or of gigabytes) reads its later sources after earlier copies took their
-    names, so a swap of two files named in one job lost one of them. Names
+    destination). The job reads sources while it puts copies in place (a job
+    of a few files each copy as it ends, one of many batch by batch), so a
+    later source can be read after an earlier copy took its name, and a swap
+    of two files named in one job would lose one of them. Names
     are compared as ``_distinct_destinations`` compares them (a source read
     through a symbolic link is the file it points at); a hard link to a
     destination is another name, which the replacement leaves as it was."""

@@ -1348,6 +1348,34 @@ def test_cancel_ends_a_wait_on_a_fifo(tmp_path, kind, writer):
     assert sorted(os.listdir(tmp_path)) == ["fifo"]
 
 
+def test_a_few_files_copied_take_their_names_without_waiting_for_the_others(tmp_path):
+    """A job of a few files fsyncs each on its own: each takes its name once
+    written, while another file of the job (a FIFO whose writer writes
+    nothing) is still in flight, and a cancel then leaves them in place."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    sources = [tmp_path / f"s{i}" for i in range(3)]
+    for i, source in enumerate(sources):
+        source.write_bytes(random_bytes(1000 * i + 1, i))
+    pairs = [(sources[0], tmp_path / "d0"), (fifo, tmp_path / "dfifo"), *((s, tmp_path / f"d{i}") for i, s in
+                                                                         enumerate(sources) if i)]
+    held = os.open(fifo, os.O_RDWR)  # a writer end that never writes
+    try:
+        job = gdscp.copy_files(pairs)
+        deadline = time.monotonic() + 30
+        while not all((tmp_path / f"d{i}").exists() for i in range(3)) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not job.done()
+        job.cancel()
+        assert job.wait(10), "the job did not end after cancel()"
+    finally:
+        os.close(held)
+    assert [r.status for r in job.results()] == ["done", "cancelled", "done", "done"]
+    for i, source in enumerate(sources):
+        assert (tmp_path / f"d{i}").read_bytes() == source.read_bytes()
+    assert not (tmp_path / "dfifo").exists() and temporaries(tmp_path) == []
+
+
 def test_stopping_every_job_finds_one_its_caller_never_held(tmp_path, monkeypatch):
     """An interrupt between the engine starting a job and ``BulkJob`` holding
     it leaves a job that no wait will cancel: ``stop_running_jobs`` (what the

@@ -453,6 +453,15 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
     // Waiting for its batch, a file keeps only its temporary file open (and
     // locked): the descriptors of its source and of the File objects go now.
     t->release_endpoints();
+    if (!group) {
+      // Its own fsync is done: no batch shares a sync with it, so it takes
+      // its name now, where it no longer waits for the job's slowest file
+      // (nor is lost to a cancel that comes meanwhile).
+      const std::vector<std::shared_ptr<Transfer>> one{t};
+      place(t);
+      if (opt.sync != BulkSync::none) sync_dirs(one);
+      return;
+    }
     bool commit_now;
     {
       std::unique_lock<std::mutex> lock(commit_mutex);

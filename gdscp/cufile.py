@@ -1,7 +1,10 @@
 """``CuFile``: a file opened for parallel reads and writes between storage and
 GPU or host memory, call-compatible with ``kvikio.CuFile``."""
 
+import atexit
 import pathlib
+import sys
+import weakref
 from typing import Any, Optional, Union
 
 from . import _args, _buffers, _core, _libs, _streams, defaults
@@ -36,11 +39,12 @@ class IOFuture:
     ``cancel()`` does nothing; new transfers in the child run on a pool of its own.
     """
 
-    __slots__ = ("_handle", "_keep")
+    __slots__ = ("_handle", "_keep", "__weakref__")
 
     def __init__(self, handle: Any, keep: Any = None):
         self._handle = handle
         self._keep = keep  # the buffer and the file, alive until the transfer ends
+        _in_flight.add(self)
 
     def get(self) -> int:
         """Wait for the transfer; the number of bytes moved."""
@@ -86,6 +90,42 @@ class IOFuture:
         return self._handle.cancelled()
 
 
+# The parallel transfers whose futures are alive, for the interpreter's exit.
+_in_flight: "weakref.WeakSet[IOFuture]" = weakref.WeakSet()
+
+
+def _finish_transfers_at_exit() -> None:
+    """At interpreter exit, before modules are torn down: wait for every
+    transfer whose future is still alive. The exit's last garbage collection
+    runs every object's finaliser before any reference goes, so a buffer that
+    frees its memory in ``__del__`` would otherwise be freed under a transfer
+    still moving bytes into or out of it. A program that an exception nothing
+    caught ends has them cancelled first, as a wait interrupted by it would
+    have done. Further interrupts meanwhile cancel and wait again."""
+    from ._interrupts import through_interrupts  # noqa: PLC0415
+
+    cancel = getattr(sys, "last_value", None) is not None and not hasattr(sys, "ps1")
+    for future in list(_in_flight):
+        handle = future._handle
+
+        def finish(handle: Any = handle) -> None:
+            nonlocal cancel
+            try:
+                if cancel:
+                    handle.cancel()
+                handle.wait(-1.0)
+            except RuntimeError:  # a future of the process this one was forked from: not ours to wait for
+                return
+            except BaseException:
+                cancel = True
+                raise
+
+        through_interrupts(finish)
+
+
+atexit.register(_finish_transfers_at_exit)
+
+
 class _Done(IOFuture):
     """The future of a small ``pread``/``pwrite`` that already ran on the
     calling thread: the byte count, or the failure that ``get()`` raises."""
@@ -115,7 +155,10 @@ class _Done(IOFuture):
 
 class IOFutureStream:
     """The result of ``raw_read_async``/``raw_write_async``. Keep it alive until
-    ``check_bytes_done()`` has synchronised the stream."""
+    ``check_bytes_done()`` has synchronised the stream. An append queued on
+    the stream is all or nothing, as other appends are: where it failed or
+    wrote short, ``check_bytes_done()`` (or, never called, the future's end)
+    gives its range back, the failure raised, a short write counted as 0."""
 
     __slots__ = ("_handle", "_keep")
 

@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import errno
 import gc
+import hashlib
 import os
 import shutil
 import tempfile
 import threading
 import time
+from typing import Any
 
 import numpy as np
 import pytest
@@ -236,6 +238,28 @@ def test_device_appends_from_many_handles_never_overlap(go, compat):
 
 def test_a_failed_device_append_leaves_the_file_as_it_was(go):
     go(scenario_failed_device_appends)
+
+
+@pytest.mark.parametrize("compat", ["on", "off"])
+@pytest.mark.parametrize("op", ["pread", "pwrite"])
+def test_a_transfer_in_flight_at_exit_ends_before_its_buffer_goes(go, folder, op, compat):
+    """A script that ends, holding the future of a pread/pwrite of device
+    memory still running: the interpreter's exit waits for the transfer
+    before the buffer is freed (by its finaliser), and every byte moves."""
+    go(scenario_transfer_in_flight_at_exit, op=op, compat=compat)
+    data = random_bytes(8 * MiB, 5)
+    with open(os.path.join(folder, "freed")) as report:
+        done, held = report.read().split()
+    assert done == "True", "the buffer was freed while its transfer ran"
+    if op == "pread":
+        assert held == hashlib.sha256(data).hexdigest(), "the buffer does not hold the file"
+    else:
+        assert file_bytes(os.path.join(folder, "x.bin")) == data
+
+
+@pytest.mark.parametrize("compat", ["on", "off"])
+def test_an_empty_view_at_the_end_of_an_allocation_moves_nothing(go, compat):
+    go(scenario_empty_view_at_the_end, compat=compat)
 
 
 def test_device_buffer_without_cupy(go):
@@ -1358,11 +1382,118 @@ def scenario_failed_device_appends(folder):
                     assert standin.cuda.pending() == 0
                     with open(path, "rb") as got:
                         assert got.read() == before, (name, len(data), fault)
+    # Queued on the stream through cuFile: the range is given back once the
+    # outcome is known, by check_bytes_done() or, never asked, as the future
+    # goes. A short write is all or nothing too: 0 bytes, the file as it was.
+    with settings(compat_mode="off"):
+        for how in ("fails", "short", "dropped"):
+            src = standin.cuda.alloc(len(small)).set(small)
+            with gdscp.CuFile(path, "a") as f:
+                assert f.backend == "cufile"
+                if how == "short":
+                    standin.cufile.limit("cuFileWrite", 100 * KiB)
+                else:
+                    standin.cufile.fail("cuFileWriteAsync:io", -CU_FILE_IO_ERROR)
+                try:
+                    future = f.raw_write_async(src, stream, len(small))
+                    if how == "fails":
+                        with pytest.raises(gdscp.CuFileError, match="log.bin"):
+                            future.check_bytes_done()
+                    elif how == "short":
+                        assert future.check_bytes_done() == 0
+                    del future
+                finally:
+                    standin.cufile.limit("cuFileWrite", 0)
+            assert standin.cuda.pending() == 0
+            with open(path, "rb") as got:
+                assert got.read() == before, how
+    with settings(compat_mode="on"):
         src = standin.cuda.alloc(len(big)).set(big)
         with gdscp.CuFile(path, "a") as f:
             assert f.write(src, task_size=MiB) == len(big)
     with open(path, "rb") as got:
         assert got.read() == before + big
+
+
+def scenario_empty_view_at_the_end(folder, compat):
+    """A view of no bytes whose address is the end of its allocation (what
+    ``buf[len(buf):]`` gives, which no allocation covers): every call moves
+    nothing and says 0, and a bulk read of files into slices of one buffer
+    whose last file is empty reads them all."""
+    import gdscp
+
+    data = random_bytes(8192, 1)
+    path = new_file(folder, "e.bin", data)
+    empty_file = new_file(folder, "empty.bin", b"")
+    stream = standin.cuda.stream()
+    with settings(compat_mode=compat), gdscp.CuFile(path, "r+") as f:
+        buf = standin.cuda.alloc(4096).set(b"\x07" * 4096)
+        empty = buf[4096:]
+        calls = {
+            "read": lambda: f.read(empty), "pread": lambda: f.pread(empty).get(), "write": lambda: f.write(empty),
+            "raw_read": lambda: f.raw_read(empty), "raw_write": lambda: f.raw_write(empty),
+            "raw_read_async": lambda: f.raw_read_async(empty, stream).check_bytes_done(),
+            "raw_write_async": lambda: f.raw_write_async(empty, stream).check_bytes_done(),
+        }
+        for name, call in calls.items():
+            assert call() == 0, name
+        with gdscp.CuFile(path, "a") as appending:
+            assert appending.raw_write(empty) == 0
+            assert appending.raw_write_async(empty, stream).check_bytes_done() == 0
+    assert file_bytes(path) == data
+    whole = standin.cuda.alloc(4096)
+    results = gdscp.read_files([path, empty_file], [whole[:4096], whole[4096:]]).results()
+    assert [(r.status, r.bytes) for r in results] == [("done", 4096), ("done", 0)]
+    assert whole.bytes() == data[:4096]
+    assert standin.cuda.pending() == 0
+
+
+class _ReportedBuffer(standin.DeviceBuffer):
+    """Stand-in device memory that, as its finaliser frees it, writes to
+    ``report`` whether the future's transfer had ended and a digest of what
+    the memory held."""
+
+    report: Any = None  # (path, future)
+
+    # (What it calls is bound here: at the interpreter's exit the module's
+    # names may be gone by the time it runs.)
+    def __del__(self, _open=open, _digest=hashlib.sha256, _free=standin.DeviceBuffer.__del__) -> None:
+        path, future = self.report
+        with _open(path, "w") as out:
+            out.write(f"{future.done()} {_digest(self.host.tobytes()).hexdigest()}")
+        _free(self)
+
+
+def scenario_transfer_in_flight_at_exit(folder, op, compat):
+    """A pread or pwrite of 8 MiB of device memory, held at its third piece;
+    the script ends holding the future (a module global) and the buffer only
+    through it, and a thread that runs no Python lets the transfer go on a
+    second later, while the interpreter exits."""
+    import gdscp
+
+    data = random_bytes(8 * MiB, 5)
+    path = os.path.join(folder, "x.bin")
+    with open(path, "wb") as out:
+        out.write(data if op == "pread" else bytes(len(data)))
+    gdscp.defaults.set({"compat_mode": compat, "num_threads": 2, "bounce_buffer_size": 64 * KiB,
+                        "task_size": MiB, "gds_threshold": 0})
+    f = gdscp.CuFile(path, "r+")
+    ptr = standin.cuda.lib.gdscp_cuda_alloc(len(data), 0, 0)
+    buf = _ReportedBuffer(ptr, len(data), free=lambda: standin.cuda.lib.gdscp_cuda_free(ptr))
+    buf.set(data if op == "pwrite" else bytes(len(data)))
+    lib = standin.cuda if compat == "on" else standin.cufile
+    lib.gate({("pwrite", "on"): "cuMemcpyDtoHAsync", ("pread", "on"): "cuMemcpyHtoDAsync",
+              ("pwrite", "off"): "cuFileWrite", ("pread", "off"): "cuFileRead"}[op, compat], 2)
+    future = (f.pwrite if op == "pwrite" else f.pread)(buf)
+    _ReportedBuffer.report = (os.path.join(folder, "freed"), future)
+    _HELD_AT_EXIT.append((f, future))
+    del buf
+    assert lib.gate_wait(30)
+    lib.release_after(1.0)
+    raise SystemExit(0)  # the end of the script, the transfer in flight (no check_clean: it would wait)
+
+
+_HELD_AT_EXIT: list = []
 
 
 def scenario_device_appends(folder, compat):

@@ -1078,7 +1078,8 @@ BulkJob::BulkJob(std::vector<BulkItem> items, const BulkOptions& options, const 
       throw_invalid("a write needs a buffer and its size");
     if (item.part && (item.kind == BulkKind::read || item.size < 0 || item.offset < 0))
       throw_invalid("a part is a write or copy of a range: a size and an offset, neither negative");
-    if (item.buf != 0 && item.device) st->item_mem[i] = detail::resolve_device_pointer(item.buf);
+    // An empty view (the end of an allocation, say) lands nothing: no memory to ask CUDA about.
+    if (item.buf != 0 && item.device && item.size != 0) st->item_mem[i] = detail::resolve_device_pointer(item.buf);
     if (!item.replicas.empty())
       st->replica_peer[i] = detail::resolve_replicas(item, st->item_mem[i], st->replica_mem[i]) ? 1 : 0;
     if (item.kind != BulkKind::read) ++writers;

@@ -69,14 +69,22 @@ StreamFuture::~StreamFuture() {
     if (const CudaDriver* drv = CudaDriver::get()) {
       try {
         ScopedContext scope(*drv, ctx_);
-        drv->cuStreamSynchronize(stream_);
+        synced_ = drv->cuStreamSynchronize(stream_) == CUDA_SUCCESS;
       } catch (...) {
       }
     }
   }
+  // Never asked: the outcome still settles (an append's range given back),
+  // where the stream could be waited for.
+  if (settle_ && !settled_ && (!op_ || synced_)) {
+    try {
+      check_bytes_done();
+    } catch (...) {
+    }
+  }
 }
 
-size_t StreamFuture::check_bytes_done() {
+size_t StreamFuture::outcome() {
   if (!op_) return ready_bytes_;
   if (!synced_) {
     const CudaDriver& drv = CudaDriver::require();
@@ -85,6 +93,23 @@ size_t StreamFuture::check_bytes_done() {
     synced_ = true;
   }
   return backend_->async_result(*op_);
+}
+
+size_t StreamFuture::check_bytes_done() {
+  if (!settle_) return outcome();
+  if (!settled_) {
+    size_t moved = 0;
+    try {
+      moved = outcome();
+    } catch (...) {
+      if (!synced_) throw;  // the stream could not be waited for: nothing is known yet
+      settled_error_ = std::current_exception();
+    }
+    settled_bytes_ = settle_(moved, settled_error_ != nullptr);
+    settled_ = true;
+  }
+  if (settled_error_) std::rethrow_exception(settled_error_);
+  return settled_bytes_;
 }
 
 }  // namespace gdscp

@@ -256,9 +256,10 @@ size_t Handle::write_now(uintptr_t buf, bool device, size_t size, int64_t file_o
 size_t Handle::raw(bool write, uintptr_t base, size_t size, int64_t file_offset, int64_t dev_offset,
                    const Settings& s) {
   std::shared_ptr<const OpenFile> st = open_for(write);
-  if (size == 0 && base == 0) return 0;  // an empty GPU array (CuPy's has no address): nothing to resolve
-  const MemoryTarget mem = raw_target(base);
+  // Nothing to move: no memory to ask CUDA about (an empty GPU array has no
+  // address, an empty view's may be the end of its allocation).
   if (size == 0) return 0;
+  const MemoryTarget mem = raw_target(base);
   const auto move = [&] { return raw_transfer(*st, mem, write, base, size, file_offset, dev_offset, s); };
   if (!write || !st->file->mode().append) return move();
   file_offset = st->file->reserve_append(size);
@@ -276,15 +277,19 @@ size_t Handle::raw_write(uintptr_t base, size_t size, int64_t file_offset, int64
 std::unique_ptr<StreamFuture> Handle::raw_async(bool write, uintptr_t base, size_t size, int64_t file_offset,
                                                 int64_t dev_offset, uintptr_t stream, const Settings& s) {
   std::shared_ptr<const OpenFile> st = open_for(write);
-  // An empty GPU array (CuPy's has no address): nothing moves, nothing to order.
-  if (size == 0 && base == 0) return std::make_unique<StreamFuture>(st, nullptr, nullptr, nullptr, 0, nullptr);
+  // Nothing moves (an empty GPU array, or view): nothing to order on the stream.
+  if (size == 0) return std::make_unique<StreamFuture>(st, nullptr, nullptr, nullptr, 0, nullptr);
   const MemoryTarget mem = raw_target(base);
   const auto queue = [&] { return raw_async_at(st, mem, write, base, size, file_offset, dev_offset, stream, s); };
-  if (!write || !st->file->mode().append || size == 0) return queue();
-  // An append queued on the stream (cuFile) can no longer be given back if it
-  // fails there; one that fails before it is queued, or in the fallback, is.
+  if (!write || !st->file->mode().append) return queue();
+  // An append that fails before it is queued gives its range back at once;
+  // one queued on the stream (cuFile), once its outcome is known.
   file_offset = st->file->reserve_append(size);
-  return releasing_on_throw(*st->file, file_offset, size, queue);
+  auto future = releasing_on_throw(*st->file, file_offset, size, queue);
+  future->settle_with([st, start = file_offset, size](size_t moved, bool failed) {
+    return settle_append(*st->file, start, size, moved, failed);
+  });
+  return future;
 }
 
 std::unique_ptr<StreamFuture> Handle::raw_read_async(uintptr_t base, size_t size, int64_t file_offset,

@@ -297,6 +297,10 @@ class _Lib:
     def release(self) -> None:
         getattr(self.lib, self.prefix + "gate_release")()
 
+    def release_after(self, seconds: float) -> None:
+        """release() ``seconds`` from now, from a thread that runs no Python."""
+        assert getattr(self.lib, self.prefix + "gate_release_after")(ctypes.c_long(int(seconds * 1000))) == 0
+
     def misuse(self) -> tuple[int, str]:
         text = ctypes.create_string_buffer(1024)
         n = getattr(self.lib, self.prefix + "misuse")(text, len(text))

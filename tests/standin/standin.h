@@ -215,6 +215,20 @@ STANDIN_EXPORT void STANDIN_API(gate_release)(void) {
   pthread_mutex_unlock(&standin_mutex);
 }
 
+static void* standin_release_later(void* ms) {
+  usleep((useconds_t)((long)(intptr_t)ms * 1000));
+  STANDIN_API(gate_release)();
+  return NULL;
+}
+
+/* Releases the gate `ms` milliseconds from now, from a thread of its own that
+   runs no Python: the release still comes while the interpreter exits. */
+STANDIN_EXPORT int STANDIN_API(gate_release_after)(long ms) {
+  pthread_t thread;
+  if (pthread_create(&thread, NULL, standin_release_later, (void*)(intptr_t)ms) != 0) return -1;
+  return pthread_detach(thread);
+}
+
 static void standin_pass_gate(const char* entry) {
   pthread_mutex_lock(&standin_mutex);
   if (standin_gate_armed && strcmp(standin_gate_entry, entry) == 0) {

@@ -6,6 +6,8 @@
 
 #include <atomic>
 #include <cstddef>
+#include <exception>
+#include <functional>
 #include <memory>
 
 // CUstream and CUcontext without cuda.h: the same incomplete types it names.
@@ -73,8 +75,14 @@ class StreamFuture {
   StreamFuture& operator=(const StreamFuture&) = delete;
   // Synchronises the stream, then returns the bytes moved or throws.
   size_t check_bytes_done();
+  // Runs once the transfer's outcome is known (the first check_bytes_done(),
+  // or destruction): given the bytes moved and whether it failed, it returns
+  // the count to report (an append gives its range back here).
+  void settle_with(std::function<size_t(size_t moved, bool failed)> settle) { settle_ = std::move(settle); }
 
  private:
+  size_t outcome();
+
   std::shared_ptr<const void> keep_;
   const detail::Backend* backend_;
   CUstream_st* stream_;
@@ -82,6 +90,10 @@ class StreamFuture {
   size_t ready_bytes_;
   std::unique_ptr<detail::AsyncOp> op_;  // null: the transfer already ran
   bool synced_ = false;
+  std::function<size_t(size_t, bool)> settle_;
+  bool settled_ = false;
+  size_t settled_bytes_ = 0;
+  std::exception_ptr settled_error_;
 };
 
 }  // namespace gdscp

@@ -262,6 +262,27 @@ def test_a_directory_that_cannot_be_made_takes_only_its_own_contents(capsys, tmp
     assert os.readlink(dst / "src" / "a") == target
 
 
+def test_a_directory_another_copy_makes_first_is_merged_into(capsys, tmp_path, monkeypatch):
+    """Two copies into one tree at once: a directory that the other one makes
+    between this one's look and its mkdir is merged into, as one that was
+    there before, not a failure."""
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    (src / "a" / "b").mkdir(parents=True)
+    (src / "a" / "b" / "f").write_bytes(b"f")
+    (src / "g").write_bytes(b"g")
+    real = os.mkdir
+
+    def raced(path, mode=0o777, *args, **kwargs):
+        if str(path).startswith(str(dst)) and not os.path.lexists(path):
+            real(path, 0o755)  # the other copy, first
+        return real(path, mode, *args, **kwargs)
+
+    monkeypatch.setattr(os, "mkdir", raced)
+    code, _, err = cli(capsys, "copy", "-r", src, dst)
+    assert code == 0, err
+    assert (dst / "a" / "b" / "f").read_bytes() == b"f" and (dst / "g").read_bytes() == b"g"
+
+
 def test_copy_makes_the_names_of_new_directories_and_links_durable(capsys, tmp_path, monkeypatch):
     """A tree of directories and links alone (no file: no job to sync) still
     has the directory holding each new name fsynced."""

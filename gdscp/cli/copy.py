@@ -394,21 +394,29 @@ class _Copier:
         return path != self.named_dst and os.path.islink(path)
 
     def _mkdir(self, job: _Job) -> None:
-        if os.path.isdir(job.dst) and not self._foreign_link(job.dst):
-            return  # merging into an existing directory, as cp does
-        if os.path.lexists(job.dst):
-            # A file, or a link (to a directory too): the tree would land
-            # wherever it points.
-            raise Failure(f"cannot overwrite non-directory '{job.dst}' with directory '{job.src}'")
+        if self._merges_into(job.dst):
+            return
         # Counted as made before it is (an interrupt may land in between): the
         # modes at the end go to those that exist.
         self.created_dirs.add(job.dst)
         try:
             # Writable by us until its contents are in; the real mode comes after.
             os.mkdir(job.dst, 0o700)
+        except FileExistsError:
+            self.created_dirs.discard(job.dst)
+            if self._merges_into(job.dst):
+                return  # made meanwhile, by another copy into the same tree
+            # A file, or a link (to a directory too): the tree would land
+            # wherever it points.
+            raise Failure(f"cannot overwrite non-directory '{job.dst}' with directory '{job.src}'") from None
         except OSError as exc:
             self.created_dirs.discard(job.dst)
             raise Failure(f"cannot create directory '{job.dst}': {exc.strerror}") from None
+
+    def _merges_into(self, path: str) -> bool:
+        """Whether ``path`` is a directory the tree merges into, as cp does
+        (not a link to one: the tree would land wherever it points)."""
+        return os.path.isdir(path) and not self._foreign_link(path)
 
     def _dirmeta(self, job: _Job) -> None:
         if job.dst in self.failed_dirs or self._foreign_link(job.dst):

@@ -126,6 +126,10 @@ void TempFile::create(const std::string& dst, unsigned mode) {
     } while (fd < 0 && errno == EINTR);
     if (fd < 0) {
       if (errno == EEXIST) continue;
+      if (errno == EACCES || errno == EPERM)  // a writable file in a directory that is not: cp writes it in place
+        throw_os_error(errno,
+                       "the new copy is written beside its destination and renamed over it, so the directory "
+                       "must be writable: cannot create a temporary file for", dst);
       throw_os_error(errno, "cannot create a temporary file for", dst);
     }
     // Between the open and the lock a cleaner may find the file unlocked and

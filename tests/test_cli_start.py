@@ -89,7 +89,8 @@ def _interrupted_quietly(result: subprocess.CompletedProcess) -> None:
 # numpy and the benchmark too.
 @pytest.mark.parametrize(
     "args, module",
-    [(("info",), m) for m in ("gdscp.cli.app", "typer", "rich.console", "gdscp.cufile", "gdscp._core")]
+    [(("info",), m) for m in ("gdscp.mpi.launch", "gdscp.cli.app", "typer", "rich.console", "gdscp.cufile",
+                              "gdscp._core")]
     + [(("benchmark", "--help"), m) for m in ("gdscp.cli.benchmark", "numpy")],
 )
 def test_ctrl_c_while_the_command_line_loads(args, module):
@@ -325,7 +326,7 @@ _JSON_COMMANDS = [("copy", "a", "b", "--json"), ("read", "a", "--json"), ("write
 
 
 @pytest.mark.parametrize("args", _JSON_COMMANDS, ids=lambda a: a[0])
-@pytest.mark.parametrize("module", ["gdscp.cli.app", "typer"])
+@pytest.mark.parametrize("module", ["gdscp.mpi.launch", "gdscp.cli.app", "typer"])
 def test_ctrl_c_while_loading_gives_the_json_document(args, module):
     """Every command with --json: a Ctrl-C while the command line loads still
     gives the failure document, as one during the command does."""
@@ -346,7 +347,7 @@ def test_sigterm_or_sighup_while_loading_ends_as_during_the_command(args, sig, c
     not a process killed with nothing said."""
     import json
 
-    for module in ("gdscp.cli.app", "typer"):
+    for module in ("gdscp.mpi.launch", "gdscp.cli.app", "typer"):
         result = _child(sig, module, args=args)
         assert result.returncode == code, (module, result.returncode, result.stderr)
         assert result.stderr == f"gdscp: {word}\n", (module, result.stderr)

@@ -125,15 +125,15 @@ def _fail_before_joining(args: list[str], code: int, message: str) -> Optional[i
     return fail_before_joining(Output(args[0], json=json_asked(args)), code, message)
 
 
-def interrupted_rank(args: list[str]) -> Optional[int]:
-    """Under an MPI launcher, a Ctrl-C before the command's body joined its
-    job: the rank meets the others all the same, and they end the job with
-    it, said once by rank 0 (a rank that left at once would leave them
-    waiting for it in MPI's start, for ever). The job's exit code; None for
-    a process on its own, or where it cannot meet them (it then speaks for
-    itself)."""
+def interrupted_rank(args: list[str], code: int = EXIT_INTERRUPTED) -> Optional[int]:
+    """Under an MPI launcher, a Ctrl-C (``code`` 130) or SIGTERM or SIGHUP
+    (143) before the command's body joined its job: the rank meets the others
+    all the same, and they end the job with it, said once by rank 0 (a rank
+    that left at once would leave them waiting for it in MPI's start, for
+    ever). The job's exit code; None for a process on its own, or where it
+    cannot meet them (it then speaks for itself)."""
     try:
-        return _fail_before_joining(args, EXIT_INTERRUPTED, "interrupted")
+        return _fail_before_joining(args, code, "interrupted" if code == EXIT_INTERRUPTED else "terminated")
     except BaseException:  # noqa: BLE001 - another Ctrl-C on the way: this rank speaks for itself
         return None
 

@@ -24,7 +24,7 @@ import signal
 import sys
 
 from .._errors import EnvironmentVariableError
-from .exits import EXIT_INTERRUPTED, EXIT_USAGE, INTERRUPTED, early_result
+from .exits import EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, INTERRUPTED, early_result
 
 __all__ = ["main"]
 
@@ -54,16 +54,29 @@ def _stopped_while_loading(signum: int, frame: object) -> None:
 
 
 class _Loading:
-    """A Ctrl-C while a rank of an MPI job loads the command line: noted
-    (``_noted_while_loading``), not the end of the process at once; once
-    loaded, the rank meets the others to end the job with it (a rank that
-    left at once would leave them waiting for it in MPI's start, for ever)."""
+    """A Ctrl-C, SIGTERM or SIGHUP while a rank of an MPI job loads the
+    command line: noted (``_noted_while_loading``), not the end of the process
+    at once; once loaded, the rank meets the others to end the job with it,
+    130 or 143 (a rank that left at once would leave them waiting for it in
+    MPI's start, for ever)."""
 
-    interrupted = False
+    interrupted = False  # a Ctrl-C
+    stopped = False  # a SIGTERM or SIGHUP
+    noting: list = []  # the signals noted so, given their default action back once loaded
+    held: list = []  # signals that came before the guard knew what they do (``_guard``)
 
 
 def _noted_while_loading(signum: int, frame: object) -> None:
-    _Loading.interrupted = True
+    if signum == signal.SIGINT:
+        _Loading.interrupted = True
+    else:
+        _Loading.stopped = True
+
+
+def _held_while_loading(signum: int, frame: object) -> None:
+    """A signal before it is known whether this process is one rank of
+    several (which decides what it does): kept, and acted on once known."""
+    _Loading.held.append(signum)
 
 
 class _Command:
@@ -90,17 +103,30 @@ def _guard() -> object:
     restore (None: nothing installed, as where SIGINT is ignored or off the
     main thread)."""
     try:
-        from ..mpi.launch import launched  # noqa: PLC0415 - the standard library only
+        # Held from the first moment: whether the process is a rank of an MPI
+        # job (what they do then) is known only once gdscp.mpi.launch, and
+        # the typing module under it, have loaded.
+        previous = signal.getsignal(signal.SIGINT)
+        stopping = [sig for sig in _STOPPED if signal.getsignal(sig) is signal.SIG_DFL]
+        for sig in stopping + ([] if previous is signal.SIG_IGN else [signal.SIGINT]):
+            signal.signal(sig, _held_while_loading)
+        from ..mpi.launch import launched  # noqa: PLC0415
 
         alone = launched() is None
-        for sig in _STOPPED if alone else ():
-            if signal.getsignal(sig) is signal.SIG_DFL:
-                signal.signal(sig, _stopped_while_loading)
-        previous = signal.getsignal(signal.SIGINT)
-        if previous is signal.SIG_IGN:  # started in the background: Ctrl-C is not ours
-            return None
-        signal.signal(signal.SIGINT, _interrupted_while_loading if alone else _noted_while_loading)
-        return previous
+        for sig in stopping:
+            signal.signal(sig, _stopped_while_loading if alone else _noted_while_loading)
+        if not alone:
+            _Loading.noting = stopping
+        if previous is not signal.SIG_IGN:  # (ignored: started in the background, Ctrl-C is not ours)
+            signal.signal(signal.SIGINT, _interrupted_while_loading if alone else _noted_while_loading)
+        for signum in _Loading.held:
+            if not alone:
+                _noted_while_loading(signum, None)
+            elif signum == signal.SIGINT:
+                _interrupted_while_loading(signum, None)
+            else:
+                _stopped_while_loading(signum, None)
+        return None if previous is signal.SIG_IGN else previous
     except ValueError:  # not the main thread: signals are not ours either
         return None
 
@@ -201,8 +227,8 @@ def _load_gpu_driver(argv: list[str]) -> object:
 
 
 def _run() -> int:
-    _raise_open_file_limit()
     previous = _guard()
+    _raise_open_file_limit()
     _load_gpu_driver(sys.argv)
     try:
         try:
@@ -215,7 +241,9 @@ def _run() -> int:
         finally:
             if previous is not None:
                 signal.signal(signal.SIGINT, _interrupt if previous is signal.default_int_handler else previous)
-        if _Loading.interrupted:
+            for sig in _Loading.noting:  # the command's own handler comes next
+                signal.signal(sig, signal.SIG_DFL)
+        if _Loading.interrupted or _Loading.stopped:
             raise KeyboardInterrupt
         code = run()
         _Command.over = True
@@ -250,7 +278,7 @@ def _interrupted_rank() -> object:
         from .app import interrupted_rank  # noqa: PLC0415
     except BaseException:  # noqa: BLE001 - the command line cannot load: this rank speaks for itself
         return None
-    return interrupted_rank(sys.argv[1:])
+    return interrupted_rank(sys.argv[1:], EXIT_TERMINATED if _Loading.stopped else EXIT_INTERRUPTED)
 
 
 def _refused_rank(message: str) -> object:
@@ -276,8 +304,8 @@ def _refused_rank(message: str) -> object:
         world = mpi.world() if joins(args) else None
         if world is None:
             return None
-        code = EXIT_INTERRUPTED if _Loading.interrupted else EXIT_USAGE
-        statuses = world.agree(code, [] if code == EXIT_INTERRUPTED else [f"rank {world.rank}: {message}"])
+        code = EXIT_INTERRUPTED if _Loading.interrupted else EXIT_TERMINATED if _Loading.stopped else EXIT_USAGE
+        statuses = world.agree(code, [] if code != EXIT_USAGE else [f"rank {world.rank}: {message}"])
         final = job_code(statuses)
         if world.root:  # what ranks.join's first agreement has rank 0 say, with only what loads here
             lines = said(statuses)

@@ -31,6 +31,7 @@ from gdscp.bench.targets import HostTarget
 from gdscp.cli.app import run
 from gdscp.info import mount_of
 
+KiB = 1 << 10
 MiB = 1 << 20
 CEILINGS = {
     "pinned_h2d",
@@ -749,6 +750,19 @@ def test_a_filesystem_that_reports_no_size_is_benchmarked_all_the_same(capsys, t
     code, _, err = cli(capsys, "--host", "--files", "4", "--file-size", "4K", "--mode", "copy", "--dir", tmp_path)
     assert code == 2 and "the tree and its copy need up to" in err and "has 40960 free" in err, err
     assert leftovers(tmp_path) == []
+
+
+def test_a_small_file_keeps_the_default_random_read_sizes_that_fit_it(tmp_path):
+    """--size below the largest default --io-size: the default sizes that fit
+    the file are measured; a size the command line names that does not fit
+    is still a usage error, naming it."""
+    plan = config.resolve(BenchConfig(dir=str(tmp_path), memory="host", size=100 * KiB, modes=["randread"]))
+    assert plan.io_sizes == [4096, 65536]
+    plan = config.resolve(BenchConfig(dir=str(tmp_path), memory="host", size=4096, modes=["randread"]))
+    assert plan.io_sizes == [4096]
+    with pytest.raises(BenchConfigError, match="1 MiB is larger than the file"):
+        config.resolve(BenchConfig(dir=str(tmp_path), memory="host", size=100 * KiB, modes=["randread"],
+                                   io_sizes=[4096, MiB]))
 
 
 def test_resolve_fills_in_the_defaults(tmp_path):

@@ -314,7 +314,10 @@ def resolve(config: BenchConfig) -> Plan:
         )
     too_big = [s for s in io_sizes if s > size]
     if too_big and "randread" in modes:
-        raise BenchConfigError("io_size", f"{human(too_big[0])} is larger than the file ({human(size)})")
+        if list(config.io_sizes) != list(DEFAULT_IO_SIZES):
+            raise BenchConfigError("io_size", f"{human(too_big[0])} is larger than the file ({human(size)})")
+        # The default sizes, for a small file: those that fit it (4 KiB always does).
+        io_sizes = [s for s in io_sizes if s <= size]
 
     return Plan(
         size=size,

@@ -375,7 +375,8 @@ def benchmark(
         typer.Option(
             "--io-size",
             metavar="SIZE,...",
-            help="Sizes of the random reads (randread), comma-separated (default: 4K,64K,1M).",
+            help="Sizes of the random reads (randread), comma-separated (default: those of 4K,64K,1M that fit "
+            "the file).",
             rich_help_panel=_MEASURE,
         ),
     ] = None,

@@ -188,10 +188,12 @@ def _size_text(text: str) -> int:
 
 
 def _int_text(text: str) -> int:
-    try:
-        return int(text.strip())
-    except ValueError:
-        raise ValueError(f"{text!r} is not an integer") from None
+    digits = text.strip()
+    unsigned = digits[1:] if digits.startswith(("+", "-")) else digits
+    # Digits alone, as a shell or a scheduler writes a number (int() takes "1_0" too).
+    if not (unsigned.isascii() and unsigned.isdigit()):
+        raise ValueError(f"{text!r} is not an integer")
+    return int(digits)
 
 
 _SIZE_EXAMPLES = f"such as {_sizes.EXAMPLES}"

@@ -6,9 +6,18 @@ exception it serves is already on its way."""
 
 from __future__ import annotations
 
+import sys
 from typing import Callable, Optional
 
-__all__ = ["through_interrupts"]
+__all__ = ["ended_by_uncaught_exception", "through_interrupts"]
+
+
+def ended_by_uncaught_exception() -> bool:
+    """At interpreter exit: whether an exception nothing caught ends the
+    program (Ctrl-C outside any wait, say), so that what still runs is to be
+    cancelled, as a wait it interrupted would have. Not at the interactive
+    prompt, whose ``sys.last_value`` is any earlier error's."""
+    return getattr(sys, "last_value", None) is not None and not hasattr(sys, "ps1")
 
 
 def through_interrupts(step: Callable[[], object]) -> Optional[BaseException]:

@@ -26,12 +26,11 @@ import functools
 import numbers
 import os
 import stat
-import sys
 import time
 from typing import Any, Iterable, NamedTuple, Optional, Sequence, Union
 
 from . import _args, _buffers, _core, _gpus, _libs, defaults
-from ._interrupts import through_interrupts
+from ._interrupts import ended_by_uncaught_exception, through_interrupts
 
 __all__ = [
     "BulkJob",
@@ -104,10 +103,9 @@ def _stop_on_uncaught_exception() -> None:
     its running jobs cancelled, as their own wait would have cancelled them.
     Otherwise the interpreter's release of each job waits for its last file,
     deaf to another Ctrl-C: minutes for a large job, for ever for a FIFO
-    nobody writes. A program that ends normally, or the interactive prompt
-    (whose ``sys.last_value`` is any earlier error's), leaves its jobs to
-    finish as before."""
-    if getattr(sys, "last_value", None) is not None and not hasattr(sys, "ps1"):
+    nobody writes. A program that ends normally, or the interactive prompt,
+    leaves its jobs to finish as before."""
+    if ended_by_uncaught_exception():
         stop_running_jobs()
 
 

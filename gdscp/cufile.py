@@ -3,7 +3,6 @@ GPU or host memory, call-compatible with ``kvikio.CuFile``."""
 
 import atexit
 import pathlib
-import sys
 import weakref
 from typing import Any, Optional, Union
 
@@ -102,9 +101,9 @@ def _finish_transfers_at_exit() -> None:
     still moving bytes into or out of it. A program that an exception nothing
     caught ends has them cancelled first, as a wait interrupted by it would
     have done. Further interrupts meanwhile cancel and wait again."""
-    from ._interrupts import through_interrupts  # noqa: PLC0415
+    from ._interrupts import ended_by_uncaught_exception, through_interrupts  # noqa: PLC0415
 
-    cancel = getattr(sys, "last_value", None) is not None and not hasattr(sys, "ps1")
+    cancel = ended_by_uncaught_exception()
     for future in list(_in_flight):
         handle = future._handle
 

@@ -312,8 +312,8 @@ def fail_before_joining(out: Output, code: int, message: str) -> Optional[int]:
 
     if out.command not in JOINING or mpi.launched() is None or mpi.connected():
         return None
-    if code == 129:  # a rank's SIGHUP ends the job as SIGTERM does (docs/cluster.md)
-        code = 143
+    if code == 128 + signal.SIGHUP:  # a rank's SIGHUP ends the job as SIGTERM does (docs/cluster.md)
+        code = 128 + signal.SIGTERM
     try:
         world = mpi.world()
     except Exception:  # noqa: BLE001 - MPI unusable here: each rank says its own failure

@@ -74,6 +74,14 @@ auto releasing_on_throw(const detail::File& f, int64_t start, size_t n, const St
   }
 }
 
+// Runs `step`, which writes the whole of the range an append reserved at
+// `start` on the calling thread, and settles the range by its outcome: kept
+// if every byte was written, else given back (a throw, or a short write).
+template <class Step>
+size_t appending_now(const detail::File& f, int64_t start, size_t n, const Step& step) {
+  return settle_append(f, start, n, releasing_on_throw(f, start, n, step), false);
+}
+
 // One transfer on the calling thread through the file's device backend. The
 // chunk's staging is bounded by the settings' task size, as a chunk of a
 // parallel request would be.
@@ -242,7 +250,7 @@ size_t Handle::transfer_now(bool write, uintptr_t buf, bool device, size_t size,
   if (!st->file->mode().append) return write_one();
   if (backend->append_whole(mem, base, size)) return size;
   offset = st->file->reserve_append(size);
-  return settle_append(*st->file, offset, size, releasing_on_throw(*st->file, offset, size, write_one), false);
+  return appending_now(*st->file, offset, size, write_one);
 }
 
 size_t Handle::read_now(uintptr_t buf, bool device, size_t size, int64_t file_offset, const Settings& s) {
@@ -263,7 +271,7 @@ size_t Handle::raw(bool write, uintptr_t base, size_t size, int64_t file_offset,
   const auto move = [&] { return raw_transfer(*st, mem, write, base, size, file_offset, dev_offset, s); };
   if (!write || !st->file->mode().append) return move();
   file_offset = st->file->reserve_append(size);
-  return settle_append(*st->file, file_offset, size, releasing_on_throw(*st->file, file_offset, size, move), false);
+  return appending_now(*st->file, file_offset, size, move);
 }
 
 size_t Handle::raw_read(uintptr_t base, size_t size, int64_t file_offset, int64_t dev_offset, const Settings& s) {

@@ -812,14 +812,23 @@ def _test_fault(world: World) -> None:
 def _test_pause(world: World) -> None:
     """GDSCP_MPI_TEST_PAUSE=SECONDS: each rank waits that long with its copy in
     flight; with GDSCP_MPI_TEST_PAUSED=DIR, it first writes its process id
-    to DIR/rank-N."""
+    to DIR/rank-N, and waits only until DIR/go exists, which a rank whose
+    pause a signal ends makes."""
     pause = os.environ.get("GDSCP_MPI_TEST_PAUSE")
     if not pause:
         return
     where = os.environ.get("GDSCP_MPI_TEST_PAUSED")
-    if where:
-        path = os.path.join(where, f"rank-{world.rank}")
-        with open(path + ".part", "w") as f:
-            f.write(str(os.getpid()))
-        os.replace(path + ".part", path)
-    time.sleep(float(pause))
+    if not where:
+        time.sleep(float(pause))
+        return
+    path = os.path.join(where, f"rank-{world.rank}")
+    with open(path + ".part", "w") as f:
+        f.write(str(os.getpid()))
+    os.replace(path + ".part", path)
+    until, go = time.monotonic() + float(pause), os.path.join(where, "go")
+    try:
+        while time.monotonic() < until and not os.path.exists(go):
+            time.sleep(0.02)
+    except BaseException:
+        open(go, "w").close()
+        raise

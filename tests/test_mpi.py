@@ -1025,12 +1025,15 @@ def test_a_failure_before_the_ranks_connect_gives_one_json_document(tmp_path):
 @needs_mpi
 def test_a_command_line_refused_on_every_rank_gives_one_json_document(tmp_path):
     """An option value Typer refuses fails before the command runs, on every
-    rank alike: one line, one document, exit status 2."""
+    rank alike: one line, ending as a single process's does with where to
+    read more, one document, exit status 2."""
     done = _run(["write", str(tmp_path / "x"), "--size", "lots", "--json"], ranks=3)
     assert done.returncode == 2, done.stderr
     doc = json.loads(done.stdout)
     assert doc["ok"] is False and doc["exit_code"] == 2 and "'lots' is not a size" in doc["error"]
-    assert done.stderr.count("is not a size") == 1, done.stderr
+    assert "--help" not in doc["error"]
+    lines = [line for line in done.stderr.splitlines() if "is not a size" in line]
+    assert len(lines) == 1 and lines[0].endswith(" (see 'gdscp write --help')"), done.stderr
     assert not (tmp_path / "x").exists()
 
 

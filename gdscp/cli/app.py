@@ -111,7 +111,7 @@ def _is_click_error(exc: BaseException) -> bool:
     return hasattr(exc, "exit_code") and hasattr(exc, "format_message")
 
 
-def _fail_before_joining(args: list[str], code: int, message: str) -> Optional[int]:
+def _fail_before_joining(args: list[str], code: int, message: str, hint: str = "") -> Optional[int]:
     """Under an MPI launcher, a command line refused before the command runs
     is said once, by rank 0, for the whole job (``ranks.fail_before_joining``);
     None for a process on its own."""
@@ -122,7 +122,7 @@ def _fail_before_joining(args: list[str], code: int, message: str) -> Optional[i
     from .output import Output  # noqa: PLC0415
     from .ranks import fail_before_joining  # noqa: PLC0415
 
-    return fail_before_joining(Output(args[0], json=json_asked(args)), code, message)
+    return fail_before_joining(Output(args[0], json=json_asked(args)), code, message, hint)
 
 
 def interrupted_rank(args: list[str], code: int = EXIT_INTERRUPTED) -> Optional[int]:
@@ -207,7 +207,7 @@ def run(argv: Optional[Sequence[str]] = None) -> int:
             message = exc.message
         message = " ".join(message.split())
         code = int(exc.exit_code)
-        final = _fail_before_joining(args, code, message)
+        final = _fail_before_joining(args, code, message, hint)
         if final is not None:
             return final
         sys.stderr.write(f"{where}: error: {message}{hint}\n")

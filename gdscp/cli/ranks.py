@@ -288,16 +288,16 @@ def _settle(world: World, out: Output, statuses: list[Status]) -> None:
     raise typer.Exit(code)
 
 
-def _end(world: World, out: Output, statuses: list[Status], code: int) -> None:
+def _end(world: World, out: Output, statuses: list[Status], code: int, hint: str = "") -> None:
     """A failed job's last words: rank 0 says them, and no rank leaves before
     it has (a launcher may end the whole job as soon as one rank exits with
     a failure, Open MPI's does, and rank 0 with its document unwritten)."""
     if world.root:
-        _say(out, statuses, code)
+        _say(out, statuses, code, hint)
     world.barrier()
 
 
-def fail_before_joining(out: Output, code: int, message: str) -> Optional[int]:
+def fail_before_joining(out: Output, code: int, message: str, hint: str = "") -> Optional[int]:
     """A failure of a rank before it joined its job (every rank checks its own
     command line first, and an argument Typer refuses fails before the
     command runs): the rank joins all the same and the ranks agree, so that
@@ -307,7 +307,8 @@ def fail_before_joining(out: Output, code: int, message: str) -> Optional[int]:
     that left at once would leave the others waiting for it in MPI's start,
     for ever). The job's exit code; None where this process is not a rank of
     such a job, has joined already, or cannot join (it then speaks for
-    itself)."""
+    itself). ``hint`` ends rank 0's last line on stderr for a usage error
+    (where to read more), as it ends a process's own."""
     from .app import JOINING  # noqa: PLC0415
 
     if out.command not in JOINING or mpi.launched() is None or mpi.connected():
@@ -325,15 +326,16 @@ def fail_before_joining(out: Output, code: int, message: str) -> Optional[int]:
         out.json = False
     statuses = world.agree(code, [] if code in (130, 143) else [f"rank {world.rank}: {message}"])
     final = job_code(statuses)
-    _end(world, out, statuses, final)
+    _end(world, out, statuses, final, hint if final == EXIT_USAGE else "")
     return final
 
 
-def _say(out: Output, statuses: list[Status], code: int) -> None:
-    """Rank 0: every rank's messages, then how the job ended (with --json, as its document)."""
+def _say(out: Output, statuses: list[Status], code: int, hint: str = "") -> None:
+    """Rank 0: every rank's messages, ``hint`` ending the last, then how the
+    job ended (with --json, as its document)."""
     messages = said(statuses)
-    for message in messages:
-        out.error(message)
+    for i, message in enumerate(messages):
+        out.error(message + (hint if i == len(messages) - 1 else ""))
     if code in (130, 143):
         stop = KeyboardInterrupt() if code == 130 else Terminated()  # 143: a rank's SIGHUP counts as SIGTERM
         out.fail(stop)

@@ -31,7 +31,14 @@ def stream_handle(stream: Any) -> int:
         return _checked(stream)
     proto = getattr(stream, "__cuda_stream__", None)
     if proto is not None:
-        return _as_int(proto()[1])
+        # A method in cuda.core and CuPy; a property in cuda.core's first releases.
+        version_and_handle = proto() if callable(proto) else proto
+        try:
+            _version, handle = version_and_handle
+        except (TypeError, ValueError):
+            raise TypeError(f"{type(stream).__name__}.__cuda_stream__ gave {version_and_handle!r}, "
+                            "not a (version, handle) pair") from None
+        return _as_int(handle)
     for attr in ("ptr", "cuda_stream", "handle"):
         if hasattr(stream, attr):
             return _as_int(getattr(stream, attr))

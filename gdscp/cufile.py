@@ -89,8 +89,9 @@ class IOFuture:
         return self._handle.cancelled()
 
 
-# The parallel transfers whose futures are alive, for the interpreter's exit.
-_in_flight: "weakref.WeakSet[IOFuture]" = weakref.WeakSet()
+# The transfers whose futures are alive, parallel or stream-ordered, for the
+# interpreter's exit.
+_in_flight: "weakref.WeakSet[IOFuture | IOFutureStream]" = weakref.WeakSet()
 
 
 def _finish_transfers_at_exit() -> None:
@@ -100,15 +101,23 @@ def _finish_transfers_at_exit() -> None:
     frees its memory in ``__del__`` would otherwise be freed under a transfer
     still moving bytes into or out of it. A program that an exception nothing
     caught ends has them cancelled first, as a wait interrupted by it would
-    have done. Further interrupts meanwhile cancel and wait again."""
+    have done. Further interrupts meanwhile cancel and wait again. A
+    transfer queued on a CUDA stream cannot be cancelled: its stream is
+    waited for (its outcome, with no one left to tell, is dropped)."""
     from ._interrupts import ended_by_uncaught_exception, through_interrupts  # noqa: PLC0415
 
     cancel = ended_by_uncaught_exception()
     for future in list(_in_flight):
         handle = future._handle
 
-        def finish(handle: Any = handle) -> None:
+        def finish(handle: Any = handle, queued: bool = isinstance(future, IOFutureStream)) -> None:
             nonlocal cancel
+            if queued:
+                try:
+                    handle.check_bytes_done()
+                except Exception:  # noqa: BLE001, S110 - the transfer is over, which is what exit needs
+                    pass
+                return
             try:
                 if cancel:
                     handle.cancel()
@@ -157,17 +166,23 @@ class IOFutureStream:
     ``check_bytes_done()`` has synchronised the stream. An append queued on
     the stream is all or nothing, as other appends are: where it failed or
     wrote short, ``check_bytes_done()`` (or, never called, the future's end)
-    gives its range back, the failure raised, a short write counted as 0."""
+    gives its range back, the failure raised, a short write counted as 0.
+    Any thread may call ``check_bytes_done()``, several at once. A script
+    that ends with the transfer still queued waits for it as it exits, before
+    its buffers are freed."""
 
-    __slots__ = ("_handle", "_keep")
+    __slots__ = ("_handle", "_keep", "__weakref__")
 
     def __init__(self, handle: Any, keep: Any = None):
         self._handle = handle
-        self._keep = keep
+        self._keep = keep  # the buffer and the file, alive until the stream has run the transfer
+        _in_flight.add(self)
 
     def check_bytes_done(self) -> int:
-        """Synchronise the stream; the number of bytes moved."""
-        return self._handle.check_bytes_done()
+        """Wait for the transfer on its stream; the number of bytes moved."""
+        done = self._handle.check_bytes_done()
+        self._keep = None  # the stream has run it: the buffer is the caller's again
+        return done
 
 
 def _request_size(size: Optional[int], available: int, what: str) -> int:

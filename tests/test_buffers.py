@@ -5,6 +5,7 @@ from __future__ import annotations
 import array
 import ctypes
 import mmap
+import re
 
 import numpy as np
 import pytest
@@ -455,3 +456,50 @@ def test_dlpack_elements_below_a_byte_count_packed(tmp_file, count, bits, nbytes
         assert f.read(tensor) == nbytes
     assert memory[:nbytes].tobytes() == data[:nbytes]
     assert memory[nbytes:].tobytes() == b"\xa5" * (len(memory) - nbytes)
+
+
+class _StreamMethod:
+    def __init__(self, handle):
+        self.handle_value = handle
+
+    def __cuda_stream__(self):
+        return (0, self.handle_value)
+
+
+class _StreamProperty:
+    def __init__(self, handle):
+        self.handle_value = handle
+
+    @property
+    def __cuda_stream__(self):
+        return (0, self.handle_value)
+
+
+class _Attribute:
+    def __init__(self, **attrs):
+        self.__dict__.update(attrs)
+
+
+@pytest.mark.parametrize("stream, handle", [
+    (None, 0), (0, 0), (7, 7), (np.uint64(9), 9), (2**64 - 1, 2**64 - 1),
+    (_StreamMethod(11), 11), (_StreamProperty(12), 12),
+    (_Attribute(ptr=13), 13), (_Attribute(cuda_stream=14), 14), (_Attribute(handle=ctypes.c_void_p(15)), 15),
+    (_Attribute(handle=ctypes.c_void_p(None)), 0),
+])
+def test_stream_objects_of_every_kind_give_their_handle(stream, handle):
+    from gdscp._streams import stream_handle
+
+    assert stream_handle(stream) == handle
+
+
+@pytest.mark.parametrize("stream, error, text", [
+    ("5", TypeError, "str"), (2.5, TypeError, "float"), (-1, OverflowError, "stream"),
+    (2**64, OverflowError, "stream"), (_StreamMethod("x"), TypeError, "stream"),
+    (_Attribute(__cuda_stream__=(1, 2, 3)), TypeError, "not a (version, handle) pair"),
+    (_Attribute(__cuda_stream__=lambda: None), TypeError, "not a (version, handle) pair"),
+])
+def test_what_is_not_a_stream_is_refused_saying_so(stream, error, text):
+    from gdscp._streams import stream_handle
+
+    with pytest.raises(error, match=re.escape(text)):
+        stream_handle(stream)

@@ -240,6 +240,36 @@ def test_a_failed_device_append_leaves_the_file_as_it_was(go):
     go(scenario_failed_device_appends)
 
 
+@pytest.mark.parametrize("first", ["earlier", "later"])
+@pytest.mark.parametrize("how", ["fails", "short"])
+def test_queued_appends_that_fail_in_turn_leave_the_file_as_it_was(go, first, how):
+    go(scenario_queued_appends_fail_in_turn, first=first, how=how)
+
+
+@pytest.mark.parametrize("op", ["read", "write"])
+def test_a_stream_future_on_the_per_thread_stream_is_waited_for_from_any_thread(go, op):
+    go(scenario_per_thread_stream_future, op=op)
+
+
+def test_a_failed_stream_append_waited_for_twice_at_once_settles_once(go):
+    go(scenario_stream_append_settled_once)
+
+
+@pytest.mark.parametrize("op", ["read", "write"])
+def test_a_stream_transfer_queued_at_exit_ends_before_its_buffer_goes(go, folder, op):
+    """A script that ends holding a queued raw_read_async/raw_write_async: the
+    exit waits for the stream before the buffer's finaliser frees it."""
+    go(scenario_stream_transfer_at_exit, op=op)
+    data = random_bytes(MiB, 5)
+    with open(os.path.join(folder, "freed")) as report:
+        pending, held = report.read().split()
+    assert pending == "0", "the buffer was freed with its transfer still queued"
+    if op == "read":
+        assert held == hashlib.sha256(data).hexdigest(), "the buffer does not hold the file"
+    else:
+        assert file_bytes(os.path.join(folder, "x.bin")) == data
+
+
 @pytest.mark.parametrize("compat", ["on", "off"])
 @pytest.mark.parametrize("op", ["pread", "pwrite"])
 def test_a_transfer_in_flight_at_exit_ends_before_its_buffer_goes(go, folder, op, compat):
@@ -1413,6 +1443,180 @@ def scenario_failed_device_appends(folder):
             assert f.write(src, task_size=MiB) == len(big)
     with open(path, "rb") as got:
         assert got.read() == before + big
+
+
+def scenario_queued_appends_fail_in_turn(folder, first, how):
+    """Two appends queued on a stream through cuFile, both failing (or
+    writing short): whichever is settled first, the file ends as it was."""
+    import gdscp
+
+    before = random_bytes(10_000, 3)
+    path = new_file(folder, "log.bin", before)
+    stream = standin.cuda.stream()
+    a = standin.cuda.alloc(8192).set(b"A" * 8192)
+    b = standin.cuda.alloc(4096).set(b"B" * 4096)
+    with settings(compat_mode="off"), gdscp.CuFile(path, "a") as f:
+        assert f.backend == "cufile"
+        if how == "fails":
+            standin.cufile.fail("cuFileWriteAsync:io", -CU_FILE_IO_ERROR, times=2)
+        else:
+            standin.cufile.limit("cuFileWrite", 1000)
+        try:
+            futures = [f.raw_write_async(a, stream, 8192), f.raw_write_async(b, stream, 4096)]
+            assert os.path.getsize(path) == len(before) + 8192 + 4096  # both ranges held
+            for future in futures if first == "earlier" else futures[::-1]:
+                if how == "fails":
+                    with pytest.raises(gdscp.CuFileError):
+                        future.check_bytes_done()
+                else:
+                    assert future.check_bytes_done() == 0
+        finally:
+            standin.cufile.limit("cuFileWrite", 0)
+        assert file_bytes(path) == before
+        # The next append lands at the old end.
+        assert f.raw_write_async(b, stream, 4096).check_bytes_done() == 4096
+    assert file_bytes(path) == before + b"B" * 4096
+
+
+def scenario_per_thread_stream_future(folder, op):
+    """A raw_*_async through cuFile on the per-thread default stream (2),
+    which names the calling thread's own stream: its future, asked from
+    another thread, waits for that transfer and no other; dropped on another
+    thread after the file is closed, it still lets the transfer end before
+    the handle goes."""
+    import gdscp
+
+    data = random_bytes(64 * KiB, 2)
+    path = new_file(folder, "p.bin", data)
+    per_thread = 2
+    src = standin.cuda.alloc(8192).set(random_bytes(8192, 4))
+    with settings(compat_mode="off"):
+        f = gdscp.CuFile(path, "r+")
+        assert f.backend == "cufile"
+        buf = poisoned(8192)
+        future = f.raw_read_async(buf, per_thread, 8192, 4096) if op == "read" else \
+            f.raw_write_async(src, per_thread, 8192, 4096)
+        got: dict = {}
+
+        def other() -> None:
+            standin.cuda.make_current(0)
+            try:
+                got["n"] = future.check_bytes_done()
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                got["n"] = exc
+
+        t = threading.Thread(target=other)
+        t.start()
+        t.join(30)
+        assert got["n"] == 8192, got
+        assert standin.cuda.pending() == 0
+        if op == "read":
+            assert buf.bytes() == data[4096 : 4096 + 8192]
+        else:
+            assert file_bytes(path) == data[:4096] + src.bytes() + data[4096 + 8192 :]
+        # Dropped on another thread, the file closed meanwhile.
+        expect = file_bytes(path)[:8192]
+        buf.fill(POISON)
+        future = f.raw_read_async(buf, per_thread, 8192, 0)
+        f.close()
+        held = [future]
+        del future
+
+        def drop() -> None:
+            standin.cuda.make_current(0)
+            held.clear()
+            gc.collect()
+
+        t = threading.Thread(target=drop)
+        t.start()
+        t.join(30)
+        assert standin.cuda.pending() == 0 and standin.cufile.live_handles() == 0
+        assert buf.bytes() == expect
+    standin.check_clean()
+
+
+def scenario_stream_append_settled_once(folder):
+    """check_bytes_done() of one failed stream append from two threads at
+    once: its range is given back once, and an append that lands meanwhile
+    keeps its bytes."""
+    import gdscp
+
+    before = random_bytes(10_000, 3)
+    path = new_file(folder, "log.bin", before)
+    stream = standin.cuda.stream()
+    a = standin.cuda.alloc(8192).set(b"A" * 8192)
+    c = standin.cuda.alloc(8192).set(b"C" * 8192)
+    with settings(compat_mode="off"), gdscp.CuFile(path, "a") as f:
+        standin.cufile.fail("cuFileWriteAsync:io", -CU_FILE_IO_ERROR, times=1)
+        future = f.raw_write_async(a, stream, 8192)
+        standin.cuda.gate("cuStreamSynchronize")
+        errors = []
+
+        def first() -> None:
+            standin.cuda.make_current(0)
+            try:
+                future.check_bytes_done()
+            except gdscp.CuFileError as exc:
+                errors.append(exc)
+
+        t = threading.Thread(target=first)
+        t.start()
+        assert standin.cuda.gate_wait(10)  # the first waiter holds the future, waiting for the stream
+        second: dict = {}
+
+        def again() -> None:
+            standin.cuda.make_current(0)
+            try:
+                future.check_bytes_done()
+            except gdscp.CuFileError as exc:
+                second["error"] = exc
+
+        t2 = threading.Thread(target=again)
+        t2.start()
+        time.sleep(0.2)
+        standin.cuda.release()
+        t.join(30)
+        t2.join(30)
+        assert len(errors) == 1 and isinstance(second.get("error"), gdscp.CuFileError), (errors, second)
+        assert file_bytes(path) == before
+        assert f.raw_write(c, 8192) == 8192
+        with pytest.raises(gdscp.CuFileError):
+            future.check_bytes_done()  # asked again: the same failure, nothing given back twice
+    assert file_bytes(path) == before + b"C" * 8192
+
+
+class _QueuedReport(standin.DeviceBuffer):
+    """Device memory that, as its finaliser frees it, writes to ``report``
+    how many stream operations were still queued and a digest of what it held."""
+
+    report: tuple = ("", None)  # (the report's path, the stand-in's count of queued operations)
+
+    def __del__(self, _open=open, _digest=hashlib.sha256, _free=standin.DeviceBuffer.__del__):
+        path, pending = self.report
+        with _open(path, "w") as out:
+            out.write(f"{pending()} {_digest(self.host.tobytes()).hexdigest()}")
+        _free(self)
+
+
+def scenario_stream_transfer_at_exit(folder, op):
+    """The script ends holding a raw_*_async future (a module global) whose
+    transfer is still queued on its stream, and the buffer only through it."""
+    import gdscp
+
+    data = random_bytes(MiB, 5)
+    path = new_file(folder, "x.bin", data if op == "read" else bytes(len(data)))
+    gdscp.defaults.set({"compat_mode": "off"})
+    f = gdscp.CuFile(path, "r+")
+    stream = standin.cuda.stream()
+    ptr = standin.cuda.lib.gdscp_cuda_alloc(len(data), 0, 0)
+    buf = _QueuedReport(ptr, len(data), free=lambda: standin.cuda.lib.gdscp_cuda_free(ptr))
+    buf.set(data if op == "write" else bytes(len(data)))
+    _QueuedReport.report = (os.path.join(folder, "freed"), standin.cuda.lib.gdscp_cuda_pending)
+    future = (f.raw_read_async if op == "read" else f.raw_write_async)(buf, stream)
+    assert standin.cuda.pending() == 1
+    _HELD_AT_EXIT.append((f, future))
+    del buf
+    raise SystemExit(0)  # the end of the script, the transfer queued (no check_clean: it would wait)
 
 
 def scenario_empty_view_at_the_end(folder, compat):

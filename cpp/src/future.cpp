@@ -59,29 +59,43 @@ bool Future::cancelled() const {
 size_t Future::progress() const { return req_->progress(); }
 
 StreamFuture::StreamFuture(std::shared_ptr<const void> keep, const detail::Backend* backend, CUstream_st* stream,
-                           CUctx_st* ctx, size_t ready_bytes, std::unique_ptr<detail::AsyncOp> op)
+                           CUctx_st* ctx, size_t ready_bytes, std::unique_ptr<detail::AsyncOp> op, CUevent_st* done)
     : keep_(std::move(keep)), backend_(backend), stream_(stream), ctx_(ctx), ready_bytes_(ready_bytes),
-      op_(std::move(op)) {}
+      op_(std::move(op)), done_(done) {}
 
 StreamFuture::~StreamFuture() {
+  const CudaDriver* drv = op_ || done_ ? CudaDriver::get() : nullptr;
   // The stream may still read or write *op_: it must run before op_ goes.
-  if (op_ && !synced_) {
-    if (const CudaDriver* drv = CudaDriver::get()) {
-      try {
-        ScopedContext scope(*drv, ctx_);
-        synced_ = drv->cuStreamSynchronize(stream_) == CUDA_SUCCESS;
-      } catch (...) {
-      }
+  if (op_ && !synced_ && drv) {
+    try {
+      ScopedContext scope(*drv, ctx_);
+      synced_ = synchronize();
+    } catch (...) {
     }
   }
   // Never asked: the outcome still settles (an append's range given back),
   // where the stream could be waited for.
   if (settle_ && !settled_ && (!op_ || synced_)) {
     try {
-      check_bytes_done();
+      settled_outcome();
     } catch (...) {
     }
   }
+  if (done_ && drv) {
+    try {
+      ScopedContext scope(*drv, ctx_);
+      drv->cuEventDestroy(done_);
+    } catch (...) {
+    }
+  }
+}
+
+// Waits for the transfer, by its event where it has one, else by its stream
+// (the destructor's wait: the stream's later work is not its business).
+// Under the caller's ScopedContext.
+bool StreamFuture::synchronize() const {
+  const CudaDriver& drv = CudaDriver::require();
+  return (done_ ? drv.cuEventSynchronize(done_) : drv.cuStreamSynchronize(stream_)) == CUDA_SUCCESS;
 }
 
 size_t StreamFuture::outcome() {
@@ -89,6 +103,7 @@ size_t StreamFuture::outcome() {
   if (!synced_) {
     const CudaDriver& drv = CudaDriver::require();
     ScopedContext scope(drv, ctx_);
+    if (done_) drv.check(drv.cuEventSynchronize(done_), "cuEventSynchronize");
     drv.check(drv.cuStreamSynchronize(stream_), "cuStreamSynchronize");
     synced_ = true;
   }
@@ -96,6 +111,11 @@ size_t StreamFuture::outcome() {
 }
 
 size_t StreamFuture::check_bytes_done() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return settled_outcome();
+}
+
+size_t StreamFuture::settled_outcome() {
   if (!settle_) return outcome();
   if (!settled_) {
     size_t moved = 0;

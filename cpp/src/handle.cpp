@@ -57,7 +57,10 @@ MemoryTarget raw_target(uintptr_t base) {
 // append that fails or is cancelled leaves the file as it was and reports
 // nothing appended. Returns the bytes the append reports.
 size_t settle_append(const detail::File& f, int64_t start, size_t n, size_t moved, bool failed) noexcept {
-  if (!failed && moved == n) return n;
+  if (!failed && moved == n) {
+    f.keep_append(start);
+    return n;
+  }
   f.release_append(start, n);
   return 0;
 }
@@ -132,8 +135,31 @@ std::unique_ptr<StreamFuture> raw_async_at(const std::shared_ptr<const OpenFile>
     op->size = size;
     op->file_offset = file_offset;
     op->buf_offset = dev_offset;
-    if (backend.submit_async(write, mem, reinterpret_cast<void*>(base), *op, cu_stream))
-      return std::make_unique<StreamFuture>(st, &backend, cu_stream, mem.ctx, 0, std::move(op));
+    const CudaDriver& drv = CudaDriver::require();
+    ScopedContext scope(drv, mem.ctx);
+    // The per-thread default stream names the calling thread's own stream: an
+    // event recorded on it just after the transfer finds the transfer from
+    // any thread. Made before the transfer is queued, so that a failure
+    // leaves nothing queued.
+    CUevent done = nullptr;
+    if (cu_stream == CU_STREAM_PER_THREAD)
+      drv.check(drv.cuEventCreate(&done, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+    const auto drop_event = [&] {
+      if (done) drv.cuEventDestroy(done);
+      done = nullptr;
+    };
+    bool queued = false;
+    try {
+      queued = backend.submit_async(write, mem, reinterpret_cast<void*>(base), *op, cu_stream);
+    } catch (...) {
+      drop_event();
+      throw;
+    }
+    if (queued) {
+      if (done && drv.cuEventRecord(done, cu_stream) != CUDA_SUCCESS) drop_event();  // the stream's sync it is
+      return std::make_unique<StreamFuture>(st, &backend, cu_stream, mem.ctx, 0, std::move(op), done);
+    }
+    drop_event();
   }
   // Stream-ordered fallback: let the stream's earlier work finish, then move the
   // bytes before returning, so later work on the stream sees them.

@@ -345,7 +345,8 @@ static CUresult finish(standin_call* c, CUresult r) {
   X(cuMemcpyPeerAsync)                  \
   X(cuMemHostRegister)                  \
   X(cuMemHostUnregister)                \
-  X(cuEventSynchronize)
+  X(cuEventSynchronize)                 \
+  X(cuEventDestroy)
 /* Each stand-in has exactly the type cuda.h declares for the name (a
  * mismatch does not compile): the ABI the engine calls it with. */
 GDSCP_STANDIN_CUDA_FUNCTIONS(DECLARE)
@@ -684,6 +685,25 @@ static CUresult sc_cuEventSynchronize(CUevent event) {
   if (e->stream) run_stream(e->stream, e->seq);
   pthread_mutex_unlock(&g_exec);
   return finish(&call, CUDA_SUCCESS);
+}
+
+static CUresult sc_cuEventDestroy(CUevent event) {
+  BEGIN(cuEventDestroy);
+  NEED_INIT();
+  call.handle = (uint64_t)(uintptr_t)event;
+  pthread_mutex_lock(&g_exec);
+  for (struct CUevent_st** p = &g_events; *p; p = &(*p)->next_all) {
+    if (*p != (struct CUevent_st*)event) continue;
+    struct CUevent_st* e = *p;
+    *p = e->next_all;
+    pthread_mutex_unlock(&g_exec);
+    e->magic = 0;
+    free(e);
+    return finish(&call, CUDA_SUCCESS);
+  }
+  pthread_mutex_unlock(&g_exec);
+  standin_misuse("cuEventDestroy: event %p is unknown (destroyed twice?)", (void*)event);
+  return finish(&call, CUDA_ERROR_INVALID_HANDLE);
 }
 
 /* -- device memory the engine allocates itself ----------------------------------- */

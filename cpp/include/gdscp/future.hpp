@@ -9,10 +9,12 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <mutex>
 
 // CUstream and CUcontext without cuda.h: the same incomplete types it names.
 struct CUstream_st;
 struct CUctx_st;
+struct CUevent_st;
 
 namespace gdscp {
 
@@ -64,16 +66,22 @@ class Future {
 };
 
 // A raw_read_async/raw_write_async: either queued on the stream (`op`), or
-// already run on the calling thread in stream order (`ready_bytes`).
+// already run on the calling thread in stream order (`ready_bytes`). Any
+// thread may ask it, several at once: the outcome is settled once.
 class StreamFuture {
  public:
   // `keep` holds the open file (and `backend`) until the stream has run `op`.
+  // `done` (owned from here; may be null) is an event recorded on the stream
+  // just after `op` was queued, waited for before the stream itself: the
+  // per-thread default stream names the calling thread's own stream, so only
+  // an event finds the transfer from another thread.
   StreamFuture(std::shared_ptr<const void> keep, const detail::Backend* backend, CUstream_st* stream, CUctx_st* ctx,
-               size_t ready_bytes, std::unique_ptr<detail::AsyncOp> op);
+               size_t ready_bytes, std::unique_ptr<detail::AsyncOp> op, CUevent_st* done = nullptr);
   ~StreamFuture();
   StreamFuture(const StreamFuture&) = delete;
   StreamFuture& operator=(const StreamFuture&) = delete;
-  // Synchronises the stream, then returns the bytes moved or throws.
+  // Synchronises the stream (after the transfer's event, where it has one),
+  // then returns the bytes moved or throws.
   size_t check_bytes_done();
   // Runs once the transfer's outcome is known (the first check_bytes_done(),
   // or destruction): given the bytes moved and whether it failed, it returns
@@ -82,13 +90,17 @@ class StreamFuture {
 
  private:
   size_t outcome();
+  size_t settled_outcome();
+  bool synchronize() const;
 
+  std::mutex mutex_;  // check_bytes_done() from several threads: one waits, then settles
   std::shared_ptr<const void> keep_;
   const detail::Backend* backend_;
   CUstream_st* stream_;
   CUctx_st* ctx_;
   size_t ready_bytes_;
   std::unique_ptr<detail::AsyncOp> op_;  // null: the transfer already ran
+  CUevent_st* done_;
   bool synced_ = false;
   std::function<size_t(size_t, bool)> settle_;
   bool settled_ = false;

@@ -235,20 +235,39 @@ int64_t File::reserve_append(size_t n) {
     } while (r != 0 && errno == EINTR);
   }
   if (r != 0) throw_os_error(errno, "cannot reserve " + std::to_string(n) + " bytes to append to", path_, start);
+  held_.insert(start);
   return start;
+}
+
+void File::keep_append(int64_t start) const noexcept {
+  const std::lock_guard<std::mutex> lock(append_mutex_);
+  held_.erase(start);
+  // What was given back before a range that stays can no longer be cut.
+  given_back_.erase(given_back_.begin(), given_back_.upper_bound(start));
 }
 
 void File::release_append(int64_t start, size_t n) const noexcept {
   try {
     const AppendLock lock(*this);
-    if (size() != start + static_cast<int64_t>(n)) return;
-    int r;
-    do {
-      r = ::ftruncate(write_fd_, start);
-    } while (r != 0 && errno == EINTR);
+    given_back_.emplace(start + static_cast<int64_t>(n), start);
+    // Cut the file back while its end is that of a range given back: this
+    // one, then any given back earlier while this one was still held.
+    for (auto it = given_back_.find(size()); it != given_back_.end(); it = given_back_.find(size())) {
+      int r;
+      do {
+        r = ::ftruncate(write_fd_, it->second);
+      } while (r != 0 && errno == EINTR);
+      if (r != 0) break;
+      given_back_.erase(it);
+    }
   } catch (...) {
     // The lock or fstat refused: the range stays, as it would after a crash.
   }
+  const std::lock_guard<std::mutex> lock(append_mutex_);
+  held_.erase(start);
+  // Only a range still held can cut those given back before it.
+  const int64_t last_held = held_.empty() ? -1 : *held_.rbegin();
+  given_back_.erase(given_back_.upper_bound(last_held), given_back_.end());
 }
 
 void File::require_readable() const {

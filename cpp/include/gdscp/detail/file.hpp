@@ -8,7 +8,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <string_view>
 
@@ -70,10 +72,15 @@ class File {
   // Gives back the range reserve_append(n) returned `start` for, once the
   // write into it failed or was cancelled: the file is cut back to `start`,
   // as it was before the append, if it still ends where the range does.
-  // Where a later append has landed after it, the range stays (as zeros
-  // where it was not written): cutting it would take that append too.
-  // Best effort, never throws.
+  // A range that a later one of this File's appends still holds in flight
+  // is cut with it if that one is given back too (appends that fail in
+  // turn leave the file as it was, in whatever order they end). Where a
+  // later append has landed after it, the range stays (as zeros where it
+  // was not written): cutting it would take that append too. Best effort,
+  // never throws.
   void release_append(int64_t start, size_t n) const noexcept;
+  // The range reserve_append returned `start` for stays: written whole.
+  void keep_append(int64_t start) const noexcept;
 
   void require_readable() const;
   void require_writable() const;
@@ -97,6 +104,11 @@ class File {
   bool created_ = false;          // a deferred open made the file
   bool truncate_pending_ = false;  // a deferred "w" open: commit() truncates
   mutable std::mutex append_mutex_;
+  // Under append_mutex_: the starts of the ranges reserved and not yet kept
+  // or given back, and the ranges given back that one of those, ending in
+  // turn, may still cut with it (end -> start).
+  mutable std::set<int64_t> held_;
+  mutable std::map<int64_t, int64_t> given_back_;
 };
 
 }  // namespace gdscp::detail

@@ -37,6 +37,7 @@ namespace gdscp {
   X(cuEventCreate)              \
   X(cuEventRecord)              \
   X(cuEventSynchronize)         \
+  X(cuEventDestroy)             \
   X(cuDeviceCanAccessPeer)      \
   X(cuCtxEnablePeerAccess)      \
   X(cuMemcpyPeerAsync)          \

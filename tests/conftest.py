@@ -39,6 +39,13 @@ def has_gpu() -> bool:
     return gpu_status()[0]
 
 
+def sanitized() -> bool:
+    """Under the sanitizers' runtimes (scripts/sanitize.sh preloads them), which
+    reserve terabytes of address space and so cannot run under an RLIMIT_AS."""
+    preload = os.environ.get("LD_PRELOAD", "")
+    return "libasan" in preload or "libtsan" in preload
+
+
 def env_flag(name: str) -> bool:
     """Whether the environment variable ``name`` is set to a true value (1, true, yes, on)."""
     return os.environ.get(name, "").strip().lower() in {"1", "true", "yes", "on"}

@@ -31,7 +31,7 @@ import pytest
 
 import gdscp
 import standin
-from conftest import POISON, random_bytes, wait_for_held_workers
+from conftest import POISON, random_bytes, sanitized, wait_for_held_workers
 from gdscp import _core, bulk
 from gdscp.bench.tree import make_tree
 from test_cufile_standin import folder, go, poisoned, standin_build  # noqa: F401 - fixtures and helpers
@@ -1950,3 +1950,64 @@ def test_a_wait_for_something_other_than_seconds_is_a_type_error():
     with pytest.raises(TypeError, match="number of seconds"):
         job.wait("1")
     assert job.wait(0)
+
+
+def test_reads_into_the_same_or_overlapping_memory_are_refused(tmp_path):
+    """One buffer given for two files, or views that overlap: each read would
+    report done while the memory held a mix of both files. Refused, naming
+    the files, before anything moves; views side by side are fine."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.write_bytes(b"\x01" * 8192)
+    b.write_bytes(b"\x02" * 8192)
+    buf = np.full(8192, POISON, np.uint8)
+    for buffers in ([buf, buf], [buf[:5000], buf[4096:]], [buf[4096:], buf[:4097]], [memoryview(buf), buf[8191:]]):
+        with pytest.raises(ValueError, match=r"file 0 \('.*a'\) and file 1 \('.*b'\) would be read into the same "
+                                             r"memory"):
+            gdscp.read_files([a, b], buffers)
+        assert (buf == POISON).all()
+    job = gdscp.read_files([a, b, a], [buf[:4096], buf[4096:8191], buf[8191:8191]])
+    assert [r.status for r in job.results()] == ["done"] * 3
+    assert bytes(buf) == b"\x01" * 4096 + b"\x02" * 4095 + bytes([POISON])
+
+
+_NO_MEMORY_LEFT = r"""
+import errno, resource, sys
+import gdscp
+from gdscp import _core
+
+src, dst, through_memory = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+if through_memory:  # the kernel declines every copy: the bytes go through a staging buffer
+    _core.testing.arm_fault("copy_file_range", 0, 1 << 30, errno.EXDEV)
+gdscp.defaults.get("num_threads")  # the engine loaded, its workers started
+for line in open("/proc/self/status"):
+    if line.startswith("VmSize:"):
+        size = int(line.split()[1]) * 1024
+# A few MiB more of address space: less than a staging buffer.
+resource.setrlimit(resource.RLIMIT_AS, (size + (8 << 20),) * 2)
+r = gdscp.copy_files([(src, dst)]).results()[0]
+print(r.status, r.errno, r.error)
+"""
+
+
+@pytest.mark.skipif(sanitized(), reason="an address-space limit cannot hold a sanitizer's shadow memory")
+def test_a_copy_with_no_memory_to_spare_is_made_in_the_kernel_or_says_memory_ran_out(tmp_path):
+    """Memory for a staging buffer is taken only when the kernel does not copy
+    the file itself; where it cannot be had, the file's result says so with
+    ENOMEM (the command line then names the file), not a bare std::bad_alloc."""
+    src = tmp_path / "src"
+    data = random_bytes(20 * MiB, 8)
+    src.write_bytes(data)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GDSCP_")}
+    for through_memory in (False, True):
+        dst = tmp_path / f"dst-{through_memory}"
+        done = subprocess.run([sys.executable, "-c", _NO_MEMORY_LEFT, str(src), str(dst), str(int(through_memory))],
+                              capture_output=True, text=True, timeout=120, env=env)
+        assert done.returncode == 0, done.stderr
+        if through_memory:
+            assert done.stdout.startswith(f"failed {errno.ENOMEM} cannot allocate a staging buffer of "), done.stdout
+            assert done.stdout.rstrip().endswith(os.strerror(errno.ENOMEM)), done.stdout
+            assert not dst.exists()
+        else:
+            assert done.stdout.split() == ["done", "None", "None"], done.stdout
+            assert dst.read_bytes() == data
+        assert not [p for p in tmp_path.iterdir() if bulk.TEMPORARY_SUFFIX in p.name]

@@ -21,7 +21,7 @@ import pytest
 
 import gdscp
 from gdscp import _core
-from conftest import wait_engine_idle
+from conftest import sanitized, wait_engine_idle
 
 MiB = 1 << 20
 DEADLINE = 60  # seconds a thread may take before the test calls it stuck
@@ -300,14 +300,7 @@ def test_shrinking_parks_workers_and_growing_reuses_them(tmp_path):
     assert wait_engine_idle()
 
 
-def _sanitized() -> bool:
-    """Under the sanitizers' runtimes (scripts/sanitize.sh preloads them), which
-    reserve terabytes of address space and so cannot run under an RLIMIT_AS."""
-    preload = os.environ.get("LD_PRELOAD", "")
-    return "libasan" in preload or "libtsan" in preload
-
-
-@pytest.mark.skipif(_sanitized(), reason="an address-space limit cannot hold a sanitizer's shadow memory")
+@pytest.mark.skipif(sanitized(), reason="an address-space limit cannot hold a sanitizer's shadow memory")
 def test_pool_that_cannot_start_threads_stays_consistent(tmp_path):
     """num_threads = 4096 (the most it takes) under an address-space limit
     with room for a few dozen thread stacks: the pool grows as far as it can

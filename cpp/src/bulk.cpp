@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -16,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <set>
 #include <string_view>
@@ -163,6 +165,11 @@ std::string describe(std::exception_ptr e, int& kind, int& code) {
     kind = static_cast<int>(err.kind());
     code = err.code();
     return err.what();
+  } catch (const std::bad_alloc& err) {  // staging (which says so) or bookkeeping the process had no memory for
+    kind = static_cast<int>(ErrorKind::os);
+    code = ENOMEM;
+    const std::string what = err.what();
+    return what != std::bad_alloc().what() ? what : std::string("out of memory: ") + std::strerror(ENOMEM);
   } catch (const std::exception& err) {
     kind = static_cast<int>(ErrorKind::state);
     code = 0;
@@ -1044,6 +1051,38 @@ void register_job(const std::shared_ptr<BulkState>& st) {
   g_jobs.push_back(st);
 }
 
+// Reads that land in the same memory (one buffer given for two files, or
+// views that overlap): each would report done while the memory held a mix
+// of both files. Refused before anything moves.
+void refuse_shared_memory(const std::vector<BulkItem>& items) {
+  struct Span {
+    uintptr_t start, end;
+    size_t item;
+  };
+  std::vector<Span> spans;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const BulkItem& it = items[i];
+    if (it.kind != BulkKind::read || it.size <= 0) continue;
+    const auto n = static_cast<uintptr_t>(it.size);
+    if (it.buf != 0) spans.push_back({it.buf, it.buf + n, i});
+    for (const uintptr_t r : it.replicas)
+      if (r != 0) spans.push_back({r, r + n, i});
+  }
+  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.start < b.start; });
+  size_t reach = 0;  // the span seen so far that ends last
+  for (size_t k = 1; k < spans.size(); ++k) {
+    if (spans[k].start < spans[reach].end) {
+      const size_t a = std::min(spans[reach].item, spans[k].item), b = std::max(spans[reach].item, spans[k].item);
+      const auto name = [&](size_t i) { return "file " + std::to_string(i) + " ('" + items[i].src + "')"; };
+      throw_invalid(a == b ? name(a) + " has buffers that overlap: each copy of it needs memory of its own"
+                           : name(a) + " and " + name(b) +
+                                 " would be read into the same memory (their buffers overlap): each file needs a "
+                                 "buffer of its own");
+    }
+    if (spans[k].end > spans[reach].end) reach = k;
+  }
+}
+
 }  // namespace
 }  // namespace detail
 
@@ -1090,6 +1129,7 @@ BulkJob::BulkJob(std::vector<BulkItem> items, const BulkOptions& options, const 
     if (item.kind == BulkKind::copy || (item.kind == BulkKind::read && item.buf == 0)) staging_needed = true;
     if (item.size > 0) st->bytes_total.fetch_add(static_cast<uint64_t>(item.size), std::memory_order_relaxed);
   }
+  detail::refuse_shared_memory(st->items);
   const size_t G = std::max<size_t>(1, options.devices.size());
   st->groups = G;
   for (size_t a = 0; a < options.devices.size(); ++a)

@@ -23,15 +23,17 @@ constexpr size_t kMaxIdlePerSize = 256;
 
 namespace {
 
-// A std::bad_alloc (a MemoryError in Python) that says which pinned staging
-// buffer could not be had and why, where a bare one says only "std::bad_alloc":
-// their size is the bounce_buffer_size setting, which may be far more than
-// the machine has.
+// A std::bad_alloc (a MemoryError in Python) that says which staging buffer
+// could not be had and why, where a bare one says only "std::bad_alloc": a
+// pinned one's size is the bounce_buffer_size setting, which may be far more
+// than the machine has.
 class NoStagingMemory : public std::bad_alloc {
  public:
-  NoStagingMemory(size_t size, int err)
-      : what_("cannot allocate a pinned staging buffer of " + std::to_string(size) +
-              " bytes (bounce_buffer_size sets its size): " + std::strerror(err)) {}
+  NoStagingMemory(size_t size, int err, bool pinned = true)
+      : what_(pinned ? "cannot allocate a pinned staging buffer of " + std::to_string(size) +
+                           " bytes (bounce_buffer_size sets its size): " + std::strerror(err)
+                     : "cannot allocate a staging buffer of " + std::to_string(size) + " bytes: " +
+                           std::strerror(err)) {}
   const char* what() const noexcept override { return what_.c_str(); }
 
  private:
@@ -77,7 +79,7 @@ void* BufferPool::allocate(size_t size) {
     return p;
   }
   void* p = nullptr;
-  if (::posix_memalign(&p, 4096, size) != 0) throw std::bad_alloc();
+  if (const int err = ::posix_memalign(&p, 4096, size); err != 0) throw NoStagingMemory(size, err, false);
   return p;
 }
 
@@ -119,8 +121,7 @@ BufferPool::Lease BufferPool::acquire(size_t size) {
   const size_t capacity = bucket(size);
   // No bucket holds more than half the address space: no such buffer can exist.
   if (capacity < size) {
-    if (kind_ == Kind::pinned) throw NoStagingMemory(size, ENOMEM);
-    throw std::bad_alloc();
+    throw NoStagingMemory(size, ENOMEM, kind_ == Kind::pinned);
   }
   {
     std::lock_guard<std::mutex> lock(mutex_);

@@ -736,12 +736,14 @@ size_t copy_in_kernel(Transfer& t, int64_t off, size_t n) {
 }
 
 // A chunk of a copy through host memory: inside the kernel while it copies,
-// the rest through the worker's staging, which also tells a real end of the
-// source from a kernel that copied nothing.
-size_t copy_chunk(const TransferContext& cx, Transfer& t, const MemoryTarget& mem, char* staging, int64_t off,
+// the rest through the worker's staging (allocated only then: a copy the
+// kernel makes needs none), which also tells a real end of the source from
+// a kernel that copied nothing.
+size_t copy_chunk(const TransferContext& cx, Transfer& t, const MemoryTarget& mem, BulkWorker& w, int64_t off,
                   size_t n) {
   size_t done = t.kernel_copy.load(std::memory_order_relaxed) ? copy_in_kernel(t, off, n) : 0;
   if (done < n) {
+    char* staging = w.staging();
     const int64_t at = off + static_cast<int64_t>(done);
     const size_t got = read_chunk(cx, t, mem, staging, at, n - done);
     write_chunk(cx, t, mem, staging, at, got);
@@ -754,19 +756,19 @@ size_t copy_chunk(const TransferContext& cx, Transfer& t, const MemoryTarget& me
 // A chunk of a sparse source: each run of data in [off, off + n) copied,
 // the holes left as the destination has them (it was sized to the whole
 // file). Returns n, or where the source now ends if it ended inside the chunk.
-size_t copy_sparse_chunk(const TransferContext& cx, Transfer& t, const MemoryTarget& mem, char* staging, int64_t off,
+size_t copy_sparse_chunk(const TransferContext& cx, Transfer& t, const MemoryTarget& mem, BulkWorker& w, int64_t off,
                          size_t n) {
   const int fd = t.source_fd();
   const int64_t end = off + static_cast<int64_t>(n);
   int64_t pos = off;
   while (pos < end) {
     const off_t data = ::lseek(fd, pos, SEEK_DATA);
-    if (data < 0 && errno != ENXIO) return (pos - off) + copy_chunk(cx, t, mem, staging, pos, end - pos);
+    if (data < 0 && errno != ENXIO) return (pos - off) + copy_chunk(cx, t, mem, w, pos, end - pos);
     if (data < 0 || data >= end) break;  // ENXIO: no data from pos to the end of the file
     off_t hole = ::lseek(fd, data, SEEK_HOLE);
     if (hole < 0) hole = end;
     const size_t len = static_cast<size_t>(std::min<int64_t>(hole, end) - data);
-    const size_t got = copy_chunk(cx, t, mem, staging, data, len);
+    const size_t got = copy_chunk(cx, t, mem, w, data, len);
     if (got < len) return static_cast<size_t>(data - off) + got;
     pos = data + static_cast<int64_t>(len);
   }
@@ -789,8 +791,8 @@ void move_chunk(const TransferContext& cx, Transfer& t, size_t index, BulkWorker
   } else if (item.kind == BulkKind::write) {
     write_chunk(cx, t, mem, reinterpret_cast<const char*>(item.buf) + c.buf_offset, c.file_offset, n);
   } else if (item.kind == BulkKind::copy && !mem.device) {
-    const size_t got = t.sparse ? copy_sparse_chunk(cx, t, mem, w.staging(), c.file_offset, n)
-                                : copy_chunk(cx, t, mem, w.staging(), c.file_offset, n);
+    const size_t got = t.sparse ? copy_sparse_chunk(cx, t, mem, w, c.file_offset, n)
+                                : copy_chunk(cx, t, mem, w, c.file_offset, n);
     if (got < n) truncated(t, c.file_offset + static_cast<int64_t>(got));
     n = got;
   } else {

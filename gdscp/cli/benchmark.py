@@ -347,7 +347,7 @@ def benchmark(
         typer.Option(
             "--size",
             metavar="SIZE",
-            help="Test file size (default: 1GiB, less where disk or memory is short).",
+            help="Test file size (default: 1GiB; with --devices, 4GiB per GPU; less where disk or memory is short).",
             rich_help_panel=_MEASURE,
         ),
     ] = None,
@@ -366,7 +366,8 @@ def benchmark(
         typer.Option(
             "--threads",
             metavar="N,N,...",
-            help="Thread counts for gdscp and KvikIO (default: 1, 4, gdscp's default and 16 on 16+ cores).",
+            help="Thread counts for gdscp and KvikIO (default: 1, 4, gdscp's default and 16 on 16+ cores; "
+            "with --devices: gdscp's default and twice the cores, at most 64).",
             rich_help_panel=_MEASURE,
         ),
     ] = None,

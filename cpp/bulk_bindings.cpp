@@ -82,11 +82,14 @@ bool plain_cai(PyObject* o, bool writable, Plain& out) {
   if (!read_cuda_array_interface(raw, l) || l.too_large || l.masked || !l.contiguous || (writable && l.readonly))
     return false;
   if (l.ptr == 0 && l.nbytes > 0) return false;  // the general path refuses it, saying why
-  // No stream, or the legacy / per-thread default one, which the engine's
-  // blocking streams already wait for; another is the general path's to sync.
+  // No stream, or the legacy default one, which the engine's blocking streams
+  // already wait for (and its cuFile path synchronises). Another, the
+  // per-thread default stream (2) among them, is the general path's to
+  // synchronise on the caller's thread: the per-thread default stream is that
+  // thread's own, and does not synchronise with the engine's streams.
   if (l.stream && l.stream != Py_None) {
     const long id = PyLong_Check(l.stream) ? PyLong_AsLong(l.stream) : -1;
-    if (id != 1 && id != 2) {
+    if (id != 1) {
       PyErr_Clear();
       return false;
     }

@@ -994,6 +994,11 @@ def test_bulk_copy_through_device_staging(go):
     go(scenario_device_copy)
 
 
+@pytest.mark.parametrize("compat", ["on", "off"])
+def test_bulk_jobs_wait_for_work_queued_on_the_default_streams(go, compat):
+    go(scenario_device_bulk_default_streams, compat=compat)
+
+
 def scenario_device_bulk(folder):
     """read_files into device buffers and write_files from them: every byte
     through pinned staging and the stand-in's copies; failures per file."""
@@ -1030,6 +1035,57 @@ def scenario_device_bulk(folder):
             with open(out, "rb") as f:
                 assert f.read() == data
         assert all(c.flags & standin.PINNED_HOST for c in standin.cuda.calls("cuMemcpyHtoDAsync", "cuMemcpyDtoHAsync"))
+
+
+def scenario_device_bulk_default_streams(folder, compat):
+    """read_files and write_files of device arrays whose
+    ``__cuda_array_interface__`` names the legacy default stream (1) or the
+    per-thread one (2), with a fill still queued there: a read lands after the
+    fill and a write takes its result, as CuFile's calls do. The per-thread
+    default stream is the caller's own and no stream of the engine waits for
+    it, so such an array takes the general path, which synchronises it on the
+    caller's thread (in the memory's context, whatever is current there)."""
+    import gdscp
+    from gdscp import _core
+
+    CU_STREAM_LEGACY, CU_STREAM_PER_THREAD = 1, 2
+    sizes = [4096, 2 * MiB + 3]
+    datas = [random_bytes(n, 60 + i) for i, n in enumerate(sizes)]
+    paths = []
+    for i, data in enumerate(datas):
+        paths.append(os.path.join(folder, f"in{i}.bin"))
+        with open(paths[-1], "wb") as f:
+            f.write(data)
+    outs = [os.path.join(folder, f"out{i}.bin") for i in range(len(sizes))]
+    with gdscp.defaults.set({"compat_mode": compat, "num_threads": 4, "task_size": MiB, "gds_threshold": 0}):
+        for stream in (CU_STREAM_LEGACY, CU_STREAM_PER_THREAD):
+            for current in (0, -1):
+                case = f"stream={stream} current={current} compat={compat}"
+                standin.cuda.make_current(0)
+                bufs = [poisoned(n) for n in sizes]
+                for buf in bufs:
+                    standin.cuda.fill_async(stream, buf, 0x11)
+                standin.cuda.make_current(current)
+                results = gdscp.read_files(paths, [b.with_stream(stream) for b in bufs]).results()
+                assert [r.status for r in results] == ["done"] * len(sizes), (case, [r.error for r in results])
+                assert standin.cuda.pending() == 0, case  # the fills ran before the reads, not after them
+                for data, buf in zip(datas, bufs):
+                    assert buf.bytes() == data, case
+
+                standin.cuda.make_current(0)
+                srcs = [standin.cuda.alloc(n).set(d) for n, d in zip(sizes, datas)]
+                for src in srcs:
+                    standin.cuda.fill_async(stream, src, 0x5A)
+                standin.cuda.make_current(current)
+                results = gdscp.write_files([s.with_stream(stream) for s in srcs], outs).results()
+                assert [r.status for r in results] == ["done"] * len(sizes), (case, [r.error for r in results])
+                assert standin.cuda.pending() == 0, case
+                for n, out in zip(sizes, outs):
+                    with open(out, "rb") as f:
+                        assert f.read() == b"\x5a" * n, case
+    # The legacy default stream's arrays stay on the C++ pass.
+    assert _core.plain_buffer_items(0, paths[:1], [poisoned(10).with_stream(CU_STREAM_LEGACY)]) is not None
+    assert _core.plain_buffer_items(0, paths[:1], [poisoned(10).with_stream(CU_STREAM_PER_THREAD)]) is None
 
 
 def scenario_device_copy(folder):

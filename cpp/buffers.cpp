@@ -4,8 +4,13 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
+#include <map>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "gdscp/device_buffer.hpp"
@@ -149,25 +154,132 @@ nb::tuple dlpack_info(nb::handle capsule) {
                         dense(shape, strides, 1), read_only);  // DLPack strides count elements
 }
 
-bool holds_objects(const char* format) noexcept {
-  if (!format) return false;
-  bool name = false;  // inside a field's :name:, whose letters are not codes
-  for (const char* c = format; *c; ++c) {
-    if (*c == ':') name = !name;
-    else if (!name && *c == 'O') return true;
+namespace {
+
+// What the readings of a struct format string (PEP 3118) found: whether one
+// reads it whole, whether one of those reads an 'O' (a Python object) as a
+// code, and whether the search gave up (a format of too many readings).
+struct FormatReadings {
+  bool whole = false;
+  bool objects = false;
+  bool gave_up = false;
+};
+
+// Reads `format` every way it can be read: items of an optional byte order,
+// count or "(shape)", then a code (any letter or '?'; "T{...}" and "X{...}"
+// hold items), and after a code or a "}" an optional ":name:". A field name
+// may hold any character, ':' included (ctypes takes any name and writes it
+// as it is), so a name may end at any later ':' from which the rest reads;
+// `first_colon` reads names as ending at the first one only. The format is
+// read left to right, one position at a time, every reading at once: a
+// reading at a position is its depth of braces, whether a name may follow,
+// and whether it has read an 'O' as a code.
+FormatReadings read_format(std::string_view f, bool first_colon) {
+  constexpr size_t kMaxStates = size_t{1} << 22;
+  struct State {
+    uint64_t depth;
+    bool named;  // a name may follow (after a code or a "}")
+    bool objects;
+  };
+  FormatReadings out;
+  const uint64_t n = f.size();
+  if (n > (uint64_t{1} << 24)) {
+    out.gave_up = true;
+    return out;
   }
-  return false;
+  // Every step reads on, past its position: the readings are taken up in
+  // the order of their positions.
+  std::map<uint64_t, std::vector<State>> todo;
+  std::unordered_set<uint64_t> seen;
+  auto add = [&](uint64_t pos, State s) {
+    if (!seen.insert((pos * (n + 2) + s.depth) * 4 + s.named * 2 + s.objects).second) return;
+    todo[pos].push_back(s);
+    if (seen.size() > kMaxStates) out.gave_up = true;
+  };
+  // A name opened at an earlier position with the same depth and objects
+  // reaches every ':' that one opened later would: it is read once.
+  std::vector<std::pair<uint64_t, bool>> names_opened;
+  add(0, {0, false, false});
+  while (!todo.empty() && !out.gave_up) {
+    const auto first = todo.begin();
+    const uint64_t pos = first->first;
+    const std::vector<State> here = std::move(first->second);
+    todo.erase(first);
+    for (const State& s : here) {
+      if (out.gave_up) break;
+      if (pos == n) {
+        if (s.depth == 0) {
+          out.whole = true;
+          out.objects = out.objects || s.objects;
+        }
+        continue;
+      }
+      const char c = f[pos];
+      const State item{s.depth, false, s.objects};
+      if (c == ' ' || c == '\t' || c == '\n' || c == '@' || c == '=' || c == '<' || c == '>' || c == '!' ||
+          c == '^' || c == '&' || (c >= '0' && c <= '9')) {
+        add(pos + 1, item);
+      } else if (c == '(') {
+        uint64_t end = pos + 1;
+        while (end < n && ((f[end] >= '0' && f[end] <= '9') || f[end] == ',' || f[end] == ' ')) ++end;
+        if (end < n && f[end] == ')') add(end + 1, item);
+      } else if (c == '}') {
+        if (s.depth > 0) add(pos + 1, {s.depth - 1, true, s.objects});
+      } else if (c == ':') {
+        if (!s.named) continue;
+        if (!first_colon) {
+          const std::pair<uint64_t, bool> key{s.depth, s.objects};
+          bool read = false;
+          for (const auto& o : names_opened) read = read || o == key;
+          if (read) continue;
+          names_opened.push_back(key);
+        }
+        for (size_t end = f.find(':', pos + 1); end != std::string_view::npos; end = f.find(':', end + 1)) {
+          add(end + 1, item);
+          if (first_colon || out.gave_up) break;
+        }
+      } else if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '?') {
+        add(pos + 1, {s.depth, true, s.objects || c == 'O'});
+        if ((c == 'T' || c == 'X') && pos + 1 < n && f[pos + 1] == '{') add(pos + 2, {s.depth + 1, false, s.objects});
+      }
+    }
+  }
+  return out;
 }
+
+}  // namespace
+
+ObjectCheck object_check(const char* format) noexcept {
+  // Only the code 'O' is a Python object; a format without the letter holds none.
+  if (!format || !std::strchr(format, 'O')) return ObjectCheck::none;
+  try {
+    const std::string_view f(format);
+    if (read_format(f, /*first_colon=*/true).objects) return ObjectCheck::objects;
+    // Names that end at their first ':' read no object; the format is taken
+    // for data only if no other reading of its names reads one either, and
+    // some reading reads it whole.
+    const FormatReadings all = read_format(f, /*first_colon=*/false);
+    return all.whole && !all.objects && !all.gave_up ? ObjectCheck::none : ObjectCheck::unclear;
+  } catch (...) {
+    return ObjectCheck::unclear;  // out of memory: what cannot be read is refused
+  }
+}
+
+bool holds_objects(const char* format) noexcept { return object_check(format) != ObjectCheck::none; }
 
 BufferView::BufferView(nb::handle obj, bool writable) {
   const int flags = PyBUF_ANY_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
   if (PyObject_GetBuffer(obj.ptr(), &view_, flags) != 0) throw nb::python_error();
-  if (holds_objects(view_.format)) {
+  const ObjectCheck check = object_check(view_.format);
+  if (check != ObjectCheck::none) {
     const std::string format = view_.format;
     PyBuffer_Release(&view_);
-    throw nb::type_error(("buffer holds Python objects (format '" + format +
-                          "'), not data: gdscp moves bytes, which would overwrite or expose object references")
-                             .c_str());
+    const std::string what = check == ObjectCheck::objects
+                                 ? "buffer holds Python objects (format '" + format + "')"
+                                 : "buffer may hold Python objects (format '" + format +
+                                       "' does not read one way only: field names may hold ':')";
+    throw nb::type_error(
+        (what + ", not data: gdscp moves bytes, which would overwrite or expose object references").c_str());
   }
 }
 

@@ -52,9 +52,16 @@ nanobind::tuple cuda_array_layout(nanobind::handle cai);
 // Fortran order: the bytes move in memory order).
 nanobind::tuple host_buffer(nanobind::handle obj, bool writable);
 
-// True for a buffer of Python object pointers (struct format 'O', alone or as
-// a field): its bytes are references, and writing into them corrupts the
-// interpreter. A null format means bytes.
+// Whether a buffer of struct format `format` holds Python object pointers
+// (code 'O', alone or as a field): its bytes are references, and writing into
+// them corrupts the interpreter. A null format means bytes. `unclear`: the
+// format has an 'O' that only some readings take for a code, or it does not
+// read at all; a field name may hold ':' (ctypes writes any name as it is), so
+// which letters are names is then not certain.
+enum class ObjectCheck { none, objects, unclear };
+ObjectCheck object_check(const char* format) noexcept;
+
+// True where object_check is not `none`: what is refused.
 bool holds_objects(const char* format) noexcept;
 
 // A contiguous (C or Fortran order) buffer-protocol view of an object, held while this lives: the

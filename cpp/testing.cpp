@@ -145,6 +145,10 @@ void define_testing(nb::module_& core) {
   t.def("mapped_copy", &mapped_copy, "fd"_a, "dst"_a, "file_offset"_a);
   t.def("set_nvidia_fs_version_path", &set_nvidia_fs_version_path, "path"_a,
         "Where the engine looks for nvidia-fs (\"\" restores /proc/driver/nvidia-fs/version).");
+  t.def("object_check", [](const std::string& format) {
+    static const char* const names[] = {"none", "objects", "unclear"};
+    return names[static_cast<int>(object_check(format.c_str()))];
+  }, "format"_a, "What the buffer guard makes of a struct format string: \"none\", \"objects\" or \"unclear\".");
 }
 
 }  // namespace gdscp::bindings

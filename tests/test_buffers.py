@@ -5,6 +5,7 @@ from __future__ import annotations
 import array
 import ctypes
 import mmap
+import os
 import re
 
 import numpy as np
@@ -131,6 +132,73 @@ def test_buffers_of_python_objects_are_refused(tmp_file, tmp_path, size):
     with gdscp.CuFile(path) as f:
         assert f.read(named) == size
     assert named.tobytes() == data
+
+
+class _ColonNamed(ctypes.Structure):
+    """A ctypes field name may hold ':', which ends a name in the struct
+    format string: 'T{<i:a::<O:p:}' also reads as a field "a:" and an object
+    field, or as a field "a::<O" followed by a Pascal string."""
+
+    _fields_ = [("a:", ctypes.c_int), ("p", ctypes.py_object)]
+
+
+class _LettersNamed(ctypes.Structure):
+    """Fields whose names hold an O: 'T{<I:Offset:<I:Obj:}' reads one way
+    only, with no object in it."""
+
+    _fields_ = [("Offset", ctypes.c_uint32), ("Obj", ctypes.c_uint32)]
+
+
+def test_a_field_name_with_a_colon_cannot_hide_an_object_field(tmp_file, tmp_path):
+    """A struct format whose field names could hide an object field is
+    refused: CuFile's calls (the small ones on the calling thread too), the
+    bulk jobs and Mmap raise TypeError before anything moves, and the object
+    reference is never overwritten. A format that reads one way only is not,
+    whatever letters its field names hold."""
+    from gdscp import _core
+
+    assert memoryview(_ColonNamed()).format == "T{<i:a::<O:p:}"
+    path, data = tmp_file(4096)
+    out = str(tmp_path / "out.bin")
+    s = _ColonNamed(7, "kept")
+    for buf in (s, memoryview(s)):
+        with gdscp.CuFile(path, "r+") as f:
+            for call in (f.read, f.write, lambda b: f.pread(b).get(), lambda b: f.pwrite(b).get()):
+                with pytest.raises(TypeError, match="Python objects"):
+                    call(buf)
+        with pytest.raises(TypeError, match="Python objects"):
+            gdscp.read_files([path], [buf])
+        with pytest.raises(TypeError, match="Python objects"):
+            gdscp.write_files([buf], [out])
+        with gdscp.Mmap(path) as m:
+            for call in (m.read, lambda b: m.pread(b).get()):
+                with pytest.raises(TypeError, match="Python objects"):
+                    call(buf)
+    assert (getattr(s, "a:"), s.p) == (7, "kept")
+    assert file_bytes(path) == data and not os.path.exists(out)
+
+    assert memoryview(_LettersNamed()).format == "T{<I:Offset:<I:Obj:}"
+    r = _LettersNamed()
+    with gdscp.CuFile(path) as f:
+        assert f.read(r) == 8
+    assert bytes(r) == data[:8]
+    (result,) = gdscp.read_files([path], [r := _LettersNamed()]).results()
+    assert result.bytes == 8 and bytes(r) == data[:8]
+    with gdscp.Mmap(path) as m:
+        assert m.read(r := _LettersNamed(), 8) == 8 and bytes(r) == data[:8]
+    (result,) = gdscp.write_files([r], [out]).results()
+    assert result.status == "done" and file_bytes(out) == data[:8]
+
+    # The format strings themselves: an 'O' that some reading takes for a
+    # code is refused, as is a format with an 'O' that does not read at all.
+    check = _core.testing.object_check
+    for fmt in ("O", "<O", "5O", "O:x:", "T{<q:n:O:obj:}", "T{T{O:y:}:x:}", "T{(2,3)<O:o:}"):
+        assert check(fmt) == "objects", fmt
+    for fmt in ("T{<i:a::<O:p:}", "T{<i:a:b:O:p:b:q:r:}", "T{<i:a:<i:<O:p::}", "T{<i:Offset", "T{<i:Offset:", "%O"):
+        assert check(fmt) == "unclear", fmt
+    for fmt in ("B", "<d", "T{<I:Offset:<I:Obj:}", "T{L:Obj:}", "T{<q:Offset:<d:Obj:}", "T{(2,3)<i:Obj:}",
+                "T{<i:a:X{}:f:&<i:pOint:}", "T{<i:O}:}", "T{" * 500 + "<i:Oa:" + "}" * 500):
+        assert check(fmt) == "none", fmt
 
 
 def test_none_is_not_a_buffer(tmp_file):

@@ -337,75 +337,204 @@ PlainHostView::~PlainHostView() {
 
 namespace {
 
-// A tuple or list as a fast sequence (new reference), or nullptr with no
-// Python error set.
-PyObject* as_sequence(PyObject* obj) {
-  if (!obj || !(PyTuple_Check(obj) || PyList_Check(obj))) return nullptr;
-  return PySequence_Fast(obj, "");
+[[noreturn]] void raise_error(PyObject* type, const std::string& message) {
+  PyErr_SetString(type, message.c_str());
+  throw nb::python_error();
 }
 
-bool read_layout(PyObject* cai, CudaArrayLayout& out) {
-  if (!PyDict_Check(cai)) return false;
-  PyObject* typestr = PyDict_GetItemString(cai, "typestr");
-  PyObject* strides_obj = PyDict_GetItemString(cai, "strides");
-  const nb::object data = nb::steal(as_sequence(PyDict_GetItemString(cai, "data")));
-  const nb::object shape = nb::steal(as_sequence(PyDict_GetItemString(cai, "shape")));
-  const bool strided = strides_obj && strides_obj != Py_None;
-  const nb::object strides = strided ? nb::steal(as_sequence(strides_obj)) : nb::object();
-  if (!data.is_valid() || PySequence_Fast_GET_SIZE(data.ptr()) != 2 || !shape.is_valid() || !typestr ||
-      !PyUnicode_Check(typestr) || (strided && !strides.is_valid()))
-    return false;
-  const Py_ssize_t ndim = PySequence_Fast_GET_SIZE(shape.ptr());
-  if (strided && PySequence_Fast_GET_SIZE(strides.ptr()) != ndim) return false;
+// What an error shows of a value: its repr, cut short where it is long.
+std::string shown(PyObject* o) {
+  PyObject* r = PyObject_Repr(o);
+  if (!r) {
+    PyErr_Clear();
+    return std::string("<") + Py_TYPE(o)->tp_name + ">";
+  }
+  const nb::object hold = nb::steal(r);
+  Py_ssize_t n = 0;
+  const char* text = PyUnicode_AsUTF8AndSize(r, &n);
+  if (!text) {
+    PyErr_Clear();
+    return std::string("<") + Py_TYPE(o)->tp_name + ">";
+  }
+  return n > 80 ? std::string(text, 77) + "..." : std::string(text, static_cast<size_t>(n));
+}
+
+std::string type_and_value(PyObject* o) { return std::string(Py_TYPE(o)->tp_name) + " " + shown(o); }
+
+std::string field(const char* key) { return std::string("__cuda_array_interface__['") + key + "']"; }
+
+// The dict's `key`, or an invalid object where it has none. Held, not
+// borrowed: reading the other fields runs their own code (__index__,
+// __bool__), which might change the dict.
+nb::object get(PyObject* cai, const char* key) { return nb::borrow(PyDict_GetItemString(cai, key)); }
+
+// The dict's `key`; ValueError where it has none (`what`: what the key holds).
+nb::object required(PyObject* cai, const char* key, const char* what) {
+  nb::object value = get(cai, key);
+  if (!value.is_valid())
+    raise_error(PyExc_ValueError, std::string("__cuda_array_interface__ has no '") + key + "' (" + what + ")");
+  return value;
+}
+
+// A tuple or list as a fast sequence; TypeError for anything else.
+nb::object sequence(PyObject* obj, const std::string& what, const char* of) {
+  if (!(PyTuple_Check(obj) || PyList_Check(obj)))
+    raise_error(PyExc_TypeError, what + " must be a tuple " + of + ", got " + type_and_value(obj));
+  PyObject* seq = PySequence_Fast(obj, "");
+  if (!seq) throw nb::python_error();
+  return nb::steal(seq);
+}
+
+// An integer (anything with __index__) as a Python int; TypeError for another
+// type.
+nb::object integer(PyObject* o, const std::string& what) {
+  if (!PyIndex_Check(o)) raise_error(PyExc_TypeError, what + " must be an int, got " + type_and_value(o));
+  PyObject* i = PyNumber_Index(o);
+  if (!i) throw nb::python_error();
+  return nb::steal(i);
+}
+
+// An integer from 0 to 2**64-1; `range_error` outside.
+uint64_t unsigned_integer(PyObject* o, const std::string& what, PyObject* range_error) {
+  const nb::object i = integer(o, what);
+  const unsigned long long v = PyLong_AsUnsignedLongLong(i.ptr());
+  if (v == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
+    PyErr_Clear();
+    raise_error(range_error, what + " is " + shown(i.ptr()) + ", out of range (0 to 2**64-1)");
+  }
+  return v;
+}
+
+// An integer that fits int64_t; nothing where it does not.
+std::optional<int64_t> signed_integer(PyObject* o, const std::string& what) {
+  const nb::object i = integer(o, what);
+  int overflow = 0;
+  const long long v = PyLong_AsLongLongAndOverflow(i.ptr(), &overflow);
+  if (overflow != 0) return std::nullopt;
+  if (v == -1 && PyErr_Occurred()) throw nb::python_error();
+  return v;
+}
+
+// The bytes of an item of `typestr`: "<f8", "|u1", "<M8[ns]" (a unit after a
+// date or time's size), "<U4" (characters of 4 bytes each).
+int64_t item_size(PyObject* typestr) {
+  const std::string what = field("typestr");
+  if (typestr == Py_None) raise_error(PyExc_ValueError, what + " is None: expected a type string such as '<f4'");
+  if (!PyUnicode_Check(typestr))
+    raise_error(PyExc_TypeError, what + " must be a str such as '<f4', got " + type_and_value(typestr));
   Py_ssize_t tlen = 0;
   const char* t = PyUnicode_AsUTF8AndSize(typestr, &tlen);
-  if (!t || tlen < 3) return false;
-  // "<f8", "|u1", "<M8[ns]" (a unit after a date or time's size), "<U4"
-  // (characters of 4 bytes each).
+  if (!t) throw nb::python_error();
+  if (tlen == 0) raise_error(PyExc_ValueError, what + " is empty: expected a type string such as '<f4'");
+  const std::string bad = what + " " + shown(typestr) + " is not a type string (such as '<f4', '|u1' or '<M8[ns]')";
+  if (tlen < 3) raise_error(PyExc_ValueError, bad);
   char* end = nullptr;
   long itemsize = std::strtol(t + 2, &end, 10);
-  if (end < t + tlen && *end == '[' && t[tlen - 1] == ']' && (t[1] == 'M' || t[1] == 'm')) end = const_cast<char*>(t) + tlen;
-  if (end != t + tlen || itemsize <= 0 || end == t + 2) return false;
+  if (end < t + tlen && *end == '[' && t[tlen - 1] == ']' && (t[1] == 'M' || t[1] == 'm'))
+    end = const_cast<char*>(t) + tlen;
+  if (end != t + tlen || end == t + 2 || itemsize < 0 || itemsize > (1L << 30)) raise_error(PyExc_ValueError, bad);
+  if (itemsize == 0) raise_error(PyExc_ValueError, what + " " + shown(typestr) + " describes items of 0 bytes");
   if (t[1] == 'U') itemsize *= 4;
+  return itemsize;
+}
+
+// Reads `cai` into `out`, or raises the error that says which field is wrong
+// and what it holds: TypeError where a field (or the interface itself) is of
+// the wrong type, ValueError where its value is wrong or it is missing,
+// OverflowError for an address outside 0 to 2**64-1.
+void read_layout(PyObject* cai, CudaArrayLayout& out) {
+  if (!PyDict_Check(cai))
+    raise_error(PyExc_TypeError, "__cuda_array_interface__ must be a dict, got " + type_and_value(cai));
+
+  const nb::object data_field = required(cai, "data", "the device pointer and the read-only flag");
+  PyObject* data_obj = data_field.ptr();
+  const std::string data_what = field("data");
+  const nb::object data = sequence(data_obj, data_what, "(pointer, read-only)");
+  if (PySequence_Fast_GET_SIZE(data.ptr()) != 2)
+    raise_error(PyExc_ValueError, data_what + " must be (pointer, read-only), got " + shown(data_obj));
+  const uint64_t ptr =
+      unsigned_integer(PySequence_Fast_GET_ITEM(data.ptr(), 0), "the pointer of " + data_what, PyExc_OverflowError);
   const int readonly = PyObject_IsTrue(PySequence_Fast_GET_ITEM(data.ptr(), 1));
-  const unsigned long long ptr = PyLong_AsUnsignedLongLong(PySequence_Fast_GET_ITEM(data.ptr(), 0));
-  if (readonly < 0 || PyErr_Occurred()) return false;
-  std::vector<int64_t> extents(static_cast<size_t>(ndim)), steps;
+  if (readonly < 0) throw nb::python_error();
+
+  const nb::object shape_field = required(cai, "shape", "the extent of each axis");
+  PyObject* shape_obj = shape_field.ptr();
+  const std::string shape_what = field("shape");
+  const nb::object shape = sequence(shape_obj, shape_what, "of ints");
+  const Py_ssize_t ndim = PySequence_Fast_GET_SIZE(shape.ptr());
+  std::vector<int64_t> extents(static_cast<size_t>(ndim));
+  bool too_large = false;
   for (Py_ssize_t i = 0; i < ndim; ++i) {
-    const long long extent = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(shape.ptr(), i));
-    if (extent < 0 || PyErr_Occurred()) return false;
-    extents[static_cast<size_t>(i)] = extent;
+    PyObject* item = PySequence_Fast_GET_ITEM(shape.ptr(), i);
+    const std::optional<int64_t> extent = signed_integer(item, "each extent of " + shape_what);
+    if (extent ? *extent < 0 : PyObject_RichCompareBool(item, nb::int_(0).ptr(), Py_LT) == 1)
+      raise_error(PyExc_ValueError,
+                  shape_what + " " + shown(shape_obj) + " has a negative extent (" + shown(item) + ")");
+    if (!extent) too_large = true;  // 2**63 or more: counted as too large below, unless another extent is 0
+    extents[static_cast<size_t>(i)] = extent.value_or(1);
   }
-  const std::optional<int64_t> nbytes = array_bytes(extents, itemsize);
-  if (strided) {
+
+  const int64_t itemsize = item_size(required(cai, "typestr", "the type of the items, such as '<f4'").ptr());
+
+  const nb::object strides_field = get(cai, "strides");
+  PyObject* strides_obj = strides_field.ptr();
+  std::vector<int64_t> steps;
+  if (strides_obj && strides_obj != Py_None) {
+    const std::string what = field("strides");
+    const nb::object strides = sequence(strides_obj, what, "of ints, or None");
+    const Py_ssize_t count = PySequence_Fast_GET_SIZE(strides.ptr());
+    if (count != ndim)
+      raise_error(PyExc_ValueError, what + " " + shown(strides_obj) + " has " + std::to_string(count) +
+                                        (count == 1 ? " stride" : " strides") + " for the " + std::to_string(ndim) +
+                                        (ndim == 1 ? " axis" : " axes") + " of shape " + shown(shape_obj));
     steps.resize(static_cast<size_t>(ndim));
     for (Py_ssize_t i = 0; i < ndim; ++i) {
-      steps[static_cast<size_t>(i)] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(strides.ptr(), i));
-      if (PyErr_Occurred()) return false;
+      PyObject* item = PySequence_Fast_GET_ITEM(strides.ptr(), i);
+      const std::optional<int64_t> step = signed_integer(item, "each stride of " + what);
+      if (!step)
+        raise_error(PyExc_ValueError,
+                    what + " " + shown(strides_obj) + " has a stride out of range (" + shown(item) + ")");
+      steps[static_cast<size_t>(i)] = *step;
     }
   }
-  PyObject* mask = PyDict_GetItemString(cai, "mask");
+
+  // The producer's stream (the interface's version 3): None, or a CUstream as
+  // an int; 1 and 2 are the legacy and per-thread default streams. 0, which
+  // the interface disallows as ambiguous, is CUDA's handle of the legacy
+  // default stream, and taken as that.
+  std::optional<uint64_t> stream;
+  const nb::object stream_field = get(cai, "stream");
+  PyObject* stream_obj = stream_field.ptr();
+  if (stream_obj && stream_obj != Py_None) {
+    const std::string what = field("stream");
+    if (!PyIndex_Check(stream_obj))
+      raise_error(PyExc_TypeError,
+                  what + " must be an int (a CUDA stream) or None, got " + type_and_value(stream_obj));
+    stream = unsigned_integer(stream_obj, what, PyExc_ValueError);
+  }
+
+  std::optional<int64_t> nbytes = array_bytes(extents, itemsize);
+  if (too_large && nbytes != 0) nbytes = std::nullopt;
+  const nb::object mask = get(cai, "mask");
   out = {static_cast<uintptr_t>(ptr), nbytes.value_or(0), readonly != 0, dense(extents, steps, itemsize),
-         PyDict_GetItemString(cai, "stream"), !nbytes, mask && mask != Py_None};
-  return true;
+         stream, !nbytes, mask.is_valid() && !mask.is_none()};
 }
 
 }  // namespace
 
 bool read_cuda_array_interface(PyObject* cai, CudaArrayLayout& out) noexcept {
-  bool ok = false;
   try {
-    ok = read_layout(cai, out);
+    read_layout(cai, out);
+    return true;
   } catch (...) {
   }
-  if (!ok) PyErr_Clear();
-  return ok;
+  PyErr_Clear();
+  return false;
 }
 
 nb::tuple cuda_array_layout(nb::handle cai) {
   CudaArrayLayout l;
-  if (!read_cuda_array_interface(cai.ptr(), l))
-    throw nb::type_error("__cuda_array_interface__ is not a dict with data (address, read-only), shape and typestr");
+  read_layout(cai.ptr(), l);
   if (l.too_large) {
     PyErr_SetString(PyExc_OverflowError, "__cuda_array_interface__ describes an array of more than 2**63-1 bytes");
     throw nb::python_error();
@@ -417,7 +546,8 @@ nb::tuple cuda_array_layout(nb::handle cai) {
                     "__cuda_array_interface__ has a mask: masked device arrays are not supported");
     throw nb::python_error();
   }
-  return nb::make_tuple(l.ptr, l.nbytes, l.readonly, l.contiguous, nb::borrow(l.stream ? l.stream : Py_None));
+  return nb::make_tuple(l.ptr, l.nbytes, l.readonly, l.contiguous,
+                        l.stream ? nb::object(nb::int_(*l.stream)) : nb::none());
 }
 
 nb::tuple host_buffer(nb::handle obj, bool writable) {

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 namespace gdscp::bindings {
@@ -29,22 +30,28 @@ bool plain_host_type(PyObject* obj, bool writable);
 
 // What a __cuda_array_interface__ dict describes: the address, the bytes of
 // its shape, whether it is read-only and contiguous (C or Fortran order), and the producer's
-// stream (borrowed from the dict; nullptr where it names none).
+// stream (nothing where it names none).
 struct CudaArrayLayout {
   uintptr_t ptr = 0;
   int64_t nbytes = 0;
   bool readonly = false;
   bool contiguous = true;
-  PyObject* stream = nullptr;
+  std::optional<uint64_t> stream;
   bool too_large = false;  // its bytes overflow int64_t (nbytes is then 0)
   bool masked = false;     // it has a mask (a masked array), which gdscp does not take
 };
 
-// Reads `cai`; false, with no Python error set, where it is not such a dict.
+// Reads `cai`; false, with no Python error set, where cuda_array_layout raises
+// for it (a field missing or wrong).
 bool read_cuda_array_interface(PyObject* cai, CudaArrayLayout& out) noexcept;
 
 // (address, nbytes, readonly, contiguous, stream or None) of a
-// __cuda_array_interface__ dict, for gdscp._buffers; TypeError where it is none,
+// __cuda_array_interface__ dict, for gdscp._buffers. Errors name the field
+// that is wrong and what it holds: TypeError where the interface is not a
+// dict or a field is of the wrong type, ValueError where a field is missing
+// or its value is wrong (as KvikIO for a typestr of None or "" and strides
+// that do not match the shape), OverflowError for an address outside 0 to
+// 2**64-1 (as KvikIO) and for an array of more than 2**63-1 bytes,
 // NotImplementedError where it has a mask (as KvikIO).
 nanobind::tuple cuda_array_layout(nanobind::handle cai);
 

@@ -87,13 +87,7 @@ bool plain_cai(PyObject* o, bool writable, Plain& out) {
   // per-thread default stream (2) among them, is the general path's to
   // synchronise on the caller's thread: the per-thread default stream is that
   // thread's own, and does not synchronise with the engine's streams.
-  if (l.stream && l.stream != Py_None) {
-    const long id = PyLong_Check(l.stream) ? PyLong_AsLong(l.stream) : -1;
-    if (id != 1) {
-      PyErr_Clear();
-      return false;
-    }
-  }
+  if (l.stream && *l.stream != 1) return false;
   out = {l.ptr, l.nbytes, true, nb::borrow(o)};
   return true;
 }

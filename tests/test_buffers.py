@@ -402,7 +402,7 @@ def test_cuda_array_interface_read_once_for_both_paths():
     """gdscp._buffers and the bulk jobs' C++ pass read __cuda_array_interface__
     with one reader (_core.cuda_array_layout): address, bytes, read-only,
     contiguity (C or Fortran order) and the stream, from tuples or lists;
-    anything else is a TypeError."""
+    anything else is an error (the next test says which)."""
     from gdscp import _core
 
     layout = _core.cuda_array_layout
@@ -415,9 +415,90 @@ def test_cuda_array_interface_read_once_for_both_paths():
     assert layout({"data": (8, False), "shape": (2, 1, 3), "typestr": "<f4", "strides": (4, 99, 8)})[3] is True
     assert layout({"data": (8, False), "shape": (0, 3), "typestr": "<f4", "strides": (4, 8)}) == (8, 0, False, True, None)
     for bad in ({}, {"data": (1,), "shape": (1,), "typestr": "|u1"}, {"data": (1, False), "shape": (1,), "typestr": "u"},
-                {"data": (1, False), "shape": (1,), "typestr": "<M8[ns"}, {"data": (1, False), "shape": (1,), "typestr": "<f[8]"}, 5):
-        with pytest.raises(TypeError, match="__cuda_array_interface__"):
+                {"data": (1, False), "shape": (1,), "typestr": "<M8[ns"}, {"data": (1, False), "shape": (1,), "typestr": "<f[8]"}):
+        with pytest.raises(ValueError, match="__cuda_array_interface__"):
             layout(bad)
+    with pytest.raises(TypeError, match="__cuda_array_interface__ must be a dict, got int 5"):
+        layout(5)
+
+
+class _DeviceArray:
+    """An object that offers `cai` as its __cuda_array_interface__."""
+
+    def __init__(self, cai):
+        self.__cuda_array_interface__ = cai
+
+
+_CAI = {"data": (4096, False), "shape": (2, 3), "typestr": "<f4", "version": 3}
+
+
+@pytest.mark.parametrize(("change", "error", "message"), [
+    ({"typestr": None}, ValueError, r"\['typestr'\] is None"),
+    ({"typestr": ""}, ValueError, r"\['typestr'\] is empty"),
+    ({"typestr": "|V0"}, ValueError, r"\['typestr'\] '\|V0' describes items of 0 bytes"),
+    ({"typestr": "<f[8]"}, ValueError, r"\['typestr'\] '<f\[8\]' is not a type string"),
+    ({"typestr": 4}, TypeError, r"\['typestr'\] must be a str .*, got int 4"),
+    ({"strides": (4,)}, ValueError, r"\['strides'\] \(4,\) has 1 stride for the 2 axes of shape \(2, 3\)"),
+    ({"strides": "12,4"}, TypeError, r"\['strides'\] must be a tuple of ints, or None, got str '12,4'"),
+    ({"shape": (2, -3)}, ValueError, r"\['shape'\] \(2, -3\) has a negative extent \(-3\)"),
+    ({"shape": (2, 3.0)}, TypeError, r"each extent of __cuda_array_interface__\['shape'\] must be an int, got float 3.0"),
+    ({"data": (-1, False)}, OverflowError, r"pointer of __cuda_array_interface__\['data'\] is -1, out of range"),
+    ({"data": (2**64, False)}, OverflowError, r"\['data'\] is 18446744073709551616, out of range"),
+    ({"data": ("0x1000", False)}, TypeError, r"pointer of __cuda_array_interface__\['data'\] must be an int, got str"),
+    ({"data": (4096,)}, ValueError, r"\['data'\] must be \(pointer, read-only\), got \(4096,\)"),
+    ({"data": None}, TypeError, r"\['data'\] must be a tuple \(pointer, read-only\), got NoneType None"),
+    ({"data": ...}, ValueError, r"__cuda_array_interface__ has no 'data'"),
+    ({"shape": ...}, ValueError, r"__cuda_array_interface__ has no 'shape'"),
+    ({"typestr": ...}, ValueError, r"__cuda_array_interface__ has no 'typestr'"),
+])
+def test_a_malformed_cuda_array_interface_says_which_field_is_wrong(tmp_file, tmp_path, change, error, message):
+    """Each field of __cuda_array_interface__ that is missing or wrong gets its
+    own message, naming the field and what it holds, with KvikIO's exception
+    types: ValueError for a wrong or missing value (KvikIO's for a typestr of
+    None or "" and strides that do not match the shape), TypeError for a field
+    of the wrong type, OverflowError for an address outside 0 to 2**64-1 (as
+    KvikIO). CuFile's calls and the bulk jobs raise it before anything moves."""
+    from gdscp import _core
+
+    cai = {k: v for k, v in {**_CAI, **change}.items() if v is not ...}
+    with pytest.raises(error, match=message):
+        _core.cuda_array_layout(cai)
+    path, data = tmp_file(4096)
+    out = str(tmp_path / "out.bin")
+    array = _DeviceArray(cai)
+    with gdscp.CuFile(path, "r+") as f:
+        for call in (f.read, f.write, lambda a: f.pread(a).get(), lambda a: f.pwrite(a).get(), f.raw_read):
+            with pytest.raises(error, match=message):
+                call(array)
+    with pytest.raises(error, match=message):
+        gdscp.read_files([path], [array])
+    with pytest.raises(error, match=message):
+        gdscp.write_files([array], [out])
+    assert file_bytes(path) == data and not os.path.exists(out)
+
+
+@pytest.mark.parametrize(("stream", "error", "message"), [
+    (-1, ValueError, r"__cuda_array_interface__\['stream'\] is -1, out of range \(0 to 2\*\*64-1\)"),
+    (2**64, ValueError, r"__cuda_array_interface__\['stream'\] is 18446744073709551616, out of range"),
+    ("1", TypeError, r"__cuda_array_interface__\['stream'\] must be an int \(a CUDA stream\) or None, got str '1'"),
+    (2.5, TypeError, r"__cuda_array_interface__\['stream'\] must be an int \(a CUDA stream\) or None, got float 2.5"),
+])
+def test_a_bad_stream_in_cuda_array_interface_is_named(tmp_file, tmp_path, stream, error, message):
+    """A stream that is no CUDA stream handle (one outside 0 to 2**64-1, or
+    not an int) is refused with an error naming __cuda_array_interface__ and
+    the value, before any stream is synchronised or any byte moves."""
+    path, data = tmp_file(4096)
+    out = str(tmp_path / "out.bin")
+    array = _DeviceArray({**_CAI, "stream": stream})
+    with gdscp.CuFile(path, "r+") as f:
+        for call in (f.read, f.write, lambda a: f.pread(a).get(), lambda a: f.pwrite(a).get()):
+            with pytest.raises(error, match=message):
+                call(array)
+    with pytest.raises(error, match=message):
+        gdscp.read_files([path], [array])
+    with pytest.raises(error, match=message):
+        gdscp.write_files([array], [out])
+    assert file_bytes(path) == data and not os.path.exists(out)
 
 
 def test_cuda_array_interface_with_a_mask_is_not_implemented():

@@ -2298,7 +2298,9 @@ def scenario_default_streams(folder, compat):
     stream (1) or the per-thread one (2) may still have work queued there, a
     kernel filling it: a read lands after that work and a write takes its
     result, on the POSIX path and through cuFile (whose I/O is not ordered on
-    any stream), for a synchronous small call and one split into tasks."""
+    any stream), for a synchronous small call and one split into tasks.
+    Stream 0, which the interface disallows as ambiguous, is taken (as
+    KvikIO takes any stream) for CUDA's handle 0, the legacy default stream."""
     import gdscp
 
     CU_STREAM_LEGACY, CU_STREAM_PER_THREAD = 1, 2
@@ -2306,7 +2308,7 @@ def scenario_default_streams(folder, compat):
     path = new_file(folder, "streams.bin", data)
     standin.cuda.make_current(0)  # as CuPy leaves the thread that queued the work
     with settings(compat_mode=compat, num_threads=4, task_size=MiB), gdscp.CuFile(path, "r+") as f:
-        for stream in (CU_STREAM_LEGACY, CU_STREAM_PER_THREAD):
+        for stream in (0, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD):
             for size in (4096, 2 * MiB):
                 case = f"stream={stream} size={size} compat={compat}"
                 buf = poisoned(size)

@@ -135,6 +135,16 @@ nb::tuple dlpack_info(nb::handle capsule) {
   } else {
     throw nb::type_error("not a DLPack capsule (expected a 'dltensor' capsule from __dlpack__())");
   }
+  // What the producer wrote is checked before it is read: a negative count
+  // of dimensions, or dimensions without a shape, would be read as a vast
+  // array or from address 0.
+  if (t->ndim < 0)
+    throw nb::value_error(("the DLPack tensor has ndim " + std::to_string(t->ndim) + " (0 or more expected)").c_str());
+  if (t->ndim > 0 && !t->shape)
+    throw nb::value_error(
+        ("the DLPack tensor of " + std::to_string(t->ndim) + (t->ndim == 1 ? " dimension" : " dimensions") +
+         " has no shape (a null shape pointer)")
+            .c_str());
   const int64_t bits = static_cast<int64_t>(t->dtype.bits) * t->dtype.lanes;
   const std::vector<int64_t> shape(t->shape, t->shape + t->ndim);
   const std::vector<int64_t> strides = t->strides ? std::vector<int64_t>(t->strides, t->strides + t->ndim)

@@ -61,11 +61,19 @@ def _dlpack_capsule(obj: Any) -> Any:
         return obj.__dlpack__()
 
 
-def _from_dlpack(obj: Any, writable: bool) -> Buffer | None:
+def _from_dlpack(obj: Any, writable: bool) -> Buffer:
+    # A producer says where its tensor lies before it is asked for one: an
+    # object that cannot is no DLPack tensor, and the error says why.
+    name = type(obj).__name__
     try:
-        dev_type, _dev_id = obj.__dlpack_device__()
-    except Exception:
-        return None
+        device = obj.__dlpack_device__
+    except AttributeError as exc:
+        raise TypeError(f"{name} has __dlpack__ but no __dlpack_device__: a DLPack tensor has both") from exc
+    try:
+        _dev_type, _dev_id = device()
+    except Exception as exc:
+        raise TypeError(f"{name} is not a DLPack tensor gdscp can use: its __dlpack_device__() failed "
+                        f"({type(exc).__name__}: {exc})") from exc
     capsule = _dlpack_capsule(obj)
     ptr, nbytes, dev_type, _dev_id, contiguous, read_only = _core.dlpack_info(capsule)
     _check_address(ptr, nbytes, "DLPack tensor")
@@ -103,9 +111,7 @@ def resolve(obj: Any, *, writable: bool) -> Buffer:
         return Buffer(ptr, nbytes, False, (obj, view))
 
     if hasattr(obj, "__dlpack__"):
-        found = _from_dlpack(obj, writable)
-        if found is not None:
-            return found
+        return _from_dlpack(obj, writable)
     raise TypeError(
         f"expected a buffer (buffer protocol, __cuda_array_interface__ or __dlpack__), "
         f"got {type(obj).__name__}"

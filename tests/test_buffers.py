@@ -652,3 +652,70 @@ def test_what_is_not_a_stream_is_refused_saying_so(stream, error, text):
 
     with pytest.raises(error, match=re.escape(text)):
         stream_handle(stream)
+
+
+class _DLPackWithoutDevice:
+    """An object with __dlpack__ but no __dlpack_device__."""
+
+    def __init__(self, array):
+        self._array = array
+
+    def __dlpack__(self, *args, **kwargs):
+        return self._array.__dlpack__(*args, **kwargs)
+
+
+class _DLPackDeviceFails(DLPackOnly):
+    """A producer whose __dlpack_device__ raises."""
+
+    def __dlpack_device__(self):
+        raise RuntimeError("the device is gone")
+
+
+def test_a_dlpack_producer_that_cannot_say_where_its_tensor_lies_is_named(tmp_file, tmp_path):
+    """An object with __dlpack__ but no __dlpack_device__, or whose
+    __dlpack_device__ raises, is refused with a TypeError that says so (the
+    producer's own exception chained), not the message for an object that is
+    no buffer at all; nothing moves."""
+    path, data = tmp_file(4096)
+    out = str(tmp_path / "out.bin")
+    target = np.zeros(4096, np.uint8)
+    for obj, message in ((_DLPackWithoutDevice(target), "_DLPackWithoutDevice has __dlpack__ but no __dlpack_device__"),
+                         (_DLPackDeviceFails(target), r"its __dlpack_device__\(\) failed \(RuntimeError: the device is gone\)")):
+        with gdscp.CuFile(path, "r+") as f:
+            for call in (f.read, f.write, lambda b: f.pread(b).get(), lambda b: f.pwrite(b).get()):
+                with pytest.raises(TypeError, match=message) as info:
+                    call(obj)
+                if isinstance(obj, _DLPackDeviceFails):
+                    assert isinstance(info.value.__cause__, RuntimeError)
+        with pytest.raises(TypeError, match=message):
+            gdscp.read_files([path], [obj])
+        with pytest.raises(TypeError, match=message):
+            gdscp.write_files([obj], [out])
+    assert not target.any()
+    assert file_bytes(path) == data and not os.path.exists(out)
+
+
+def test_a_dlpack_tensor_with_a_bad_ndim_or_no_shape_is_a_value_error(tmp_file):
+    """A DLPack tensor of ndim below 0, or of dimensions without a shape
+    pointer, is a ValueError that says so, read before anything else of the
+    tensor; nothing moves."""
+    path, data = tmp_file(4096)
+    memory = np.full(64, 0xA5, np.uint8)
+    negative = _PackedDLPack(memory, 64, 8)
+    negative._tensor.ndim = -1
+    shapeless = _PackedDLPack(memory, 64, 8)
+    shapeless._tensor.shape = None
+    for tensor, message in ((negative, r"the DLPack tensor has ndim -1 \(0 or more expected\)"),
+                            (shapeless, r"the DLPack tensor of 1 dimension has no shape")):
+        with gdscp.CuFile(path) as f:
+            for call in (f.read, lambda b: f.pread(b).get()):
+                with pytest.raises(ValueError, match=message):
+                    call(tensor)
+        with pytest.raises(ValueError, match=message):
+            gdscp.read_files([path], [tensor])
+    assert memory.tobytes() == b"\xa5" * 64
+    # With its ndim and shape right, the same tensor is read into.
+    negative._tensor.ndim = 1
+    with gdscp.CuFile(path) as f:
+        assert f.read(negative) == 64
+    assert memory.tobytes() == data[:64]

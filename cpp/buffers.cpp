@@ -185,7 +185,8 @@ struct FormatReadings {
 // reading at a position is its depth of braces, whether a name may follow,
 // and whether it has read an 'O' as a code.
 FormatReadings read_format(std::string_view f, bool first_colon) {
-  constexpr size_t kMaxStates = size_t{1} << 22;
+  // Real formats have a handful of readings; a format of more is refused (a few MiB at most).
+  constexpr size_t kMaxStates = size_t{1} << 16;
   struct State {
     uint64_t depth;
     bool named;  // a name may follow (after a code or a "}")
@@ -193,7 +194,7 @@ FormatReadings read_format(std::string_view f, bool first_colon) {
   };
   FormatReadings out;
   const uint64_t n = f.size();
-  if (n > (uint64_t{1} << 24)) {
+  if (n > (uint64_t{1} << 20)) {
     out.gave_up = true;
     return out;
   }

@@ -157,7 +157,8 @@ def test_a_field_name_with_a_colon_cannot_hide_an_object_field(tmp_file, tmp_pat
     whatever letters its field names hold."""
     from gdscp import _core
 
-    assert memoryview(_ColonNamed()).format == "T{<i:a::<O:p:}"
+    # (Python 3.12's ctypes writes the padding before the pointer: "4x".)
+    assert re.fullmatch(r"T\{<i:a::(\d+x)?<O:p:\}", memoryview(_ColonNamed()).format)
     path, data = tmp_file(4096)
     out = str(tmp_path / "out.bin")
     s = _ColonNamed(7, "kept")

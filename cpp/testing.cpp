@@ -114,6 +114,9 @@ void define_testing(nb::module_& core) {
         "and reading its counts, and waits there for the job to finish: the job ends mid-read, every time.");
   t.def("arm_unmap_hold", &detail::fault::arm_unmap_hold,
         "The next mapped file unmapped waits just before its munmap until disarm_fault() (or a minute).");
+  t.def("arm_worker_limit", &detail::fault::arm_worker_limit, "n"_a,
+        "The thread pool's workers from index `n` on cannot start, refused their thread as by a system out of "
+        "threads (EAGAIN); a negative `n` (or disarm_fault()) lifts the limit.");
   t.def("unmap_held", &detail::fault::unmap_held, "Whether a mapped file waits at its munmap now.");
   t.def("mapped_read_bytes", &detail::mapped_read_bytes, "Bytes copied by mapped reads since the process started.");
   t.def("pinned_bytes", [] { return detail::BufferPool::pinned().bytes_allocated(); },

@@ -8,7 +8,13 @@ KvikIO's do. Each setting starts from its ``GDSCP_*``
 environment variable when that is set, else from the engine's built-in
 default (``_core.Settings()`` and ``_core.default_num_threads()``). This is
 the only module that reads those variables; size variables take the command
-line's spellings (``GDSCP_TASK_SIZE=4M``).
+line's spellings (``GDSCP_TASK_SIZE=4M``). Where the system refuses some of
+the threads of that first ``num_threads`` (a pids limit, ``ulimit -u``, an
+address-space limit), the pool runs the workers that started,
+``get("num_threads")`` says how many, and a ``RuntimeWarning`` says so at
+import; a ``set()`` the system refuses raises instead. A value in
+``gdscp._preset.PRESET`` (the ``gdscp`` command's ``--threads``) comes
+before its variable.
 
 KvikIO's settings: ``compat_mode`` (ON: never cuFile; OFF: cuFile or an
 error; AUTO: cuFile where GPUDirect Storage really works), ``num_threads``
@@ -49,6 +55,7 @@ import warnings as _warnings
 from . import _args, _core, _sizes
 from ._errors import ArgumentError as _ArgumentError
 from ._errors import invalid_variable as _invalid_variable
+from ._preset import PRESET as _PRESET
 
 __all__ = [
     "CompatMode",
@@ -328,18 +335,56 @@ def _built_in(name: str) -> _typing.Any:
     return value
 
 
+def _start_pool(value: int, asked: _typing.Optional[str]) -> None:
+    """The worker pool grown to its first count as the module loads. Where the
+    system refuses threads (a pids limit, RLIMIT_NPROC, an address-space limit
+    with many threads), the pool runs the workers that started, which
+    get("num_threads") returns, and a RuntimeWarning says so once, naming
+    ``asked`` (where the count came from; None: said by whoever gave it) and
+    the count reached. Failing the import instead would leave all of gdscp
+    unusable, set() included, with which a program could ask for fewer,
+    though workers run. A pool that could start no worker at all has nothing
+    to run with: its error is the import's."""
+    try:
+        _apply("num_threads", value)
+    except RuntimeError as exc:
+        if "num_threads" not in _values:  # no worker runs
+            raise
+        if asked is not None:
+            _warnings.warn(f"{asked}: {exc}", RuntimeWarning)
+
+
+def _preset(name: str) -> _typing.Any:
+    """The value ``_preset.PRESET`` gives setting ``name``, where it is one the
+    setting takes; None otherwise."""
+    if name not in _PRESET:
+        return None
+    try:
+        return _SPEC[name].check(name, _PRESET[name])
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
 def _load_environment() -> None:
     for name, spec in _SPEC.items():
         variable = "GDSCP_" + name.upper()
         raw = _os.environ.get(variable)
-        if raw is None or raw.strip() == "":
-            _apply(name, _built_in(name))
-            continue
-        try:
-            value = spec.check(variable, spec.from_text(raw))
-        except (TypeError, ValueError, OverflowError) as exc:
-            raise _invalid_variable(variable, raw, exc, spec.accepted) from None
-        _apply(name, value)
+        value = _preset(name)
+        if value is not None:
+            asked = None
+        elif raw is None or raw.strip() == "":
+            value = _built_in(name)
+            asked = f"the default {name} ({value})"
+        else:
+            try:
+                value = spec.check(variable, spec.from_text(raw))
+            except (TypeError, ValueError, OverflowError) as exc:
+                raise _invalid_variable(variable, raw, exc, spec.accepted) from None
+            asked = f"{variable}={raw.strip()}"
+        if name == "num_threads":
+            _start_pool(value, asked)
+        else:
+            _apply(name, value)
 
 
 # -- the interface -------------------------------------------------------------

@@ -1,6 +1,7 @@
 """The start of the ``gdscp`` command: a Ctrl-C while Python loads the command
-line, and bad ``GDSCP_*`` environment variables, end in one line and an exit
-code, never a traceback.
+line, bad ``GDSCP_*`` environment variables, and an import or a worker pool
+that fails for want of memory or threads, end in one line and an exit code,
+never a traceback.
 
 Each case runs the console script's entry (``gdscp.cli.main:main``) in a
 child process. An import hook in the child marks the moment: it sends the
@@ -49,6 +50,13 @@ class Hook:
                     return make(cls, *args, **kwargs)
 
                 enum.EnumType._create_ = create
+            elif case == "ImportError":
+                # As numpy's: a page of advice around the loader's reason
+                # (an address-space limit leaves no room to map a library).
+                cause = ImportError("libquadmath.so.0: failed to map segment from shared object")
+                raise ImportError("\n\nIMPORTANT: PLEASE READ THIS\n\nmuch advice\n") from cause
+            elif case == "MemoryError":
+                raise MemoryError
             elif case == "timer":
                 # A daemon: a command that finishes first exits without waiting for it.
                 timer = threading.Timer(delay, os.kill, (os.getpid(), signal.SIGINT))
@@ -435,3 +443,109 @@ def test_a_signal_as_the_result_is_written_leaves_one_whole_document(tmp_path, w
         assert doc == {"command": "copy", "ok": False, "error": word, "exit_code": code}
     else:
         assert doc["ok"] is True and doc["copied"] == 1
+
+
+@pytest.mark.parametrize("case, said", [
+    ("ImportError", "ImportError: libquadmath.so.0: failed to map segment from shared object"),
+    ("MemoryError", "out of memory"),
+])
+@pytest.mark.parametrize("json_asked", [False, True])
+def test_an_import_that_fails_while_loading_is_one_line(tmp_path, case, said, json_asked):
+    """An import of the command line that fails (numpy under an address-space
+    limit, memory short): one line saying the deepest cause, exit 1, with
+    --json the failure document; never a traceback."""
+    import json
+
+    args = ("write", str(tmp_path / "o"), "--size", "1K", *(["--json"] if json_asked else []))
+    result = _child(case, "numpy", args=args)
+    assert result.returncode == 1, result.stderr
+    assert result.stderr == f"gdscp write: error: cannot start: {said}\n"
+    if json_asked:
+        assert json.loads(result.stdout) == {"command": "write", "ok": False, "error": f"cannot start: {said}",
+                                             "exit_code": 1}
+    else:
+        assert result.stdout == ""
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_failure_while_loading_shows_its_traceback_with_debug(tmp_path):
+    result = _child("MemoryError", "numpy", args=("write", str(tmp_path / "o"), "--size", "1K", "--debug"))
+    assert result.returncode == 1
+    assert "Traceback" in result.stderr and result.stderr.endswith("gdscp write: error: cannot start: out of memory\n")
+
+
+# The command line run with the engine's pool refused every worker from index
+# argv[1] on, as by a system out of threads (a pids limit, ulimit -u, RLIMIT_AS).
+WORKERS_LIMITED = r"""
+import sys
+from gdscp import _core
+_core.testing.arm_worker_limit(int(sys.argv[1]))
+sys.argv = ["gdscp", *sys.argv[2:]]
+from gdscp.cli.main import main
+main()
+"""
+
+
+def _workers_limited(limit: int, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("GDSCP_")}
+    full_env.update(env or {})
+    return subprocess.run([sys.executable, "-c", WORKERS_LIMITED, str(limit), *args], env=full_env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_a_thread_count_the_system_refuses_at_the_start_is_a_warning():
+    """GDSCP_NUM_THREADS beyond the threads the system gives: the command runs
+    with the workers that started, said in one warning line naming the
+    variable and the count reached."""
+    import json
+
+    result = _workers_limited(3, "info", "--json", env={"GDSCP_NUM_THREADS": "300"})
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["settings"]["num_threads"] == 3
+    [line] = result.stderr.splitlines()
+    assert line.startswith("gdscp info: warning: GDSCP_NUM_THREADS=300: the I/O thread pool could not grow to 300 "
+                           "workers (cannot start thread gdscp-io-3: "), line
+    assert line.endswith("it runs 3 workers"), line
+
+
+def test_threads_on_the_command_line_come_before_the_environment(tmp_path):
+    """--threads is the count the workers start at: GDSCP_NUM_THREADS, which
+    the system has no threads for here, is never tried (nothing warns of it)."""
+    import json
+
+    (tmp_path / "s").write_bytes(os.urandom(100 * 1024))
+    result = _workers_limited(6, "copy", "--json", "--threads", "4", str(tmp_path / "s"), str(tmp_path / "d"),
+                              env={"GDSCP_NUM_THREADS": "300"})
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    assert json.loads(result.stdout)["ok"] is True
+    assert (tmp_path / "d").read_bytes() == (tmp_path / "s").read_bytes()
+
+
+def test_threads_the_system_refuses_are_the_commands_error(tmp_path):
+    """A --threads count the system has no threads for is the command's
+    failure, said once, as a set() the system refuses raises."""
+    (tmp_path / "s").write_bytes(b"x" * 1000)
+    result = _workers_limited(3, "copy", "--threads=5", str(tmp_path / "s"), str(tmp_path / "d"))
+    assert result.returncode == 1
+    [line] = result.stderr.splitlines()
+    assert line.startswith("gdscp copy: error: RuntimeError: the I/O thread pool could not grow to 5 workers"), line
+    assert line.endswith("it runs 3 workers"), line
+    assert not (tmp_path / "d").exists()
+
+
+@pytest.mark.parametrize("json_asked", [False, True])
+def test_no_worker_thread_at_all_is_one_line(json_asked):
+    import json
+
+    result = _workers_limited(0, "info", *(["--json"] if json_asked else []))
+    assert result.returncode == 1, result.stderr
+    said = "cannot start: RuntimeError: the I/O thread pool could not start any worker: cannot start thread gdscp-io-0: "
+    [line] = result.stderr.splitlines()
+    assert line.startswith(f"gdscp info: error: {said}"), line
+    if json_asked:
+        doc = json.loads(result.stdout)
+        assert doc["ok"] is False and doc["exit_code"] == 1 and doc["error"].startswith(said)
+    else:
+        assert result.stdout == ""
+

@@ -553,6 +553,85 @@ def test_environment_variables_set_defaults():
     }
 
 
+# The engine's pool refused every worker from index argv[1] on, as by a system
+# out of threads, before gdscp.defaults loads; argv[2] is a scratch file.
+_POOL_REFUSED_AT_IMPORT = r"""
+import json, sys, warnings
+import numpy as np
+from gdscp import _core
+
+_core.testing.arm_worker_limit(int(sys.argv[1]))
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    import gdscp
+    from gdscp import defaults
+running = _core.num_threads()
+report = {"running": running, "setting": defaults.get("num_threads"),
+          "warnings": [[w.category.__name__, str(w.message)] for w in caught]}
+
+# The workers that started take every task: a read in many more tasks than workers.
+data = np.random.default_rng(5).integers(0, 256, 4 << 20, dtype=np.uint8)
+data.tofile(sys.argv[2])
+out = np.zeros_like(data)
+with gdscp.CuFile(sys.argv[2], "r") as f:
+    assert f.read(out, task_size=64 << 10) == data.nbytes
+assert np.array_equal(out, data)
+
+# A count set() asks for and the system refuses still raises; the pool runs what it has.
+try:
+    defaults.set("num_threads", running + 2)
+except RuntimeError as e:
+    report["refused"] = str(e)
+report["after_refusal"] = [defaults.get("num_threads"), _core.num_threads()]
+defaults.set("num_threads", 2)
+report["fewer"] = [defaults.get("num_threads"), _core.num_threads()]
+_core.testing.disarm_fault()
+defaults.set("num_threads", running + 2)
+report["more"] = [defaults.get("num_threads"), _core.num_threads()]
+print(json.dumps(report))
+"""
+
+
+@pytest.mark.parametrize("variable, asked", [("300", "GDSCP_NUM_THREADS=300"), (None, "the default num_threads")])
+def test_a_first_count_the_system_refuses_runs_the_workers_started(tmp_path, variable, asked):
+    """GDSCP_NUM_THREADS (or the built-in count) that the system has no
+    threads for as gdscp.defaults loads (a pids limit, ulimit -u, RLIMIT_AS):
+    the import works, the pool runs the workers that started, get() says how
+    many, and one RuntimeWarning says where the count came from and how many
+    run. Failing the import left all of gdscp unusable, set() included, though
+    workers ran."""
+    import json
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GDSCP_")}
+    if variable is not None:
+        env["GDSCP_NUM_THREADS"] = variable
+    result = subprocess.run([sys.executable, "-c", _POOL_REFUSED_AT_IMPORT, "3", str(tmp_path / "data.bin")],
+                            env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["running"] == report["setting"] == 3
+    [(category, message)] = report["warnings"]
+    assert category == "RuntimeWarning"
+    assert message.startswith(asked) and "could not grow to" in message and "it runs 3 workers" in message
+    assert "gdscp-io-3" in message and "errno 11" in message
+    assert "could not grow to 5 workers" in report["refused"] and "it runs 3 workers" in report["refused"]
+    assert report["after_refusal"] == [3, 3]
+    assert report["fewer"] == [2, 2]
+    assert report["more"] == [5, 5]
+
+
+def test_a_pool_that_can_start_no_worker_fails_the_import():
+    """No worker at all: nothing to run with, and the import says why."""
+    code = (
+        "from gdscp import _core\n"
+        "_core.testing.arm_worker_limit(0)\n"
+        "from gdscp import defaults\n"
+    )
+    result = _run_with_env({}, code)
+    assert result.returncode == 1
+    assert "RuntimeError: the I/O thread pool could not start any worker" in result.stderr, result.stderr
+
+
 def test_environment_compat_mode_auto_and_off():
     code = "import gdscp; print(gdscp.defaults.get('compat_mode').name)"
     assert _run_with_env({"GDSCP_COMPAT_MODE": "OFF"}, code).stdout.strip() == "OFF"

@@ -20,8 +20,8 @@ import typer
 
 import gdscp
 
-from .exits import (EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, INTERRUPTED, STDOUT_CLOSED, Documents, early_result,
-                    json_asked)
+from .exits import (COMMANDS, EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, INTERRUPTED, STDOUT_CLOSED, Documents,
+                    early_result, json_asked)
 
 __all__ = ["JOINING", "Running", "app", "asks_for_help", "interrupted_rank", "joins", "load", "run"]
 
@@ -63,10 +63,9 @@ def _root(
     """Move data between files and GPU memory."""
 
 
-# The commands, in the order --help lists them. Each lives in the module of its
-# name (gdscp/cli/NAME.py), which defines one function named after it; its
-# docstring is the command's help.
-COMMANDS = ("copy", "read", "write", "info", "benchmark")
+# The commands (exits.COMMANDS), in the order --help lists them. Each lives in
+# the module of its name (gdscp/cli/NAME.py), which defines one function named
+# after it; its docstring is the command's help.
 # The commands that run as one job over the ranks of a launch, and benchmark,
 # which refuses to: its refusal, too, is said once, by rank 0.
 JOINING = ("copy", "read", "write", "benchmark")

@@ -1,5 +1,6 @@
-"""Exit codes of the ``gdscp`` command, the line an interrupted command ends
-with, and the JSON document of a failure found before a command's body runs.
+"""Exit codes of the ``gdscp`` command, its commands' names, the line an
+interrupted command ends with, and the JSON document of a failure found
+before a command's body runs.
 Imports nothing beyond ``os`` and ``sys`` (not even json): the entry point
 uses them before anything else of the command line is loaded (or where it
 cannot be: a bad environment variable), and from its Ctrl-C handler, which
@@ -8,8 +9,11 @@ may run in the middle of any import."""
 import os
 import sys
 
-__all__ = ["EXIT_FAILURE", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_TERMINATED", "EXIT_USAGE", "INTERRUPTED",
+__all__ = ["COMMANDS", "EXIT_FAILURE", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_TERMINATED", "EXIT_USAGE", "INTERRUPTED",
            "STDOUT_CLOSED", "Documents", "early_result", "json_asked"]
+
+# The commands, in the order --help lists them (each in gdscp/cli/NAME.py).
+COMMANDS = ("copy", "read", "write", "info", "benchmark")
 
 EXIT_OK = 0
 EXIT_FAILURE = 1

@@ -10,7 +10,14 @@ status 130; a SIGTERM or SIGHUP likewise ("terminated", 143; "hung up",
 129) until the command's own handler takes over. A bad ``GDSCP_*`` environment
 variable is one line naming it and its accepted values, exit status 2 (under
 an MPI launcher the ranks that have it meet the others all the same, and
-rank 0 says it once for the job: ``_refused_rank``). Until
+rank 0 says it once for the job: ``_refused_rank``); any other failure
+to load (an import short of memory or address space, an engine that can
+start no worker thread) is one line too, "gdscp CMD: error: cannot start:
+...", with ``--json`` the failure document, exit status 1 (``_cannot_load``).
+Warnings given while the command line loads (the engine's, where the system
+refuses some of its worker threads) come out as the command's own warning
+lines. ``--threads`` is the count the engine's workers start at, before
+``GDSCP_NUM_THREADS``. Until
 the guard is in place nothing is imported but the standard library's
 ``os``, ``signal`` and ``sys`` and gdscp's light package and exception
 modules. Once the command is done, the process ends as soon as its threads,
@@ -24,7 +31,8 @@ import signal
 import sys
 
 from .._errors import EnvironmentVariableError
-from .exits import EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, INTERRUPTED, early_result
+from .exits import (COMMANDS, EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, INTERRUPTED,
+                    early_result)
 
 __all__ = ["main"]
 
@@ -226,18 +234,119 @@ def _load_gpu_driver(argv: list[str]) -> object:
     return thread
 
 
+# The commands that take --threads, the count of the engine's workers.
+_THREADS_COMMANDS = ("copy", "read", "write")
+
+
+def _threads_asked(args: list) -> object:
+    """The count ``--threads`` gives a copy, read or write (the last given,
+    before any ``--``); None without one, or where it is no whole number
+    (the command then says so)."""
+    if not args or args[0] not in _THREADS_COMMANDS:
+        return None
+    options = args[: args.index("--")] if "--" in args else args
+    text = None
+    for i, arg in enumerate(options):
+        if arg == "--threads":
+            text = options[i + 1] if i + 1 < len(options) else None
+        elif arg.startswith("--threads="):
+            text = arg.partition("=")[2]
+    try:
+        return int(text.strip(), 10) if text is not None else None
+    except ValueError:
+        return None
+
+
+def _load(args: list, load: object, caught: list) -> None:
+    """``load(args)``: the command's module, and with it the engine. The
+    engine's workers start at the count --threads gives (``gdscp._preset``),
+    not first at GDSCP_NUM_THREADS, which the system may have no threads
+    for. The warnings given meanwhile (the worker pool's, where the system
+    refused it threads) go to ``caught``, for ``_say_warnings``."""
+    import warnings  # noqa: PLC0415 - loaded with the interpreter
+
+    threads = _threads_asked(args)
+    if threads is not None:
+        from .._preset import PRESET  # noqa: PLC0415
+
+        PRESET["num_threads"] = threads
+    with warnings.catch_warnings(record=True) as recorded:
+        try:
+            load(args)
+        finally:
+            caught.extend(recorded)
+
+
+def _where(args: list) -> str:
+    """How the command's lines begin: "gdscp copy", or "gdscp" where the
+    command line names no command."""
+    return f"gdscp {args[0]}" if args and args[0] in COMMANDS else "gdscp"
+
+
+def _say_warnings(args: list, caught: list) -> None:
+    """The warnings given while the command line loaded, each one line on
+    stderr as the command's own (none with --quiet)."""
+    options = args[: args.index("--")] if "--" in args else args
+    if "--quiet" in options or "-q" in options:
+        return
+    for warning in caught:
+        sys.stderr.write(f"{_where(args)}: warning: {' '.join(str(warning.message).split())}\n")
+
+
+def _load_failure(exc: BaseException) -> str:
+    """The line that says why the command line could not load: its deepest
+    cause (numpy's ImportError wraps the loader's reason in a page of
+    advice), by type as the command names an unexpected error, in one line."""
+    while exc.__cause__ is not None:
+        exc = exc.__cause__
+    if isinstance(exc, MemoryError):
+        text = f"out of memory: {exc}" if str(exc) else "out of memory"
+    else:
+        text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    return "cannot start: " + " ".join(text.split())
+
+
+def _cannot_load(args: list, exc: BaseException) -> int:
+    """A command line that could not load (an import that failed for want
+    of memory or address space, an engine with no worker thread): one line,
+    with --json the failure document, exit 1; with --debug the traceback
+    first."""
+    message = _load_failure(exc)
+    final = _refused_rank(message, EXIT_FAILURE)
+    if final is not None:
+        return final
+    options = args[: args.index("--")] if "--" in args else args
+    if "--debug" in options:
+        try:
+            import traceback  # noqa: PLC0415
+
+            traceback.print_exception(exc)
+        except Exception:  # noqa: BLE001, S110 - the line below still says it
+            pass
+    sys.stderr.write(f"{_where(args)}: error: {message}\n")
+    early_result(args, message, EXIT_FAILURE)
+    return EXIT_FAILURE
+
+
 def _run() -> int:
     previous = _guard()
     _raise_open_file_limit()
     _load_gpu_driver(sys.argv)
+    args = sys.argv[1:]
     try:
+        failed = None
+        caught: list = []
         try:
             from ..mpi import check_environment
 
             check_environment()
             from .app import load, run
 
-            load(sys.argv[1:])  # the command's module, and with it the engine
+            _load(args, load, caught)
+        except (KeyboardInterrupt, EnvironmentVariableError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - said in one line, below
+            failed = exc
         finally:
             if previous is not None:
                 signal.signal(signal.SIGINT, _interrupt if previous is signal.default_int_handler else previous)
@@ -245,6 +354,11 @@ def _run() -> int:
                 signal.signal(sig, signal.SIG_DFL)
         if _Loading.interrupted or _Loading.stopped:
             raise KeyboardInterrupt
+        _say_warnings(args, caught)
+        if failed is not None:
+            code = _cannot_load(args, failed)
+            _Command.over = True
+            return code
         code = run()
         _Command.over = True
         return code
@@ -257,7 +371,7 @@ def _run() -> int:
         early_result(sys.argv[1:], "interrupted", EXIT_INTERRUPTED)
         return EXIT_INTERRUPTED
     except EnvironmentVariableError as exc:
-        final = _refused_rank(str(exc))
+        final = _refused_rank(str(exc), EXIT_USAGE)
         _Command.over = True
         if final is not None:
             return final
@@ -281,11 +395,11 @@ def _interrupted_rank() -> object:
     return interrupted_rank(sys.argv[1:], EXIT_TERMINATED if _Loading.stopped else EXIT_INTERRUPTED)
 
 
-def _refused_rank(message: str) -> object:
-    """Under an MPI launcher, a rank whose environment is refused (a bad
-    ``GDSCP_*`` variable, with which the command line cannot load) meets the
+def _refused_rank(message: str, code: int) -> object:
+    """Under an MPI launcher, a rank whose command line cannot load (a bad
+    ``GDSCP_*`` variable: ``code`` 2; an import that failed: 1) meets the
     other ranks all the same, as a rank whose command line is refused does,
-    and they end the job with it: exit 2 everywhere, said once by rank 0
+    and they end the job with it: exit ``code`` everywhere, said once by rank 0
     (with --json the one document), nothing written. A rank that left alone
     left the others waiting for it in MPI's start for ever. Only modules that
     load without the settings are used here. The job's exit code; None for a
@@ -304,8 +418,9 @@ def _refused_rank(message: str) -> object:
         world = mpi.world() if joins(args) else None
         if world is None:
             return None
-        code = EXIT_INTERRUPTED if _Loading.interrupted else EXIT_TERMINATED if _Loading.stopped else EXIT_USAGE
-        statuses = world.agree(code, [] if code != EXIT_USAGE else [f"rank {world.rank}: {message}"])
+        signalled = _Loading.interrupted or _Loading.stopped
+        code = EXIT_INTERRUPTED if _Loading.interrupted else EXIT_TERMINATED if _Loading.stopped else code
+        statuses = world.agree(code, [] if signalled else [f"rank {world.rank}: {message}"])
         final = job_code(statuses)
         if world.root:  # what ranks.join's first agreement has rank 0 say, with only what loads here
             lines = said(statuses)

@@ -22,6 +22,7 @@ std::atomic<int> holding{0};
 std::atomic<bool> progress_armed{false};
 std::atomic<bool> unmap_armed{false};
 std::atomic<bool> unmap_holding{false};
+std::atomic<long> worker_limit{-1};
 }  // namespace
 
 void arm(Op op, long skip, long count, int err) noexcept {
@@ -38,6 +39,7 @@ void disarm() noexcept {
   progress_armed = false;
   unmap_armed = false;
   unmap_holding = false;
+  worker_limit = -1;
 }
 
 void arm_hold(long skip) noexcept {
@@ -80,6 +82,13 @@ void unmapping() noexcept {
   while (unmap_holding.load() && std::chrono::steady_clock::now() < limit)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   unmap_holding = false;
+}
+
+void arm_worker_limit(long n) noexcept { worker_limit = n < 0 ? -1 : n; }
+
+bool worker_refused(unsigned index) noexcept {
+  const long limit = worker_limit.load(std::memory_order_relaxed);
+  return limit >= 0 && static_cast<long>(index) >= limit;
 }
 
 bool io_armed() noexcept {

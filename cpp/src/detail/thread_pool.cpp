@@ -5,11 +5,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <memory>
 #include <string>
 #include <system_error>
 
+#include "gdscp/detail/fault.hpp"
 #include "gdscp/error.hpp"
 #include "gdscp/settings.hpp"
 
@@ -77,6 +79,7 @@ std::string ThreadPool::spawn_locked(unsigned upto) {
     w->index = static_cast<unsigned>(workers_.size());
     Worker* self = w.get();
     try {
+      if (fault::worker_refused(w->index)) throw std::system_error(EAGAIN, std::generic_category());
       w->thread = std::thread([this, self] { worker_loop(self); });
     } catch (const std::system_error& e) {
       return "cannot start thread " + worker_name(w->index) + ": " + std::strerror(e.code().value()) + " (errno " +
@@ -187,7 +190,7 @@ void ThreadPool::resize(unsigned threads) {
   for (Worker* w : idle) wake(w);
   if (!why.empty())
     throw_state("the I/O thread pool could not grow to " + std::to_string(threads) + " workers (" + why +
-                "); it runs " + std::to_string(running) + " workers");
+                "); it runs " + std::to_string(running) + (running == 1 ? " worker" : " workers"));
 }
 
 ThreadPool::Blocking::Blocking(ThreadPool& pool) : pool_(pool) {

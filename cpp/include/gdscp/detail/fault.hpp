@@ -2,8 +2,10 @@
 // errno, so tests can prove that mid-transfer failures surface cleanly; or
 // hold a bulk job's workers until the job is cancelled, so that a signal can
 // be sent while a transfer is certainly in flight; or hold a mapped file's
-// munmap, so that calls can be made while a close() is certainly unmapping.
-// Disarmed, a check is one relaxed atomic load.
+// munmap, so that calls can be made while a close() is certainly unmapping;
+// or refuse the thread pool its workers past a count, as a system out of
+// threads (a pids limit, RLIMIT_NPROC, RLIMIT_AS) does. Disarmed, a check is
+// one relaxed atomic load.
 #pragma once
 
 #include <atomic>
@@ -57,5 +59,13 @@ void arm_unmap_hold() noexcept;
 bool unmap_held() noexcept;
 // Called before a mapped file's munmap (mapped_file.cpp).
 void unmapping() noexcept;
+
+// The thread pool's workers from index `n` on cannot start: their thread is
+// refused as the system refuses one it has no room for (EAGAIN). A negative
+// `n` lifts the limit; disarm() lifts it too.
+void arm_worker_limit(long n) noexcept;
+// Called before a worker's thread starts (thread_pool.cpp): whether the
+// worker of index `index` is refused its thread.
+bool worker_refused(unsigned index) noexcept;
 
 }  // namespace gdscp::detail::fault

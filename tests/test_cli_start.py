@@ -57,6 +57,8 @@ class Hook:
                 raise ImportError("\n\nIMPORTANT: PLEASE READ THIS\n\nmuch advice\n") from cause
             elif case == "MemoryError":
                 raise MemoryError
+            elif case == "blas":
+                sys.stderr.write(f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')}\n")
             elif case == "timer":
                 # A daemon: a command that finishes first exits without waiting for it.
                 timer = threading.Timer(delay, os.kill, (os.getpid(), signal.SIGINT))
@@ -549,3 +551,20 @@ def test_no_worker_thread_at_all_is_one_line(json_asked):
     else:
         assert result.stdout == ""
 
+
+@pytest.mark.parametrize("given", [None, "3"])
+@pytest.mark.parametrize("command", ["write", "read"])
+def test_numpy_blas_runs_on_one_thread_unless_the_user_says(tmp_path, given, command):
+    """The command does no linear algebra: OpenBLAS, which numpy starts as it
+    loads, is held to one thread (where a pids limit refuses it a thread, it
+    raises SIGINT: the command would end as interrupted), unless the user set
+    OPENBLAS_NUM_THREADS."""
+    (tmp_path / "f").write_bytes(b"x" * 1024)
+    env = {} if given is None else {"OPENBLAS_NUM_THREADS": given}
+    full_env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    full_env.update(env)
+    args = (command, str(tmp_path / "f"), "--host", *(["--size", "1K"] if command == "write" else []))
+    result = subprocess.run([sys.executable, "-c", CHILD, "blas", "numpy", "0", *args], env=full_env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert f"OPENBLAS_NUM_THREADS={given or '1'}\n" in result.stderr

@@ -17,7 +17,8 @@ start no worker thread) is one line too, "gdscp CMD: error: cannot start:
 Warnings given while the command line loads (the engine's, where the system
 refuses some of its worker threads) come out as the command's own warning
 lines. ``--threads`` is the count the engine's workers start at, before
-``GDSCP_NUM_THREADS``. Until
+``GDSCP_NUM_THREADS``; numpy's OpenBLAS runs on one thread
+(``_one_blas_thread``). Until
 the guard is in place nothing is imported but the standard library's
 ``os``, ``signal`` and ``sys`` and gdscp's light package and exception
 modules. Once the command is done, the process ends as soon as its threads,
@@ -232,6 +233,15 @@ def _load_gpu_driver(argv: list[str]) -> object:
     thread = threading.Thread(target=load, name="gdscp-driver")
     thread.start()
     return thread
+
+
+def _one_blas_thread() -> None:
+    """numpy's OpenBLAS held to the calling thread, unless the user has said
+    otherwise (OPENBLAS_NUM_THREADS): the command does no linear algebra, and
+    OpenBLAS starts its threads as numpy loads, and raises SIGINT where the
+    system refuses one (a pids limit), which would end the command as a
+    Ctrl-C. Set before any other thread runs, and before numpy can load."""
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
 # The commands that take --threads, the count of the engine's workers.
@@ -521,6 +531,7 @@ def _on_signals(handler: object) -> None:
 def main() -> None:
     """The ``gdscp`` console script."""
     _hold_standard_descriptors()
+    _one_blas_thread()
     code = _run()
     _signals_end_quietly()
     _leave(code)

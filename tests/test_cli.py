@@ -735,6 +735,47 @@ def test_progress_bar_waits_for_the_delay():
     assert sink.getvalue() == ""
 
 
+def _threads_refused(monkeypatch, allowed: tuple[str, ...]) -> None:
+    """Every thread started from now on but those named ``allowed`` is
+    refused, as by a system out of threads (a pids limit)."""
+    import threading
+
+    start = threading.Thread.start
+
+    def refused(self):
+        if self.name not in allowed:
+            raise RuntimeError("can't start new thread")
+        start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", refused)
+
+
+def test_the_progress_bar_takes_one_thread(monkeypatch):
+    """The bar is drawn by its poller alone: Rich's own refresh thread, which
+    a system short of threads may refuse, is not used."""
+    sink = io.StringIO()
+    console = Console(file=sink, force_terminal=True, width=120)
+    _threads_refused(monkeypatch, ("gdscp-progress",))
+    with TransferProgress(console, MiB, 1, "copy", enabled=True, delay=0.0, interval=0.01) as progress:
+        progress.advance(MiB // 2)
+        progress.refresh()
+        assert "copy" in sink.getvalue() and "50%" in sink.getvalue()
+        progress.advance(MiB // 2)
+    assert "100%" in sink.getvalue()
+
+
+def test_a_copy_goes_on_without_the_bar_where_its_thread_is_refused(capsys, monkeypatch, tmp_path):
+    """On a terminal, a progress bar whose thread the system refuses (a pids
+    limit) is dropped, said in one warning line, and the copy goes on."""
+    data = random_file(tmp_path / "a.bin", 100 * KiB)
+    monkeypatch.setattr(output.Output, "show_progress", property(lambda self: True))
+    _threads_refused(monkeypatch, ())
+    code, out, err = cli(capsys, "copy", tmp_path / "a.bin", tmp_path / "b.bin")
+    assert code == 0, err
+    assert (tmp_path / "b.bin").read_bytes() == data
+    assert err.splitlines() == ["gdscp copy: warning: no progress bar: can't start new thread"]
+
+
 def test_no_progress_when_stderr_is_not_a_terminal(capsys, tmp_path):
     random_file(tmp_path / "a.bin", 100 * KiB)
     code, out, err = cli(capsys, "read", tmp_path / "a.bin")

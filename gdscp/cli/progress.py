@@ -1,11 +1,13 @@
 """A progress bar on stderr for transfers: bytes, rate, ETA and files done.
 
 The bar is fed by polling: a small thread reads ``IOFuture.progress()`` of the
-transfers being watched, ten times a second, and updates Rich's task (which is
-thread-safe and redraws on its own thread). The engine never calls back into
-Python. The bar appears only when stderr is a terminal, without --quiet, and
-only once the work has lasted ``delay`` seconds, so short commands print
-nothing but their result.
+transfers being watched, ten times a second, updates Rich's task and redraws
+the bar (Rich's own refresh thread is not used: one thread is all a bar
+costs). The engine never calls back into Python. The bar appears only when
+stderr is a terminal, without --quiet, and only once the work has lasted
+``delay`` seconds, so short commands print nothing but their result. Where
+the system refuses the poller its thread (a pids limit), the command goes on
+without a bar, said in one warning line.
 """
 
 from __future__ import annotations
@@ -14,11 +16,11 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Optional
 
+from .output import Output
+
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.progress import Progress
-
-    from .output import Output
 
 __all__ = ["TransferProgress"]
 
@@ -153,12 +155,13 @@ class TransferProgress:
                 TextColumn("{task.fields[files]}", markup=False),
                 console=self._console if isinstance(self._console, Console) else self._console.stderr,
                 transient=False,
+                auto_refresh=False,  # redrawn by the poller, below
             )
             self._task = self._progress.add_task(
                 self.description, total=max(self.total_bytes, 1), files=self._fields()
             )
             self._progress.start()
-        self._progress.update(self._task, completed=self.bytes_done, files=self._fields())
+        self._progress.update(self._task, completed=self.bytes_done, files=self._fields(), refresh=True)
 
     def _poll(self) -> None:
         while not self._stop.wait(self._interval):
@@ -170,9 +173,21 @@ class TransferProgress:
     def __enter__(self) -> "TransferProgress":
         self._started = time.monotonic()
         if self._enabled:
-            self._thread = threading.Thread(target=self._poll, name="gdscp-progress", daemon=True)
-            self._thread.start()
+            thread = threading.Thread(target=self._poll, name="gdscp-progress", daemon=True)
+            try:
+                thread.start()
+            except RuntimeError as exc:  # no thread to be had: the transfer matters, its display does not
+                self._enabled = False
+                self._warn(f"no progress bar: {exc}")
+            else:
+                self._thread = thread
         return self
+
+    def _warn(self, message: str) -> None:
+        if isinstance(self._console, Output):
+            self._console.warn(message)
+        else:
+            self._console.print(f"warning: {message}", markup=False, highlight=False)
 
     def __exit__(self, exc_type, exc, tb) -> None:
         self._stop.set()
@@ -180,5 +195,5 @@ class TransferProgress:
             self._thread.join()
         if self._progress is not None:
             if exc_type is None:
-                self._progress.update(self._task, completed=self.bytes_done, files=self._fields())
+                self._progress.update(self._task, completed=self.bytes_done, files=self._fields(), refresh=True)
             self._progress.stop()

@@ -231,14 +231,16 @@ void define_bulk(nb::module_& m) {
         return same_destinations(names, follow, in_place);
       },
       "paths"_a, "follow"_a, "in_place"_a);
-  m.def("create_temporary", [](const FsPath& dst) {
+  m.def("create_temporary", [](const FsPath& dst, bool directory) -> nb::tuple {
     std::pair<int, std::string> made;
+    int dir_fd = -1;
     {
       const ReleaseGil unlocked;
-      made = create_temporary(dst.value);
+      made = create_temporary(dst.value, directory ? &dir_fd : nullptr);
     }
+    if (directory) return nb::make_tuple(made.first, fs_text(made.second), dir_fd);
     return nb::make_tuple(made.first, fs_text(made.second));
-  }, "dst"_a);
+  }, "dst"_a, nb::kw_only(), "directory"_a = false);
   m.attr("TEMPORARY_SUFFIX") = kTemporarySuffix;
   m.def("is_temporary_name", [](const FsPath& name) { return is_temporary_name(name.value); }, "name"_a);
   m.def("temporary_name", [](const FsPath& dst) { return fs_text(temporary_name(dst.value)); }, "dst"_a);

@@ -672,8 +672,11 @@ def clean_temporaries(directory: PathLike, keep: Iterable[PathLike] = ()) -> int
     return _core.clean_temporaries(_args.path(directory), [_args.path(p) for p in keep])
 
 
-def create_temporary(dst: PathLike) -> tuple[int, str]:
+def create_temporary(dst: PathLike, *, directory: bool = False) -> tuple[int, str] | tuple[int, str, int]:
     """A new, empty temporary file beside ``dst``, locked for as long as the
     returned descriptor is open: ``(fd, path)``. Close the descriptor after
-    renaming or removing the file."""
-    return _core.create_temporary(_args.path(dst))
+    renaming or removing the file. With ``directory``: ``(fd, path, dir_fd)``,
+    ``dir_fd`` a descriptor (``O_PATH``) of the directory the file was made
+    in, to remove and rename it through (``os.unlink(name, dir_fd=dir_fd)``)
+    wherever that directory is moved meanwhile; close it too."""
+    return _core.create_temporary(_args.path(dst), directory=directory)

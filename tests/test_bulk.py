@@ -1916,6 +1916,47 @@ def test_progress_totals_of_sources_without_a_size_meet_their_bytes(tmp_path, ki
     assert kernel.progress()[:2] == (result.bytes, result.bytes)
 
 
+@pytest.mark.parametrize("kind", ["copy", "write"])
+@pytest.mark.parametrize("case", ["replacing", "new", "new-small"])
+def test_a_file_whose_destination_directory_is_moved_is_not_put_there(tmp_path, kind, case):
+    """The destination's directory renamed while the file is in flight (the
+    job held at its first chunk): the file fails, saying so, and nothing is
+    put in the moved directory: an old file there stays as it was, a named
+    temporary file (one replacing a file, or a large one, opened again by its
+    path) is removed there, and an unnamed one (a small new file) is never
+    linked."""
+    size = 300_000 if case == "new-small" else 4 * MiB
+    data = random_bytes(size, 21)
+    src = tmp_path / "src"
+    src.write_bytes(data)
+    folder, moved_to = tmp_path / "dd", tmp_path / "dd2"
+    folder.mkdir()
+    if case == "replacing":
+        (folder / "d").write_bytes(b"good")
+    _core.testing.arm_hold(0)
+    try:
+        if kind == "copy":
+            job = gdscp.copy_files([(src, folder / "d")])
+        else:
+            job = gdscp.write_files([np.frombuffer(data, np.uint8)], [folder / "d"])
+        deadline = time.monotonic() + 60
+        while not _core.testing.hold_reached():
+            assert time.monotonic() < deadline, "the job never reached the hold"
+            time.sleep(0.001)
+        in_flight = temporaries(folder)
+        folder.rename(moved_to)
+    finally:
+        _core.testing.disarm_fault()
+    (result,) = job.results()
+    assert case == "new-small" or len(in_flight) == 1, in_flight
+    assert temporaries(tmp_path) == []
+    assert os.listdir(moved_to) == (["d"] if case == "replacing" else [])
+    if case == "replacing":
+        assert (moved_to / "d").read_bytes() == b"good"
+    assert result.status == "failed" and result.errno == errno.ENOENT, result
+    assert result.error == f"the destination directory '{folder}' was moved or removed during the {kind}"
+
+
 def test_progress_seen_finished_has_the_final_counts(tmp_path):
     """A job that ends while its progress is being read (the engine's test
     hook lets its held file go on there and waits for its end) is reported

@@ -8,6 +8,7 @@ script, ``python -m gdscp``, shell completion and resource limits.
 from __future__ import annotations
 
 import errno
+import importlib
 import io
 import json
 import os
@@ -16,6 +17,7 @@ import signal
 import stat
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -1482,6 +1484,144 @@ def test_copy_interrupted_by_a_signal(capsys, tmp_path, monkeypatch, signum, cod
     assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGHUP)) == before
 
 
+# -- the destination directory moved while a file is written ------------------------
+
+
+def _move_when_held(folder: Path, moved_to: Path, seen: list) -> threading.Thread:
+    """A thread that waits until the engine holds the job at a chunk
+    (testing.arm_hold, armed first: the file is in flight, its temporary file
+    made), records the temporary files in ``folder``, renames ``folder`` to
+    ``moved_to`` and lets the job go on."""
+
+    def move() -> None:
+        try:
+            deadline = time.monotonic() + 60
+            while not _core.testing.hold_reached() and time.monotonic() < deadline:
+                time.sleep(0.001)
+            if _core.testing.hold_reached():
+                seen.append(temp_files(folder))
+                folder.rename(moved_to)
+        finally:
+            _core.testing.disarm_fault()
+
+    mover = threading.Thread(target=move)
+    mover.start()
+    return mover
+
+
+def test_a_copy_whose_destination_directory_is_moved_leaves_no_temporary_file(capsys, tmp_path):
+    """The destination's directory renamed while the copy is in flight: the
+    copy fails naming the destination, is not put in place in the moved
+    directory (the old file there is intact), and its temporary file, which
+    went with the directory, is removed there."""
+    random_file(tmp_path / "src.bin", 8 * MiB)
+    folder, moved_to = tmp_path / "dd", tmp_path / "dd2"
+    folder.mkdir()
+    (folder / "d").write_bytes(b"good")
+    seen: list = []
+    _core.testing.arm_hold(4)  # the fifth chunk waits for the rename
+    mover = _move_when_held(folder, moved_to, seen)
+    try:
+        code, _, err = cli(capsys, "copy", tmp_path / "src.bin", folder / "d", "--chunk-size", "64K")
+    finally:
+        _core.testing.disarm_fault()
+        mover.join()
+    assert len(seen) == 1 and len(seen[0]) == 1, seen  # renamed with the temporary file in it
+    assert temp_files(tmp_path) == []
+    assert not folder.exists() and sorted(os.listdir(moved_to)) == ["d"]
+    assert (moved_to / "d").read_bytes() == b"good"
+    assert code == 1
+    assert err.strip().splitlines() == [
+        f"gdscp copy: error: cannot copy '{tmp_path / 'src.bin'}' to '{folder / 'd'}': the destination directory "
+        f"'{folder}' was moved or removed during the copy"], err
+
+
+def test_a_tree_copy_whose_destination_directory_is_moved_leaves_no_temporary_file(capsys, tmp_path):
+    """copy -r into DST, renamed while a file of the tree is in flight: that
+    file fails (one line, naming it), the old file in the moved directory is
+    intact, and no temporary file is left anywhere; the directory the copy
+    made there, gone with the move, adds no error of its own."""
+    src = tmp_path / "tree"
+    (src / "new").mkdir(parents=True)
+    random_file(src / "big.bin", 8 * MiB)
+    folder, moved_to = tmp_path / "dd", tmp_path / "dd2"
+    (folder / "tree").mkdir(parents=True)
+    (folder / "tree" / "big.bin").write_bytes(b"good")
+    seen: list = []
+    _core.testing.arm_hold(4)
+    mover = _move_when_held(folder, moved_to, seen)
+    try:
+        code, _, err = cli(capsys, "copy", "-r", src, folder, "--chunk-size", "64K")
+    finally:
+        _core.testing.disarm_fault()
+        mover.join()
+    assert len(seen) == 1 and len(seen[0]) == 1, seen
+    assert temp_files(tmp_path) == []
+    assert not folder.exists() and sorted(os.listdir(moved_to / "tree")) == ["big.bin", "new"]
+    assert (moved_to / "tree" / "big.bin").read_bytes() == b"good"
+    assert code == 1
+    assert err.strip().splitlines() == [
+        f"gdscp copy: error: cannot copy '{src / 'big.bin'}' to '{folder / 'tree' / 'big.bin'}': the destination "
+        f"directory '{folder / 'tree'}' was moved or removed during the copy"], err
+
+
+def test_a_write_whose_destination_directory_is_moved_leaves_no_temporary_file(capsys, tmp_path, monkeypatch):
+    """gdscp write of one FILE whose directory is renamed halfway through:
+    it fails naming FILE and saying what happened (not the temporary file's
+    path, which leads nowhere), the old FILE in the moved directory is
+    intact, and the temporary file is removed there."""
+    write_command = importlib.import_module("gdscp.cli.write")
+    real_write_range = write_command.write_range
+    folder, moved_to = tmp_path / "dd", tmp_path / "dd2"
+    folder.mkdir()
+    (folder / "d").write_bytes(b"good")
+    seen: list = []
+
+    def write_then_move(sink, slots, fill, chunk, start, end, *rest):
+        half = start + (end - start) // 2 // chunk * chunk
+        real_write_range(sink, slots, fill, chunk, start, half, *rest)
+        seen.append(temp_files(folder))
+        folder.rename(moved_to)
+        fill(0, half, min(chunk, end - half))
+        real_write_range(sink, slots, fill, chunk, half, end, *rest)
+
+    monkeypatch.setattr(write_command, "write_range", write_then_move)
+    code, _, err = cli(capsys, "write", folder / "d", "--size", "8M", "--chunk-size", "1M", "--host")
+    assert len(seen) == 1 and len(seen[0]) == 1, seen
+    assert temp_files(tmp_path) == []
+    assert not folder.exists() and sorted(os.listdir(moved_to)) == ["d"]
+    assert (moved_to / "d").read_bytes() == b"good"
+    assert code == 1
+    assert err.strip().splitlines() == [
+        f"gdscp write: error: cannot write '{folder / 'd'}': the destination directory '{folder}' was moved or "
+        "removed during the write"], err
+
+
+def test_several_writes_whose_destination_directory_is_moved_leave_no_temporary_file(capsys, tmp_path):
+    """gdscp write of several FILEs (one bulk job) into a directory renamed
+    while they are in flight: each fails naming itself, the old one in the
+    moved directory is intact, and no temporary file is left."""
+    folder, moved_to = tmp_path / "dd", tmp_path / "dd2"
+    folder.mkdir()
+    (folder / "a").write_bytes(b"good")
+    seen: list = []
+    _core.testing.arm_hold(4)
+    mover = _move_when_held(folder, moved_to, seen)
+    try:
+        code, _, err = cli(capsys, "write", folder / "a", folder / "b", "--size", "8M", "--chunk-size", "64K",
+                           "--host")
+    finally:
+        _core.testing.disarm_fault()
+        mover.join()
+    assert len(seen) == 1 and seen[0], seen
+    assert temp_files(tmp_path) == []
+    assert sorted(os.listdir(moved_to)) == ["a"] and (moved_to / "a").read_bytes() == b"good"
+    assert code == 1
+    assert sorted(err.strip().splitlines()) == [
+        f"gdscp write: error: cannot write '{folder / name}': the destination directory '{folder}' was moved or "
+        "removed during the write" for name in ("a", "b")], err
+
+
 def test_a_signal_between_a_job_starting_and_its_wait_cancels_it(capsys, tmp_path, monkeypatch):
     """Ctrl-C may land after the bulk job has started and before the command
     waits on it: the job is cancelled and waited for all the same (it does not
@@ -1770,7 +1910,7 @@ def test_a_write_whose_rename_is_refused_names_file_not_the_temporary_one(capsys
     (tmp_path / "a").write_bytes(b"old")
     from gdscp.cli import atomic as atomic_module
 
-    def refused(src, dst):
+    def refused(src, dst, **dir_fds):  # (the rename goes through the directory's descriptor)
         raise PermissionError(errno.EPERM, os.strerror(errno.EPERM), src, dst)
 
     monkeypatch.setattr(atomic_module.os, "replace", refused)

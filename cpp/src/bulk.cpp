@@ -63,9 +63,12 @@ size_t descriptor_limit() {
 }
 
 // Files per commit batch: kCommitFiles, fewer where the process may open
-// fewer descriptors. Up to two batches wait with a temporary file open each,
-// beside the workers' transfers in flight (a source, a temporary file and
-// their File objects' descriptors: at most six each) and the process's own.
+// fewer descriptors. Up to two batches wait with a temporary file open each
+// (and a descriptor of its directory, which the files of one directory
+// share), beside the workers' transfers in flight (a source, a temporary file
+// and their File objects' descriptors: at most six each) and the process's
+// own. A job short of descriptors all the same keeps fewer files in flight
+// (BulkState::wait_for_descriptors).
 size_t commit_batch_files(unsigned workers) {
   const size_t limit = descriptor_limit();
   if (limit == SIZE_MAX) return kCommitFiles;
@@ -433,10 +436,27 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
       e = t.error;
     }
     if (!e && !cancelled.load()) return false;
+    if (e) e = explained(t, e);
     t.tmp.discard();
     if (e) fail(t.index, e, &t);
     else set_status(t.index, BulkStatus::cancelled);
     return true;
+  }
+
+  // `e`, a failure of `t` while its temporary file is still there: where the
+  // destination's directory was moved or removed meanwhile (the temporary
+  // file, which went with it, is then no longer at its path: ENOENT, or the
+  // rename refused), said so, naming the destination.
+  std::exception_ptr explained(const Transfer& t, std::exception_ptr e) const {
+    if (!t.tmp) return e;
+    int kind = 0, code = 0;
+    (void)describe(e, kind, code);
+    if (kind != static_cast<int>(ErrorKind::os) || code != ENOENT || !t.tmp.directory_moved(t.dst)) return e;
+    try {
+      detail::throw_directory_moved(t.dst, t.item->kind == BulkKind::copy ? "the copy" : "the write");
+    } catch (...) {
+      return std::current_exception();
+    }
   }
 
   // -- the data of one file is written -----------------------------------------
@@ -448,8 +468,9 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
       finish_data(cx, *t, group);
       t->seconds = std::chrono::duration<double>(BulkClock::now() - t->start).count();
     } catch (...) {
+      const std::exception_ptr e = explained(*t, std::current_exception());
       t->tmp.discard();
-      fail(t->index, std::current_exception(), t.get());
+      fail(t->index, e, t.get());
       return;
     }
     if (opt.verify && ended_early(*t)) return;  // a cancel may have cut the verify short
@@ -559,8 +580,9 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
         succeed(*t, BulkStatus::skipped, "appeared");
       }
     } catch (...) {
+      const std::exception_ptr e = explained(*t, std::current_exception());
       t->tmp.discard();
-      fail(t->index, std::current_exception(), t.get());
+      fail(t->index, e, t.get());
     }
   }
 
@@ -613,8 +635,11 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
       if (t->placed) dirs.emplace(t->dir, t.get());
     std::map<dev_t, int> errors;             // filesystem -> errno of its syncfs
     std::map<std::string, int> dir_errors;   // directory -> errno of its fsync
-    const auto open_dir = [](const std::string& dir) {
-      return ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    // The directory a file was renamed in, through its temporary file's
+    // descriptor of it (wherever it has been moved since); by its path for
+    // a file written in place.
+    const auto open_dir = [](const Transfer* t) {
+      return t->tmp ? t->tmp.open_directory() : ::open(t->dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     };
     // A directory that cannot be opened, because this process may write it
     // but not read it or has no descriptor left (the job's other files hold
@@ -622,7 +647,7 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
     const auto through_file = [] { return errno == EACCES || errno == EPERM || errno == EMFILE || errno == ENFILE; };
     if (dirs.size() < kSyncfsMin) {
       for (const auto& [dir, t] : dirs) {
-        const int fd = open_dir(dir);
+        const int fd = open_dir(t);
         if (fd < 0 && through_file()) {
           if (::syncfs(t->dst_fd) != 0) dir_errors[dir] = errno;
           continue;
@@ -635,7 +660,7 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
       std::map<dev_t, std::pair<std::string, const Transfer*>> one_dir;  // on each filesystem, to syncfs through
       for (const auto& [dir, t] : dirs) one_dir.emplace(t->dev, std::make_pair(dir, t));
       for (const auto& [dev, entry] : one_dir) {
-        const int dfd = open_dir(entry.first);
+        const int dfd = open_dir(entry.second);
         const int through = dfd >= 0 ? dfd : through_file() ? entry.second->dst_fd : -1;
         if (through < 0 || ::syncfs(through) != 0) errors[dev] = errno;
         if (dfd >= 0) ::close(dfd);
@@ -1260,7 +1285,7 @@ std::vector<std::pair<size_t, size_t>> same_destinations(const std::vector<std::
   return detail::same_destinations(paths, follow, in_place);
 }
 
-std::pair<int, std::string> create_temporary(const std::string& dst) {
+std::pair<int, std::string> create_temporary(const std::string& dst, int* dir_fd) {
   detail::check_replaceable(dst);
   detail::TempFile tmp(dst);
   // The caller keeps only a path, which must reach the file without this
@@ -1270,6 +1295,10 @@ std::pair<int, std::string> create_temporary(const std::string& dst) {
   // Its callers open it again by its path, to read and write it: 0600 whatever
   // the umask (0277 would leave 0400); each gives it its mode once written.
   if (::fchmod(tmp.fd(), 0600) != 0) throw_os_error(errno, "cannot set the mode of", tmp.path());
+  if (dir_fd) {
+    *dir_fd = tmp.dup_directory();
+    if (*dir_fd < 0) throw_os_error(errno, "cannot hold the directory of", dst);
+  }
   std::string path = tmp.path();
   return {tmp.release(), std::move(path)};
 }

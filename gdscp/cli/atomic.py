@@ -8,6 +8,12 @@ and removes it. A temporary file is held locked while it is recorded
 (``gdscp.bulk.create_temporary``), so that another run cleaning the directory
 knows it is in use. Bulk jobs (the files of ``gdscp copy``) keep their own
 temporary files.
+
+Each one is recorded with a descriptor of the directory it was made in, and
+is removed and renamed through it (``unlinkat``, ``renameat``): a directory
+moved while the file is written takes the file along, and the file is still
+removed there. ``commit()`` refuses to put it in place in a directory that
+its destination's path no longer leads to (``DirectoryMoved``).
 """
 
 from __future__ import annotations
@@ -19,28 +25,47 @@ import os
 import signal
 import stat
 import threading
-from typing import Iterator
+from typing import Iterator, NamedTuple, Optional
 
 from .. import _core
 from .._interrupts import through_interrupts
 from ..bulk import create_temporary
 
 __all__ = [
+    "DirectoryMoved",
     "commit",
     "discard",
     "fsync_dir",
     "give_owner",
     "keep_owner",
+    "link_into_place",
     "make_temp",
     "make_temp_link",
+    "moved",
     "remove_pending",
     "signals_held",
 ]
 
-# Temporary files this process made and has neither renamed nor removed yet,
-# with the descriptor that holds each one's lock (None for a symbolic link).
-_pending: dict[str, "int | None"] = {}
+
+class _Pending(NamedTuple):
+    lock: Optional[int]  # the descriptor that holds the file's lock (None for a symbolic link)
+    folder: int  # a descriptor (O_PATH) of the directory it was made in
+    name: str  # its name there
+
+
+# Temporary files this process made and has neither renamed nor removed yet.
+_pending: dict[str, _Pending] = {}
 _SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+
+
+class DirectoryMoved(FileNotFoundError):
+    """The directory a temporary file was made in is no longer where its
+    destination's path leads: it was moved or removed meanwhile. The file
+    was not put in place."""
+
+    def __init__(self, dst: str):
+        self.folder = os.path.dirname(dst) or "."
+        super().__init__(errno.ENOENT, f"the destination directory '{self.folder}' was moved or removed", dst)
 
 
 @contextlib.contextmanager
@@ -121,17 +146,32 @@ def _sync_filesystem_of(path: str) -> None:
 
 
 def _drop(tmp: str) -> None:
-    fd = _pending.pop(tmp, None)
-    if fd is not None:
-        os.close(fd)
+    held = _pending.pop(tmp, None)
+    if held is not None:
+        if held.lock is not None:
+            os.close(held.lock)
+        os.close(held.folder)
+
+
+def _remove(tmp: str) -> None:
+    """Remove ``tmp`` from the directory it was made in, wherever that
+    directory is now, and forget it."""
+    held = _pending.get(tmp)
+    if held is None:
+        return
+    try:
+        os.unlink(held.name, dir_fd=held.folder)
+    except OSError:
+        pass
+    _drop(tmp)
 
 
 def make_temp(dst: str) -> str:
     """Create an empty, locked temporary file in ``dst``'s directory and return
     its path (``.NAME.XXXXXXXX.gdscp-tmp``), recorded for ``remove_pending()``."""
     with signals_held():
-        fd, tmp = create_temporary(os.path.abspath(dst))
-        _pending[tmp] = fd
+        fd, tmp, folder = create_temporary(os.path.abspath(dst), directory=True)
+        _pending[tmp] = _Pending(fd, folder, os.path.basename(tmp))
     return tmp
 
 
@@ -139,32 +179,73 @@ def make_temp_link(target: str, dst: str) -> str:
     """A symbolic link to ``target`` under a temporary name beside ``dst``, recorded
     for ``remove_pending()``."""
     dst = os.path.abspath(dst)
-    for _ in range(100):
-        tmp = _core.temporary_name(dst)  # named as the engine names its temporary files
-        with signals_held():
-            try:
-                os.symlink(target, tmp)
-            except FileExistsError:
-                continue
-            _pending[tmp] = None
-        return tmp
-    raise FileExistsError(errno.EEXIST, "no free temporary name", os.path.dirname(dst))
+    folder = os.open(os.path.dirname(dst), os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    recorded = False
+    try:
+        for _ in range(100):
+            tmp = _core.temporary_name(dst)  # named as the engine names its temporary files
+            name = os.path.basename(tmp)
+            with signals_held():
+                try:
+                    os.symlink(target, name, dir_fd=folder)
+                except FileExistsError:
+                    continue
+                _pending[tmp] = _Pending(None, folder, name)
+                recorded = True
+            return tmp
+        raise FileExistsError(errno.EEXIST, "no free temporary name", os.path.dirname(dst))
+    finally:
+        if not recorded:
+            os.close(folder)
+
+
+def moved(tmp: str, dst: str) -> bool:
+    """Whether the path of ``dst``'s directory no longer leads to the directory
+    that ``tmp`` (still recorded) was made in: it was moved or removed
+    meanwhile."""
+    held = _pending.get(tmp)
+    if held is None:
+        return False
+    try:
+        now = os.stat(os.path.dirname(os.path.abspath(dst)))
+    except (FileNotFoundError, NotADirectoryError):
+        return True
+    then = os.fstat(held.folder)
+    return (now.st_dev, now.st_ino) != (then.st_dev, then.st_ino)
 
 
 def commit(tmp: str, dst: str) -> None:
-    """Rename ``tmp`` over ``dst``."""
-    os.replace(tmp, dst)
+    """Rename ``tmp`` over ``dst``, in the directory it was made in; refused
+    (``DirectoryMoved``, ``tmp`` left as it is) where ``dst``'s directory is
+    no longer that one: the file would land in the moved directory."""
+    held = _pending.get(tmp)
+    if held is None:
+        os.replace(tmp, dst)
+        return
+    if moved(tmp, dst):
+        raise DirectoryMoved(dst)
+    os.replace(held.name, os.path.basename(dst), src_dir_fd=held.folder, dst_dir_fd=held.folder)
     _drop(tmp)
 
 
+def link_into_place(tmp: str, dst: str) -> None:
+    """Link ``tmp`` at ``dst`` only where nothing is there (FileExistsError
+    otherwise), then remove ``tmp``; refused as ``commit()`` refuses."""
+    held = _pending.get(tmp)
+    if held is None:
+        os.link(tmp, dst)
+    else:
+        if moved(tmp, dst):
+            raise DirectoryMoved(dst)
+        os.link(held.name, os.path.basename(dst), src_dir_fd=held.folder, dst_dir_fd=held.folder)
+    discard(tmp)
+
+
 def discard(tmp: str) -> None:
-    """Remove ``tmp`` (already gone is fine)."""
+    """Remove ``tmp``, not yet committed, from the directory it was made in,
+    wherever that directory is now (already gone is fine)."""
     with signals_held():
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        _drop(tmp)
+        _remove(tmp)
 
 
 def remove_pending() -> None:
@@ -175,11 +256,7 @@ def remove_pending() -> None:
     def remove_all() -> None:
         with signals_held():
             for tmp in list(_pending):
-                try:
-                    os.unlink(tmp)
-                except OSError:
-                    pass
-                _drop(tmp)
+                _remove(tmp)
 
     interrupt = through_interrupts(remove_all)
     if interrupt is not None:

@@ -26,7 +26,7 @@ from .. import _core
 from .._interrupts import through_interrupts
 from ..bulk import FileResult, clean_temporaries, copy_files, stop_running_jobs
 from . import options, ranks
-from .atomic import commit, discard, fsync_dir, give_owner, make_temp_link
+from .atomic import DirectoryMoved, commit, discard, fsync_dir, give_owner, make_temp_link, moved
 from .jobs import run_job
 from .output import EXIT_FAILURE, Failure, Output, describe
 from .progress import TransferProgress
@@ -272,11 +272,19 @@ class _Copier:
     def sync_names(self, strict: bool = True) -> None:
         """The names of the directories made and the links put in place made
         durable, as the files' are by their job: each directory that holds
-        one, fsynced once (not ``strict``: past those that cannot be)."""
+        one, fsynced once (not ``strict``: past those that cannot be). One
+        no longer there was moved or removed during the copy: where files
+        failed, they said so (their temporary files went with it, and were
+        removed there), and it is passed over; else the copy fails for it."""
         holders = {os.path.dirname(os.path.abspath(d)) for d in self.created_dirs} | self.link_dirs
+        failed = any(r.status == "failed" for r in self.records)
         for folder in sorted(holders):
             try:
                 fsync_dir(folder)
+            except FileNotFoundError:
+                if strict and not failed:
+                    raise Failure(f"cannot make the names in '{folder}' durable: the directory was moved or removed "
+                                  "during the copy") from None
             except OSError:
                 if strict:
                     raise
@@ -466,8 +474,12 @@ class _Copier:
             commit(tmp, job.dst)
             self.link_dirs.add(os.path.dirname(os.path.abspath(job.dst)))
         except OSError as exc:
+            reason = exc.strerror
+            if isinstance(exc, DirectoryMoved) or moved(tmp, job.dst):
+                reason = (f"the destination directory '{os.path.dirname(job.dst) or '.'}' was moved or removed "
+                          "during the copy")
             discard(tmp)
-            raise Failure(f"cannot create symbolic link '{job.dst}': {exc.strerror}") from None
+            raise Failure(f"cannot create symbolic link '{job.dst}': {reason}") from None
         except BaseException:
             discard(tmp)
             raise

@@ -39,7 +39,8 @@ from ..bulk import clean_temporaries, copy_files, stop_running_jobs, stream_file
 from ..mpi.split import split_by_bytes
 from ..mpi.comm import Status, Unavailable, World, job_code, said, spans, worst
 from . import options
-from .atomic import commit, discard, fsync_dir, give_owner, keep_owner, make_temp, remove_pending
+from .atomic import (DirectoryMoved, commit, discard, fsync_dir, give_owner, keep_owner, link_into_place, make_temp,
+                     moved, remove_pending)
 from .exits import EXIT_USAGE
 from .output import Failure, Output, Terminated, UsageError, describe
 from .progress import TransferProgress
@@ -619,8 +620,7 @@ def _put_in_place(copier: Any, info: dict[str, Any], job: Any) -> None:
             os.close(fd)
         doing = "rename the copy into place at"
         if copier.no_clobber:
-            os.link(tmp, dst)  # FileExistsError: something took the name meanwhile
-            discard(tmp)
+            link_into_place(tmp, dst)  # FileExistsError: something took the name meanwhile
         else:
             commit(tmp, dst)
         doing = "fsync the directory of"
@@ -628,6 +628,9 @@ def _put_in_place(copier: Any, info: dict[str, Any], job: Any) -> None:
     except FileExistsError:
         raise
     except OSError as exc:
+        if isinstance(exc, DirectoryMoved) or moved(tmp, dst):  # its temporary file is removed, wherever it went
+            raise Failure(f"cannot {doing} '{dst}': the destination directory '{os.path.dirname(dst) or '.'}' was "
+                          "moved or removed during the copy") from None
         raise Failure(f"cannot {doing} '{dst}': {exc.strerror or exc}") from None
 
 

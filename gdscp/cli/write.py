@@ -20,7 +20,7 @@ from .._interrupts import through_interrupts
 from ..bulk import clean_temporaries
 from ..page_cache import drop_file_page_cache as drop_cache
 from . import options, ranks
-from .atomic import commit, discard, fsync_dir, keep_owner, make_temp, signals_held
+from .atomic import DirectoryMoved, commit, discard, fsync_dir, keep_owner, make_temp, moved, signals_held
 from .jobs import run_job
 from .output import EXIT_FAILURE, Failure, Output, UsageError, describe, shown
 from .progress import TransferProgress
@@ -256,19 +256,27 @@ def write(
                 with signals_held():
                     try:
                         commit(target, path)
+                    except DirectoryMoved:
+                        raise
                     except OSError as exc:  # it names the temporary file, removed on the way out
                         raise Failure(f"cannot rename the new file into place at '{path}': {exc.strerror}") from None
                     if fsync:
                         fsync_dir(os.path.dirname(os.path.abspath(path)))
         except OSError as exc:
+            # FILE's directory moved (or removed) while it was written: the
+            # temporary file went with it, and its path leads nowhere.
+            if special is None and (isinstance(exc, DirectoryMoved) or moved(target, path)):
+                folder = os.path.dirname(path) or "."
+                raise Failure(f"cannot write '{path}': the destination directory '{folder}' was moved or removed "
+                              "during the write") from None
             # The engine names the file it wrote, here the temporary one, gone
             # by the time the error is read: said with FILE, as several are.
             if special is None and f"'{path}'" not in str(exc):
                 raise Failure(f"cannot write '{path}': {describe(exc)[0]}") from exc
             raise
         finally:
-            if special is None and os.path.lexists(target):
-                discard(target)
+            if special is None:
+                discard(target)  # removed wherever its directory went (nothing to do once renamed)
 
         if verify and descriptor is not None:  # the bytes just written through it, wherever they began
             read_back(path, descriptor, size, lambda pos, n: memory.pattern(n, kind, seed, pos), f"the {kind} pattern")
@@ -505,9 +513,15 @@ def _write_across(world: Any, out: Output, path: str, size: int, *, kind: str, s
             except Failure:
                 discard(tmp)
                 raise
-        keep_owner(tmp, path)
-        os.chmod(tmp, _new_file_mode(path))
-        commit(tmp, path)
+        try:
+            keep_owner(tmp, path)
+            os.chmod(tmp, _new_file_mode(path))
+            commit(tmp, path)
+        except OSError as exc:
+            if isinstance(exc, DirectoryMoved) or moved(tmp, path):  # removed by rank 0's guard, wherever it went
+                raise Failure(f"cannot write '{path}': the destination directory '{os.path.dirname(path) or '.'}' "
+                              "was moved or removed during the write") from None
+            raise
         if fsync:
             fsync_dir(os.path.dirname(os.path.abspath(path)))
         data = {

@@ -155,7 +155,10 @@ size_t clean_temporaries(const std::string& dir, const std::vector<std::string>&
 // A new locked temporary file beside `dst`, for callers that write it
 // themselves: (descriptor, path). The lock lives as long as the descriptor.
 // Refused (EACCES) where `dst` exists and may not be written, as cp refuses it.
-std::pair<int, std::string> create_temporary(const std::string& dst);
+// With `dir_fd`: there, a descriptor (O_PATH, the caller's to close) of the
+// directory the file was made in, to remove and rename it through
+// (unlinkat, renameat) wherever that directory is moved meanwhile.
+std::pair<int, std::string> create_temporary(const std::string& dst, int* dir_fd = nullptr);
 
 // (earlier, later) for each of `paths`, the destinations of one job, that
 // lands where an earlier one does: the same name in the same directory,

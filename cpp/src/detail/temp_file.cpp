@@ -12,11 +12,26 @@
 #include <climits>
 #include <cstdio>
 #include <ctime>
+#include <mutex>
 #include <random>
+#include <unordered_map>
 
 #include "gdscp/error.hpp"
 
 namespace gdscp::detail {
+
+struct HeldDirectory {
+  int fd = -1;
+  dev_t dev = 0;
+  ino_t ino = 0;
+  HeldDirectory() = default;
+  HeldDirectory(const HeldDirectory&) = delete;
+  HeldDirectory& operator=(const HeldDirectory&) = delete;
+  ~HeldDirectory() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
 namespace {
 
 constexpr size_t kRandomChars = 8;
@@ -46,11 +61,12 @@ std::string random_chars() {
 enum LinkWay : int { kUnknown, kEmptyPath, kProcLink, kNoWay };
 std::atomic<int> g_link_way{kUnknown};
 
-int link_fd(int fd, const char* path, int way) {
-  if (way == kEmptyPath) return ::linkat(fd, "", AT_FDCWD, path, AT_EMPTY_PATH);
+// Links `fd` at `path`, relative to directory `dirfd` (or AT_FDCWD).
+int link_fd(int fd, int dirfd, const char* path, int way) {
+  if (way == kEmptyPath) return ::linkat(fd, "", dirfd, path, AT_EMPTY_PATH);
   char proc[40];
   std::snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
-  return ::linkat(AT_FDCWD, proc, AT_FDCWD, path, AT_SYMLINK_FOLLOW);
+  return ::linkat(AT_FDCWD, proc, dirfd, path, AT_SYMLINK_FOLLOW);
 }
 
 // The way, found by linking `fd` onto `dir`, which exists: the kernel checks
@@ -61,7 +77,7 @@ int link_way(int fd, const std::string& dir) {
   if (way != kUnknown) return way;
   way = kNoWay;
   for (int w : {kEmptyPath, kProcLink}) {
-    if (link_fd(fd, dir.c_str(), w) != 0 && errno == EEXIST) {
+    if (link_fd(fd, AT_FDCWD, dir.c_str(), w) != 0 && errno == EEXIST) {
       way = w;
       break;
     }
@@ -70,7 +86,60 @@ int link_way(int fd, const std::string& dir) {
   return way;
 }
 
+[[noreturn]] void cannot_create(int err, const std::string& dst) {
+  if (err == EACCES || err == EPERM)  // a writable file in a directory that is not: cp writes it in place
+    throw_os_error(err,
+                   "the new copy is written beside its destination and renamed over it, so the directory "
+                   "must be writable: cannot create a temporary file for", dst);
+  throw_os_error(err, "cannot create a temporary file for", dst);
+}
+
+// A descriptor of directory `dir`, where a temporary file for `dst` is to be
+// made. The files made in one directory at once share one (a job waiting
+// for a batch of a thousand files in one directory keeps one descriptor of
+// it, not a thousand), as long as the path still leads to it.
+std::shared_ptr<const HeldDirectory> hold_directory(const std::string& dir, const std::string& dst) {
+  struct Held {
+    std::mutex mutex;
+    std::unordered_map<std::string, std::weak_ptr<const HeldDirectory>> by_path;
+    size_t sweep_at = 64;  // the map's size at which the directories no file holds any more are dropped
+  };
+  static Held* const held = new Held;  // never destroyed: files may be made as the process exits
+  struct stat st{};
+  if (::stat(dir.c_str(), &st) != 0) cannot_create(errno, dst);
+  {
+    std::lock_guard<std::mutex> lock(held->mutex);
+    const auto it = held->by_path.find(dir);
+    if (it != held->by_path.end())
+      if (auto d = it->second.lock(); d && d->dev == st.st_dev && d->ino == st.st_ino) return d;
+  }
+  auto d = std::make_shared<HeldDirectory>();
+  do {
+    d->fd = ::open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+  } while (d->fd < 0 && errno == EINTR);
+  if (d->fd < 0) cannot_create(errno, dst);
+  // What the descriptor holds, which may no longer be what the path led to
+  // a moment ago.
+  if (::fstat(d->fd, &st) != 0) cannot_create(errno, dst);
+  d->dev = st.st_dev;
+  d->ino = st.st_ino;
+  std::lock_guard<std::mutex> lock(held->mutex);
+  held->by_path[dir] = d;
+  if (held->by_path.size() >= held->sweep_at) {
+    for (auto it = held->by_path.begin(); it != held->by_path.end();)
+      it = it->second.expired() ? held->by_path.erase(it) : std::next(it);
+    held->sweep_at = std::max<size_t>(64, 2 * held->by_path.size());
+  }
+  return d;
+}
+
 }  // namespace
+
+void throw_directory_moved(const std::string& dst, std::string_view during) {
+  throw Error(ErrorKind::os, ENOENT,
+              "the destination directory '" + dir_of(dst) + "' was moved or removed during " + std::string(during),
+              dst);
+}
 
 std::string_view base_of(std::string_view path) {
   const size_t slash = path.find_last_of('/');
@@ -108,29 +177,20 @@ void check_replaceable(const std::string& dst) {
     throw_os_error(EACCES, "cannot overwrite", dst);
 }
 
-TempFile::TempFile(const std::string& dst, unsigned mode) {
-  try {
-    create(dst, mode);
-  } catch (...) {
-    close_dir();  // no destructor runs for an object whose constructor throws
-    throw;
-  }
-}
+TempFile::TempFile(const std::string& dst, unsigned mode) { create(dst, mode); }
 
 void TempFile::create(const std::string& dst, unsigned mode) {
+  if (!dir_) dir_ = hold_directory(dir_of(dst), dst);
   for (int attempt = 0; attempt < 100; ++attempt) {
-    std::string path = name_beside(dst);
+    const std::string full = temporary_name(dst);
+    const std::string name(base_of(full));
     int fd;
     do {
-      fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, static_cast<mode_t>(mode));
+      fd = ::openat(dir_->fd, name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, static_cast<mode_t>(mode));
     } while (fd < 0 && errno == EINTR);
     if (fd < 0) {
       if (errno == EEXIST) continue;
-      if (errno == EACCES || errno == EPERM)  // a writable file in a directory that is not: cp writes it in place
-        throw_os_error(errno,
-                       "the new copy is written beside its destination and renamed over it, so the directory "
-                       "must be writable: cannot create a temporary file for", dst);
-      throw_os_error(errno, "cannot create a temporary file for", dst);
+      cannot_create(errno, dst);
     }
     // Between the open and the lock a cleaner may find the file unlocked and
     // remove it; the lock then holds an unnamed file, so try another name.
@@ -141,9 +201,9 @@ void TempFile::create(const std::string& dst, unsigned mode) {
     struct stat st{};
     if (r != 0 || ::fstat(fd, &st) != 0) {
       const int err = errno;
-      ::unlink(path.c_str());
+      ::unlinkat(dir_->fd, name.c_str(), 0);
       ::close(fd);
-      throw_os_error(err, "cannot lock the temporary file", path);
+      throw_os_error(err, "cannot lock the temporary file", full);
     }
     if (st.st_nlink == 0) {
       ::close(fd);
@@ -151,19 +211,20 @@ void TempFile::create(const std::string& dst, unsigned mode) {
     }
     fd_ = fd;
     dev_ = st.st_dev;
-    path_ = std::move(path);
-    named_ = true;
+    take_name(full);
     return;
   }
   throw_os_error(EEXIST, "no free temporary name beside", dst);
 }
 
 TempFile TempFile::unnamed(const std::string& dst, unsigned mode) {
+  const std::string dir = dir_of(dst);
+  TempFile t;
+  t.dir_ = hold_directory(dir, dst);
   if (g_link_way.load(std::memory_order_relaxed) != kNoWay) {
-    const std::string dir = dir_of(dst);
     int fd;
     do {
-      fd = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, static_cast<mode_t>(mode));
+      fd = ::openat(t.dir_->fd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, static_cast<mode_t>(mode));
     } while (fd < 0 && errno == EINTR);
     // Without O_TMPFILE here (EOPNOTSUPP, or EISDIR from an old kernel) or a
     // way to link it, or on any other error, a named file: its own errors
@@ -171,7 +232,6 @@ TempFile TempFile::unnamed(const std::string& dst, unsigned mode) {
     if (fd >= 0) {
       struct stat st{};
       if (link_way(fd, dir) != kNoWay && ::fstat(fd, &st) == 0) {
-        TempFile t;
         t.fd_ = fd;
         t.dev_ = st.st_dev;
         t.unnamed_ = true;
@@ -180,11 +240,57 @@ TempFile TempFile::unnamed(const std::string& dst, unsigned mode) {
       ::close(fd);
     }
   }
-  return TempFile(dst, mode);
+  t.create(dst, mode);
+  return t;
 }
 
-int TempFile::link_at(const std::string& path) const noexcept {
-  return link_fd(fd_, path.c_str(), g_link_way.load(std::memory_order_relaxed));
+int TempFile::link_at(const std::string& name) const noexcept {
+  return link_fd(fd_, dir_->fd, name.c_str(), g_link_way.load(std::memory_order_relaxed));
+}
+
+void TempFile::take_name(const std::string& full) {
+  name_ = std::string(base_of(full));
+  // No room for the path within PATH_MAX, even cut to no NAME (a destination
+  // of a short name, its path within 20 bytes of the limit): the name is
+  // reached through the descriptor of its directory, which a system call
+  // takes whole (the kernel follows /proc/self/fd/N to the directory itself).
+  through_dir_ = full.size() >= PATH_MAX;
+  path_ = through_dir_ ? "/proc/self/fd/" + std::to_string(dir_->fd) + "/" + name_ : full;
+  named_ = true;
+}
+
+bool TempFile::directory_moved(const std::string& dst) const noexcept {
+  if (!dir_) return false;
+  struct stat st{};
+  if (::stat(dir_of(dst).c_str(), &st) != 0) return errno == ENOENT || errno == ENOTDIR;
+  return st.st_dev != dir_->dev || st.st_ino != dir_->ino;
+}
+
+void TempFile::check_directory(const std::string& dst) const {
+  if (!dir_) throw_state("no temporary file to put in place at '" + dst + "'");
+  struct stat st{};
+  if (::stat(dir_of(dst).c_str(), &st) != 0) {
+    if (errno != ENOENT && errno != ENOTDIR) throw_os_error(errno, "cannot look up the directory of", dst);
+  } else if (st.st_dev == dir_->dev && st.st_ino == dir_->ino) {
+    return;
+  }
+  throw_directory_moved(dst, "the transfer");
+}
+
+int TempFile::open_directory() const noexcept {
+  if (!dir_) {
+    errno = EBADF;
+    return -1;
+  }
+  return ::openat(dir_->fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+}
+
+int TempFile::dup_directory() const noexcept {
+  if (!dir_) {
+    errno = EBADF;
+    return -1;
+  }
+  return ::fcntl(dir_->fd, F_DUPFD_CLOEXEC, 0);
 }
 
 TempFile& TempFile::operator=(TempFile&& o) noexcept {
@@ -192,9 +298,10 @@ TempFile& TempFile::operator=(TempFile&& o) noexcept {
     discard();
     fd_ = o.fd_;
     dev_ = o.dev_;
+    dir_ = std::move(o.dir_);
+    name_ = std::move(o.name_);
     path_ = std::move(o.path_);
-    dir_fd_ = o.dir_fd_;
-    o.dir_fd_ = -1;
+    through_dir_ = o.through_dir_;
     named_ = o.named_;
     unnamed_ = o.unnamed_;
     o.fd_ = -1;
@@ -205,8 +312,12 @@ TempFile& TempFile::operator=(TempFile&& o) noexcept {
 }
 
 void TempFile::rename_to(const std::string& dst) {
+  // Where the destination's directory was moved away, the file would land in
+  // the moved directory (whatever is at the path now would not get it).
+  check_directory(dst);
+  const std::string base(base_of(dst));
   if (unnamed_) {
-    if (link_at(dst) == 0) {
+    if (link_at(base) == 0) {
       unnamed_ = false;
       return;
     }
@@ -219,40 +330,42 @@ void TempFile::rename_to(const std::string& dst) {
     } while (r != 0 && errno == EINTR);
     if (r != 0) throw_os_error(errno, "cannot lock the copy of", dst);
     for (int attempt = 0; unnamed_; ++attempt) {
-      std::string path = name_beside(dst);
-      if (link_at(path) == 0) {
-        path_ = std::move(path);
-        named_ = true;
+      const std::string full = temporary_name(dst);
+      if (link_at(std::string(base_of(full))) == 0) {
+        take_name(full);
         unnamed_ = false;
       } else if (errno != EEXIST || attempt == 99) {
         throw_os_error(errno, "cannot name the copy beside", dst);
       }
     }
   }
-  if (::rename(path_.c_str(), dst.c_str()) != 0) throw_os_error(errno, "cannot rename the copy into place at", dst);
+  if (::renameat(dir_->fd, name_.c_str(), dir_->fd, base.c_str()) != 0)
+    throw_os_error(errno, "cannot rename the copy into place at", dst);
   named_ = false;
 }
 
 bool TempFile::link_to(const std::string& dst) {
+  check_directory(dst);
+  const std::string base(base_of(dst));
   if (unnamed_) {
-    if (link_at(dst) == 0) {
+    if (link_at(base) == 0) {
       unnamed_ = false;
       return true;
     }
     if (errno == EEXIST) return false;
     throw_os_error(errno, "cannot link", dst);
   }
-  if (::link(path_.c_str(), dst.c_str()) != 0) {
+  if (::linkat(dir_->fd, name_.c_str(), dir_->fd, base.c_str(), 0) != 0) {
     const int err = errno;
     if (err == EEXIST) return false;
     if (err != EPERM && err != EOPNOTSUPP && err != EXDEV && err != EMLINK) throw_os_error(err, "cannot link", dst);
     // No hard links here: check, then rename.
     struct stat st{};
-    if (::lstat(dst.c_str(), &st) == 0) return false;
+    if (::fstatat(dir_->fd, base.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) return false;
     rename_to(dst);
     return true;
   }
-  ::unlink(path_.c_str());
+  ::unlinkat(dir_->fd, name_.c_str(), 0);
   named_ = false;
   return true;
 }
@@ -262,31 +375,14 @@ void TempFile::close() noexcept {
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
   unnamed_ = false;
-  close_dir();
-}
-
-void TempFile::close_dir() noexcept {
-  if (dir_fd_ >= 0) ::close(dir_fd_);
-  dir_fd_ = -1;
-}
-
-std::string TempFile::name_beside(const std::string& dst) {
-  std::string path = temporary_name(dst);
-  if (path.size() < PATH_MAX) return path;
-  // No room for it within PATH_MAX, even cut to no NAME (a destination of a
-  // short name, its path within 20 bytes of the limit): the name is reached
-  // through a descriptor of its directory, which a system call takes whole
-  // (the kernel follows /proc/self/fd/N to the directory itself).
-  if (dir_fd_ < 0) {
-    dir_fd_ = ::open(dir_of(dst).c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
-    if (dir_fd_ < 0) throw_os_error(errno, "cannot open the directory of", dst);
-  }
-  return "/proc/self/fd/" + std::to_string(dir_fd_) + "/" + std::string(base_of(path));
+  dir_.reset();
 }
 
 void TempFile::discard() noexcept {
   // Unlink before close: while the lock is held no cleaner can take the name.
-  if (named_) ::unlink(path_.c_str());
+  // Through the directory's descriptor: where the directory was moved, the
+  // file went with it, and is removed there.
+  if (named_ && dir_) ::unlinkat(dir_->fd, name_.c_str(), 0);
   named_ = false;
   close();
 }
@@ -296,7 +392,7 @@ int TempFile::release() noexcept {
   fd_ = -1;
   named_ = false;
   unnamed_ = false;
-  close_dir();
+  dir_.reset();
   return fd;
 }
 

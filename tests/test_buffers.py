@@ -103,6 +103,18 @@ def test_strided_memoryview_is_rejected(tmp_file):
             f.read(view)
 
 
+def _refused_as_objects(buf, path, out) -> None:
+    """Every CuFile call and both bulk jobs refuse ``buf`` as a buffer of Python objects."""
+    with gdscp.CuFile(path, "r+") as f:
+        for call in (f.read, f.write, lambda b: f.pread(b).get(), lambda b: f.pwrite(b).get()):
+            with pytest.raises(TypeError, match="Python objects"):
+                call(buf)
+    with pytest.raises(TypeError, match="Python objects"):
+        gdscp.read_files([path], [buf])
+    with pytest.raises(TypeError, match="Python objects"):
+        gdscp.write_files([buf], [out])
+
+
 @pytest.mark.parametrize("size", [16, 5 * MiB])  # run on the calling thread / by the workers
 def test_buffers_of_python_objects_are_refused(tmp_file, tmp_path, size):
     """A buffer of object references (numpy dtype object, alone or as a field)
@@ -117,14 +129,7 @@ def test_buffers_of_python_objects_are_refused(tmp_file, tmp_path, size):
     record["obj"] = "x"
     for arr in (plain, record):
         before = arr.copy()
-        with gdscp.CuFile(path, "r+") as f:
-            for call in (f.read, f.write, lambda a: f.pread(a).get(), lambda a: f.pwrite(a).get()):
-                with pytest.raises(TypeError, match="Python objects"):
-                    call(arr)
-        with pytest.raises(TypeError, match="Python objects"):
-            gdscp.read_files([path], [arr])
-        with pytest.raises(TypeError, match="Python objects"):
-            gdscp.write_files([arr], [path])
+        _refused_as_objects(arr, path, path)
         assert list(arr.tolist()) == list(before.tolist())
     assert file_bytes(path) == data
     # A field whose name has an O in it is not an object field.
@@ -163,14 +168,7 @@ def test_a_field_name_with_a_colon_cannot_hide_an_object_field(tmp_file, tmp_pat
     out = str(tmp_path / "out.bin")
     s = _ColonNamed(7, "kept")
     for buf in (s, memoryview(s)):
-        with gdscp.CuFile(path, "r+") as f:
-            for call in (f.read, f.write, lambda b: f.pread(b).get(), lambda b: f.pwrite(b).get()):
-                with pytest.raises(TypeError, match="Python objects"):
-                    call(buf)
-        with pytest.raises(TypeError, match="Python objects"):
-            gdscp.read_files([path], [buf])
-        with pytest.raises(TypeError, match="Python objects"):
-            gdscp.write_files([buf], [out])
+        _refused_as_objects(buf, path, out)
         with gdscp.Mmap(path) as m:
             for call in (m.read, lambda b: m.pread(b).get()):
                 with pytest.raises(TypeError, match="Python objects"):

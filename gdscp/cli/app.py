@@ -21,7 +21,7 @@ import typer
 import gdscp
 
 from .exits import (COMMANDS, EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, INTERRUPTED, STDOUT_CLOSED, Documents,
-                    early_result, json_asked)
+                    early_result, json_asked, options_of)
 
 __all__ = ["JOINING", "Running", "app", "asks_for_help", "interrupted_rank", "joins", "load", "run"]
 
@@ -73,9 +73,7 @@ JOINING = ("copy", "read", "write", "benchmark")
 
 def asks_for_help(args: Sequence[str]) -> bool:
     """Whether the command line ``args`` (after ``gdscp``) asks for help."""
-    args = list(args)
-    options = args[: args.index("--")] if "--" in args else args
-    return any(a in ("--help", "-h") for a in options)
+    return any(a in ("--help", "-h") for a in options_of(args))
 
 
 def joins(args: Sequence[str]) -> bool:

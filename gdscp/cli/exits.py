@@ -34,10 +34,15 @@ class Documents:
     written = False
 
 
+def options_of(args: "list[str]") -> "list[str]":
+    """The command line ``args`` up to any ``--``: what may be an option."""
+    args = list(args)
+    return args[: args.index("--")] if "--" in args else args
+
+
 def json_asked(args: "list[str]") -> bool:
     """Whether the command line ``args`` has --json (before any ``--``)."""
-    args = list(args)
-    return "--json" in (args[: args.index("--")] if "--" in args else args)
+    return "--json" in options_of(args)
 
 
 _ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f"}

@@ -33,7 +33,7 @@ import sys
 
 from .._errors import EnvironmentVariableError
 from .exits import (COMMANDS, EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, INTERRUPTED,
-                    early_result)
+                    early_result, options_of)
 
 __all__ = ["main"]
 
@@ -254,7 +254,7 @@ def _threads_asked(args: list) -> object:
     (the command then says so)."""
     if not args or args[0] not in _THREADS_COMMANDS:
         return None
-    options = args[: args.index("--")] if "--" in args else args
+    options = options_of(args)
     text = None
     for i, arg in enumerate(options):
         if arg == "--threads":
@@ -296,7 +296,7 @@ def _where(args: list) -> str:
 def _say_warnings(args: list, caught: list) -> None:
     """The warnings given while the command line loaded, each one line on
     stderr as the command's own (none with --quiet)."""
-    options = args[: args.index("--")] if "--" in args else args
+    options = options_of(args)
     if "--quiet" in options or "-q" in options:
         return
     for warning in caught:
@@ -325,7 +325,7 @@ def _cannot_load(args: list, exc: BaseException) -> int:
     final = _refused_rank(message, EXIT_FAILURE)
     if final is not None:
         return final
-    options = args[: args.index("--")] if "--" in args else args
+    options = options_of(args)
     if "--debug" in options:
         try:
             import traceback  # noqa: PLC0415

@@ -164,23 +164,28 @@ def test_an_ignored_sigint_stays_ignored():
     assert result.stdout.startswith("gdscp ")
 
 
-@pytest.mark.parametrize(
-    "variable, value, accepted",
-    [
-        ("GDSCP_TASK_SIZE", "big", "positive size such as"),
-        ("GDSCP_NUM_THREADS", "0", "from 1 to 4096"),
-        ("GDSCP_COMPAT_MODE", "sometimes", "ON, OFF or AUTO"),
-        ("GDSCP_DIRECT_IO", "sideways", "on, off or auto"),
-        ("GDSCP_MPI", "maybe", "1 or 0"),
-        ("GDSCP_MPI_ABORT_AFTER", "nan", "seconds from 0 to 86400"),
-    ],
-)
-@pytest.mark.parametrize("args", [["info"], ["--help"]])
-def test_bad_environment_variable_is_one_line_exit_2(variable, value, accepted, args):
+BAD_VARIABLES = [
+    ("GDSCP_TASK_SIZE", "big", "positive size such as"),
+    ("GDSCP_NUM_THREADS", "0", "from 1 to 4096"),
+    ("GDSCP_COMPAT_MODE", "sometimes", "ON, OFF or AUTO"),
+    ("GDSCP_DIRECT_IO", "sideways", "on, off or auto"),
+    ("GDSCP_MPI", "maybe", "1 or 0"),
+    ("GDSCP_MPI_ABORT_AFTER", "nan", "seconds from 0 to 86400"),
+]
+
+
+def _gdscp_with(variables: dict, *args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GDSCP_")}
-    env[variable] = value
-    result = subprocess.run([sys.executable, "-m", "gdscp", *args], env=env, capture_output=True, text=True,
-                            timeout=120)
+    env.update(variables)
+    return subprocess.run([sys.executable, "-m", "gdscp", *args], env=env, capture_output=True, text=True,
+                          timeout=120)
+
+
+@pytest.mark.parametrize("variable, value, accepted", BAD_VARIABLES)
+@pytest.mark.parametrize("args", [["info"], ["copy", "in", "out"]])
+def test_bad_environment_variable_is_one_line_exit_2(tmp_path, variable, value, accepted, args):
+    (tmp_path / "in").write_bytes(b"data")
+    result = _gdscp_with({variable: value}, *[str(tmp_path / a) if a in ("in", "out") else a for a in args])
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr
     lines = result.stderr.splitlines()
@@ -188,6 +193,42 @@ def test_bad_environment_variable_is_one_line_exit_2(variable, value, accepted, 
     assert lines[0].startswith(f"gdscp: error: {variable}={value!r}")
     assert accepted in lines[0]
     assert result.stdout == ""
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("variable, value, accepted", BAD_VARIABLES)
+@pytest.mark.parametrize("args", [["--help"], ["copy", "--help"], ["read", "-h"]])
+def test_help_is_printed_despite_a_bad_environment_variable(variable, value, accepted, args):
+    """The help uses no setting: printed on stdout, exit 0, the variable
+    named in a warning line on stderr (a command that runs refuses it)."""
+    result = _gdscp_with({variable: value}, *args)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == _gdscp_with({}, *args).stdout
+    assert "Usage: gdscp" in result.stdout
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    where = "gdscp" if args[0].startswith("-") else f"gdscp {args[0]}"
+    assert lines[0].startswith(f"{where}: warning: {variable}={value!r} is not valid")
+    assert accepted in lines[0]
+
+
+@pytest.mark.parametrize("args, code", [(["--version"], 0), (["-V"], 0), ([], 2)])
+def test_version_and_bare_help_despite_bad_environment_variables(args, code):
+    """The version, and the help a bare ``gdscp`` shows (exit 2, as always),
+    likewise; two bad variables are two warnings. ``--quiet`` silences them."""
+    bad = {"GDSCP_NUM_THREADS": "abc", "GDSCP_COMPAT_MODE": "bogus"}
+    result = _gdscp_with(bad, *args)
+    assert result.returncode == code, result.stderr
+    assert result.stdout == _gdscp_with({}, *args).stdout
+    assert ("Usage: gdscp" in result.stdout) if not args else result.stdout.startswith("gdscp ")
+    lines = sorted(result.stderr.splitlines())
+    assert len(lines) == 2, result.stderr
+    assert lines[0].startswith("gdscp: warning: GDSCP_COMPAT_MODE='bogus' is not valid")
+    assert lines[1].startswith("gdscp: warning: GDSCP_NUM_THREADS='abc' is not valid")
+    quiet = _gdscp_with(bad, "copy", "--help", "--quiet")
+    assert quiet.returncode == 0, quiet.stderr
+    assert "Usage: gdscp copy" in quiet.stdout
+    assert quiet.stderr == ""
 
 
 def test_size_variables_with_suffixes_reach_the_command():

@@ -653,20 +653,17 @@ def test_a_bad_variable_on_some_ranks_ends_the_job_said_once(tmp_path, bad, vari
 
 
 @needs_mpi
-def test_a_bad_variable_on_a_rank_asked_for_help_ends_there(tmp_path):
+def test_a_rank_with_a_bad_variable_asked_for_help_prints_it(tmp_path):
     """Asked for a command's help, the ranks print it and leave without
-    meeting: a rank that cannot load the command line (a bad variable) must
-    not wait to meet them either, but say its error and end."""
+    meeting: a rank with a bad variable, which the help does not use, must
+    not wait to meet them either, but print it too, the variable a warning."""
     cmd = [MPIEXEC, "-n", "3", sys.executable, "-c", _BAD_VARIABLE_ON_RANKS, "1", "GDSCP_NUM_THREADS=abc", "copy",
            "--help"]
     done = _run_or_kill(cmd)
-    assert done.returncode == 2, done.stderr
-    assert done.stderr.count("GDSCP_NUM_THREADS='abc' is not valid") == 1, done.stderr
-    # The other ranks' help: MPICH's launcher lets them finish. Open MPI's
-    # ends the job once a rank has left with a non-zero code, which may be
-    # before either has printed it.
-    helps = done.stdout.count("Usage:")
-    assert helps == 2 if _hydra() else helps <= 2, done.stdout
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("gdscp copy: warning: GDSCP_NUM_THREADS='abc' is not valid") == 1, done.stderr
+    assert "error" not in done.stderr, done.stderr
+    assert done.stdout.count("Usage:") == 3, done.stdout
 
 
 # Every rank runs the command line through this: "interrupted plan" sends

@@ -21,7 +21,7 @@ import typer
 import gdscp
 
 from .exits import (COMMANDS, EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, INTERRUPTED, STDOUT_CLOSED, Documents,
-                    early_result, json_asked, options_of)
+                    asks_for_help, early_result, json_asked)
 
 __all__ = ["JOINING", "Running", "app", "asks_for_help", "interrupted_rank", "joins", "load", "run"]
 
@@ -69,11 +69,6 @@ def _root(
 # The commands that run as one job over the ranks of a launch, and benchmark,
 # which refuses to: its refusal, too, is said once, by rank 0.
 JOINING = ("copy", "read", "write", "benchmark")
-
-
-def asks_for_help(args: Sequence[str]) -> bool:
-    """Whether the command line ``args`` (after ``gdscp``) asks for help."""
-    return any(a in ("--help", "-h") for a in options_of(args))
 
 
 def joins(args: Sequence[str]) -> bool:

@@ -10,7 +10,8 @@ import os
 import sys
 
 __all__ = ["COMMANDS", "EXIT_FAILURE", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_TERMINATED", "EXIT_USAGE", "INTERRUPTED",
-           "STDOUT_CLOSED", "Documents", "early_result", "json_asked"]
+           "STDOUT_CLOSED", "Documents", "asks_for_help", "asks_only_to_print", "early_result", "json_asked",
+           "options_of"]
 
 # The commands, in the order --help lists them (each in gdscp/cli/NAME.py).
 COMMANDS = ("copy", "read", "write", "info", "benchmark")
@@ -38,6 +39,26 @@ def options_of(args: "list[str]") -> "list[str]":
     """The command line ``args`` up to any ``--``: what may be an option."""
     args = list(args)
     return args[: args.index("--")] if "--" in args else args
+
+
+def asks_for_help(args: "list[str]") -> bool:
+    """Whether the command line ``args`` (after ``gdscp``) asks for help."""
+    return any(a in ("--help", "-h") for a in options_of(args))
+
+
+def asks_only_to_print(args: "list[str]") -> bool:
+    """Whether the command line ``args`` (after ``gdscp``) runs no command and
+    only prints the help (asked for, or shown for a bare ``gdscp``) or the
+    version (``--version`` or ``-V`` before the command's name), neither of
+    which uses a setting."""
+    if not args or asks_for_help(args):
+        return True
+    for arg in options_of(args):
+        if not arg.startswith("-"):  # the command's name: its own options follow
+            return False
+        if arg in ("--version", "-V"):
+            return True
+    return False
 
 
 def json_asked(args: "list[str]") -> bool:

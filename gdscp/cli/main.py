@@ -10,7 +10,9 @@ status 130; a SIGTERM or SIGHUP likewise ("terminated", 143; "hung up",
 129) until the command's own handler takes over. A bad ``GDSCP_*`` environment
 variable is one line naming it and its accepted values, exit status 2 (under
 an MPI launcher the ranks that have it meet the others all the same, and
-rank 0 says it once for the job: ``_refused_rank``); any other failure
+rank 0 says it once for the job: ``_refused_rank``); the help and the
+version, which use no setting, are printed all the same, the line then a
+warning (``_despite_variables``); any other failure
 to load (an import short of memory or address space, an engine that can
 start no worker thread) is one line too, "gdscp CMD: error: cannot start:
 ...", with ``--json`` the failure document, exit status 1 (``_cannot_load``).
@@ -33,7 +35,7 @@ import sys
 
 from .._errors import EnvironmentVariableError
 from .exits import (COMMANDS, EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, INTERRUPTED,
-                    early_result, options_of)
+                    asks_only_to_print, early_result, options_of)
 
 __all__ = ["main"]
 
@@ -267,12 +269,32 @@ def _threads_asked(args: list) -> object:
         return None
 
 
-def _load(args: list, load: object, caught: list) -> None:
-    """``load(args)``: the command's module, and with it the engine. The
-    engine's workers start at the count --threads gives (``gdscp._preset``),
-    not first at GDSCP_NUM_THREADS, which the system may have no threads
-    for. The warnings given meanwhile (the worker pool's, where the system
-    refused it threads) go to ``caught``, for ``_say_warnings``."""
+def _despite_variables(args: list, step: object) -> None:
+    """``step()``, which reads ``GDSCP_*`` variables. For a command line that
+    only prints the help or the version (``asks_only_to_print``), which use
+    no setting, a bad one is a warning, not the end: it is left out of the
+    environment and ``step`` runs again (each error names one variable).
+    Any other command line stops at it, as ``_run`` says."""
+    import warnings  # noqa: PLC0415 - loaded with the interpreter
+
+    while True:
+        try:
+            step()
+            return
+        except EnvironmentVariableError as exc:
+            if not asks_only_to_print(args) or os.environ.pop(exc.variable, None) is None:
+                raise
+            warnings.warn(f"{exc} (a command that runs stops at it)", RuntimeWarning, stacklevel=1)
+
+
+def _load(args: list, check_environment: object, load: object, caught: list) -> None:
+    """``check_environment()``, then ``load(args)``: the command's module, and
+    with it the engine, and the settings from their ``GDSCP_*`` variables
+    (``_despite_variables``). The engine's workers start at the count
+    --threads gives (``gdscp._preset``), not first at GDSCP_NUM_THREADS,
+    which the system may have no threads for. The warnings given meanwhile
+    (the worker pool's, where the system refused it threads; a bad variable
+    under --help) go to ``caught``, for ``_say_warnings``."""
     import warnings  # noqa: PLC0415 - loaded with the interpreter
 
     threads = _threads_asked(args)
@@ -282,7 +304,8 @@ def _load(args: list, load: object, caught: list) -> None:
         PRESET["num_threads"] = threads
     with warnings.catch_warnings(record=True) as recorded:
         try:
-            load(args)
+            _despite_variables(args, check_environment)
+            _despite_variables(args, lambda: load(args))
         finally:
             caught.extend(recorded)
 
@@ -348,11 +371,9 @@ def _run() -> int:
         caught: list = []
         try:
             from ..mpi import check_environment
-
-            check_environment()
             from .app import load, run
 
-            _load(args, load, caught)
+            _load(args, check_environment, load, caught)
         except (KeyboardInterrupt, EnvironmentVariableError):
             raise
         except Exception as exc:  # noqa: BLE001 - said in one line, below

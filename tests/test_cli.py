@@ -1565,6 +1565,49 @@ def test_a_tree_copy_whose_destination_directory_is_moved_leaves_no_temporary_fi
         f"directory '{folder / 'tree'}' was moved or removed during the copy"], err
 
 
+@pytest.mark.parametrize("preserve", [False, True])
+def test_directories_made_get_their_modes_where_the_destination_was_moved(capsys, tmp_path, preserve):
+    """copy -r into DST, renamed while a file of the tree is in flight: the
+    directories the copy made, gone with DST, get the modes (with --preserve
+    the times too) a finished copy gives them, not the 0700 they were made
+    with; the directory that was there before keeps its own."""
+    src = tmp_path / "tree"
+    (src / "a" / "deep").mkdir(parents=True)
+    (src / "b").mkdir()
+    random_file(src / "big.bin", 8 * MiB)
+    modes = {"": 0o751, "a": 0o755, "a/deep": 0o705, "b": 0o750}
+    for name, mode in modes.items():
+        os.chmod(src / name, mode)
+        os.utime(src / name, ns=(1_000_000_000_000_000_000, 1_200_000_000_000_000_000))
+    folder, moved_to = tmp_path / "dd", tmp_path / "dd2"
+    folder.mkdir()
+    os.chmod(folder, 0o775)
+    seen: list = []
+    _core.testing.arm_hold(4)  # the fifth chunk of big.bin waits for the rename
+    mover = _move_when_held(folder, moved_to, seen)
+    try:
+        code, _, err = cli(capsys, "copy", "-r", *(["--preserve"] if preserve else []), src, folder,
+                           "--chunk-size", "64K")
+    finally:
+        _core.testing.disarm_fault()
+        mover.join()
+    assert len(seen) == 1, seen
+    assert code == 1
+    assert err.strip().splitlines() == [
+        f"gdscp copy: error: cannot copy '{src / 'big.bin'}' to '{folder / 'tree' / 'big.bin'}': the destination "
+        f"directory '{folder / 'tree'}' was moved or removed during the copy"], err
+    assert not folder.exists() and temp_files(tmp_path) == []
+    umask = os.umask(0)
+    os.umask(umask)
+    for name, mode in modes.items():
+        made = os.stat(moved_to / "tree" / name)
+        assert stat.S_IMODE(made.st_mode) == (mode if preserve else mode & ~umask), name
+        if preserve:
+            assert made.st_mtime_ns == 1_200_000_000_000_000_000, name
+    assert stat.S_IMODE(os.stat(moved_to).st_mode) == 0o775
+    assert sorted(os.listdir(moved_to / "tree")) == ["a", "b"]
+
+
 def test_a_write_whose_destination_directory_is_moved_leaves_no_temporary_file(capsys, tmp_path, monkeypatch):
     """gdscp write of one FILE whose directory is renamed halfway through:
     it fails naming FILE and saying what happened (not the temporary file's

@@ -9,7 +9,8 @@ renamed over the destination; the directory is fsynced after the renames
 full disk, Ctrl-C, SIGTERM) removes the temporary file and leaves an existing
 destination as it was. Directories and symbolic links are made here, around
 the job: directories first (mode 0700), their final modes after their
-contents.
+contents, also where the copy fails or is interrupted, and wherever they went
+with the destination directory, moved or renamed during the copy.
 """
 
 from __future__ import annotations
@@ -94,6 +95,9 @@ class _Copier:
         self.umask = _umask()
         self.records: list[_Record] = []
         self.created_dirs: set[str] = set()
+        self.made: dict[str, tuple[int, int]] = {}  # each directory made: its (device, inode), to find it moved
+        self.home = "."  # the directory every destination lies in: DST, or the one DST is made in
+        self.home_fd: Optional[int] = None  # a descriptor of it, held from the first directory made to finish()
         self.failed_dirs: list[str] = []
         self.named_dst = ""  # DST as the command line names it: the one symbolic link followed
         self.link_dirs: set[str] = set()  # where links were put in place
@@ -110,6 +114,7 @@ class _Copier:
     def plan(self, sources: list[str], dst: str) -> list[_Job]:
         self.named_dst = dst
         dst_is_dir = os.path.isdir(dst)
+        self.home = dst if dst_is_dir else os.path.dirname(os.path.normpath(dst)) or "."
         if len(sources) > 1 and not dst_is_dir:
             raise Failure(f"target '{dst}' is not a directory")
         jobs: list[_Job] = []
@@ -244,7 +249,8 @@ class _Copier:
     def run(self, jobs: list[_Job], progress: TransferProgress) -> None:
         """Directories and links in order, then every file in one bulk job, then
         the directories' modes and times (those too when the job is interrupted
-        or fails: no directory is left at the 0700 it was made with), then
+        or fails, the destination moved meanwhile: no directory is left at the
+        0700 it was made with), then
         their names and the links' made durable (those too when interrupted:
         what was put in place is then complete and durable, as each file the
         job renamed is)."""
@@ -324,19 +330,25 @@ class _Copier:
 
     def finish(self, jobs: list[_Job]) -> None:
         """The modes and times of every directory of ``jobs`` made (or, with
-        --preserve, merged into) so far, once their contents are in. An
+        --preserve, merged into) so far, once their contents are in; those
+        made, wherever they went with the destination (``_open_made``). An
         interrupt that lands meanwhile, even as they are picked out, ends the
-        command once they are all set (each takes a system call or two)."""
+        command once they are all set (each takes a few system calls)."""
         after: list[_Job] = []
 
         def pick() -> None:
-            after[:] = [job for job in jobs if job.kind == "dirmeta" and os.path.isdir(job.dst)
-                        and (self.preserve or job.dst in self.created_dirs)]
+            after[:] = [job for job in jobs if job.kind == "dirmeta"
+                        and (job.dst in self.created_dirs or (self.preserve and os.path.isdir(job.dst)))]
 
-        interrupt = through_interrupts(pick)
-        for job in after:
-            caught = through_interrupts(lambda job=job: self._step(job, _Record(job.src, job.dst)))
-            interrupt = interrupt or caught
+        try:
+            interrupt = through_interrupts(pick)
+            for job in after:
+                caught = through_interrupts(lambda job=job: self._step(job, _Record(job.src, job.dst)))
+                interrupt = interrupt or caught
+        finally:
+            if self.home_fd is not None:
+                os.close(self.home_fd)
+                self.home_fd = None
         if interrupt is not None:
             raise interrupt
 
@@ -407,6 +419,11 @@ class _Copier:
         # Counted as made before it is (an interrupt may land in between): the
         # modes at the end go to those that exist.
         self.created_dirs.add(job.dst)
+        if self.home_fd is None:
+            try:
+                self.home_fd = os.open(self.home, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+            except OSError:
+                pass  # the directories are then found by their paths alone
         try:
             # Writable by us until its contents are in; the real mode comes after.
             os.mkdir(job.dst, 0o700)
@@ -420,6 +437,31 @@ class _Copier:
         except OSError as exc:
             self.created_dirs.discard(job.dst)
             raise Failure(f"cannot create directory '{job.dst}': {exc.strerror}") from None
+        try:
+            made = os.lstat(job.dst)
+            self.made[job.dst] = (made.st_dev, made.st_ino)
+        except OSError:
+            pass  # gone at once: whatever its path leads to at the end is taken for it
+
+    def _open_made(self, path: str) -> Optional[int]:
+        """A descriptor of the directory this copy made at ``path``, wherever
+        it is now: where ``path`` leads, else where it went with the directory
+        that holds the destinations (``home``: DST, or what holds it, moved or
+        renamed during the copy). None where it is at neither (removed, or
+        moved away on its own)."""
+        places: list[tuple[str, Optional[int]]] = [(path, None)]
+        if self.home_fd is not None:
+            places.append((os.path.relpath(path, self.home), self.home_fd))
+        for name, folder in places:
+            try:
+                fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=folder)
+            except OSError:
+                continue
+            st = os.fstat(fd)
+            if self.made.get(path, (st.st_dev, st.st_ino)) == (st.st_dev, st.st_ino):
+                return fd
+            os.close(fd)  # another directory, made there since
+        return None
 
     def _merges_into(self, path: str) -> bool:
         """Whether ``path`` is a directory the tree merges into, as cp does
@@ -427,19 +469,33 @@ class _Copier:
         return os.path.isdir(path) and not self._foreign_link(path)
 
     def _dirmeta(self, job: _Job) -> None:
-        if job.dst in self.failed_dirs or self._foreign_link(job.dst):
+        if job.dst in self.failed_dirs:
             return  # not ours to change (see _mkdir)
+        if job.dst in self.created_dirs:
+            fd = self._open_made(job.dst)
+            if fd is None:
+                return  # no longer anywhere this copy can find it
+            try:
+                self._give_meta(fd, job)
+            finally:
+                os.close(fd)
+        elif self.preserve and not self._foreign_link(job.dst):
+            self._give_meta(job.dst, job)
+
+    def _give_meta(self, where: "str | int", job: _Job) -> None:
+        """Directory ``where`` (a path, or a descriptor) given the mode of
+        ``job``'s source, and with --preserve its owner and times."""
         if self.preserve:
-            mode = give_owner(job.dst, job.st.st_uid, job.st.st_gid, stat.S_IMODE(job.st.st_mode))
-            os.chmod(job.dst, mode)
-            os.utime(job.dst, ns=(job.st.st_atime_ns, job.st.st_mtime_ns))
-        elif job.dst in self.created_dirs:
+            mode = give_owner(where, job.st.st_uid, job.st.st_gid, stat.S_IMODE(job.st.st_mode))
+            os.chmod(where, mode)
+            os.utime(where, ns=(job.st.st_atime_ns, job.st.st_mtime_ns))
+        else:
             # As cp without -p: the permission bits, less the umask, and the
             # sticky bit (a shared directory's restricted deletion); no set-ID
             # bit of the source's, but the set-group-ID bit the directory took
             # from its parent when made (its files keep taking the group).
-            inherited = os.stat(job.dst).st_mode & stat.S_ISGID
-            os.chmod(job.dst, (stat.S_IMODE(job.st.st_mode) & 0o1777 & ~self.umask) | inherited)
+            inherited = os.stat(where).st_mode & stat.S_ISGID
+            os.chmod(where, (stat.S_IMODE(job.st.st_mode) & 0o1777 & ~self.umask) | inherited)
 
     def _link(self, job: _Job, record: _Record) -> None:
         if _core.is_temporary_name(os.path.basename(job.dst)):

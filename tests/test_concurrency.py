@@ -171,10 +171,18 @@ def test_a_mapped_file_closed_while_threads_read_from_it(xp, tmp_path):
 
 
 def test_num_threads_changes_while_transfers_run(xp, tmp_path):
-    """The pool grows and shrinks under running transfers; none is lost."""
+    """The pool grows and shrinks under running transfers; none is lost.
+
+    Each thread does at least 6 rounds, and more until the pool has changed
+    while the transfers of at least 3 rounds ran (the changer may be given
+    the interpreter late), up to a deadline that fails the test."""
     original = gdscp.defaults.get("num_threads")
     stop = threading.Event()
     sizes_seen: set[int] = set()
+    changes = [0]  # the changes of the pool's size made so far
+    overlapped: list[tuple[int, int]] = []  # (thread, round) of each round a change landed in
+    wanted = 3
+    deadline = time.monotonic() + DEADLINE / 2  # the extra rounds end by then, before run_threads gives up
 
     def resize_forever() -> None:
         values = [1, 7, 2, 16, 3, 5]
@@ -182,6 +190,7 @@ def test_num_threads_changes_while_transfers_run(xp, tmp_path):
         while not stop.is_set():
             gdscp.defaults.set("num_threads", values[k % len(values)])
             sizes_seen.add(_core.num_threads())
+            changes[0] += 1
             k += 1
 
     changer = threading.Thread(target=resize_forever, daemon=True)
@@ -189,13 +198,18 @@ def test_num_threads_changes_while_transfers_run(xp, tmp_path):
     def work(i: int) -> None:
         path = str(tmp_path / f"resize{i}.bin")
         size = 3 * MiB + 777 * i
-        for r in range(6):
+        r = 0
+        while r < 6 or (len(overlapped) < wanted and time.monotonic() < deadline):
             data = payload(size, 50 * i + r)
+            before = changes[0]
             with gdscp.CuFile(path, "w+") as f:
                 assert f.write(xp.asarray(data), task_size=32 << 10) == size
                 out = xp.zeros(size, dtype=xp.uint8)
                 assert f.read(out, task_size=32 << 10) == size
+            if changes[0] != before:
+                overlapped.append((i, r))
             assert np.array_equal(to_host(out), data), f"thread {i} round {r}: wrong bytes"
+            r += 1
 
     changer.start()
     try:
@@ -207,6 +221,9 @@ def test_num_threads_changes_while_transfers_run(xp, tmp_path):
         if not alive:
             gdscp.defaults.set("num_threads", original)
     assert not alive, "set('num_threads') did not return (stuck joining a worker?)"
+    assert len(overlapped) >= wanted, (
+        f"the pool's size changed during the transfers of only {len(overlapped)} rounds in {DEADLINE / 2:.0f} s "
+        f"({changes[0]} changes in all)")
     assert len(sizes_seen) > 1, "the pool size never changed while transfers ran"
     assert _core.num_threads() == original
 

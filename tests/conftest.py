@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+import signal
 import time
 
 import numpy as np
@@ -66,6 +67,13 @@ def pytest_configure(config):
     # the output is not a terminal; pytest-xdist's workers inherit a COLUMNS
     # of 80, which would cut long temporary paths short in some runs only.
     os.environ.pop("COLUMNS", None)
+    # The signal tests send SIGINT, to this process and to the commands it
+    # starts, and expect Python's own handling of it. A test run started as a
+    # background job (`pytest &` in a script) inherits SIGINT ignored, and so
+    # would every command it starts: give the signal back its default here.
+    # The tests of a command started with SIGINT ignored ignore it themselves.
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     # Dropping the whole machine's page cache (as root) would take the cached
     # pages from under the tests of the runs beside this one that read a file
     # they have just cached. There, gdscp is refused the drop, as a user

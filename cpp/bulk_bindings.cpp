@@ -139,8 +139,31 @@ nb::object file_result(nb::handle cls, size_t index, nb::handle item, const Bulk
   return nb::steal(made);
 }
 
-using HeldJob = Held<BulkJob>;  // dropped while it runs: waits for its workers without the GIL
-static_assert(HeldJob::can_tell<BulkJob>::value, "a job says when it is done");
+static_assert(Held<BulkJob>::can_tell<BulkJob>::value, "a job says when it is done");
+
+// The engine's job and what keeps the memory its items name. The memory is
+// held while the workers may use it, and let go the first time a call with
+// the GIL sees the job finished (every worker done with it, whether its files
+// were done, failed or cancelled): a finished job pins no buffer, so a
+// bytearray given to it can be resized and an array dropped by its owner is
+// freed. Never from a worker thread, which holds no GIL. A job dropped while
+// it runs lets go only after its destructor has waited for the workers.
+struct HeldJob {
+  nb::object keep;  // before `job`: members are destroyed in reverse, so the workers are waited for first
+  Held<BulkJob> job;  // dropped while it runs: waits for its workers without the GIL
+
+  // Whether the job has finished; once it has, `keep` is let go.
+  bool finished() {
+    const bool ended = job.f->done();
+    if (ended) let_go();
+    return ended;
+  }
+  void let_go() {
+    // Cleared before the references drop: what dropping them runs (a
+    // __del__, a weakref callback) may call this job again.
+    const nb::object gone = std::move(keep);
+  }
+};
 
 }  // namespace
 
@@ -170,32 +193,45 @@ void define_bulk(nb::module_& m) {
       .def(
           "__init__",
           [](HeldJob* self, const std::vector<ItemTuple>& items, const BulkOptions& options, const Settings& s,
-             const std::vector<std::pair<size_t, std::vector<uintptr_t>>>& replicas, nb::handle) {
+             const std::vector<std::pair<size_t, std::vector<uintptr_t>>>& replicas, nb::handle keep) {
             std::vector<BulkItem> converted = to_items(items);
             for (const auto& [i, ptrs] : replicas) {
               if (i >= converted.size()) throw nb::index_error("replicas name an item that does not exist");
               converted[i].replicas = ptrs;
             }
-            const ReleaseGil unlocked;
-            new (self) HeldJob(std::make_unique<BulkJob>(std::move(converted), options, s));
+            std::unique_ptr<BulkJob> job;
+            {
+              const ReleaseGil unlocked;
+              job = std::make_unique<BulkJob>(std::move(converted), options, s);
+            }
+            new (self) HeldJob{nb::borrow(keep), Held<BulkJob>(std::move(job))};
           },
-          "items"_a, "options"_a, "settings"_a, "replicas"_a, "keep"_a.none(),
-          // `keep` (the memory the items name) is released only after the job's
-          // destructor has waited for the workers: a job dropped while it runs
-          // must not leave them moving bytes into or out of freed buffers.
-          nb::keep_alive<1, 6>())
-      .def("wait", [](const HeldJob& h, double timeout) { return h.f->wait_for(timeout); }, "timeout"_a, release())
-      .def("done", [](const HeldJob& h) { return h.f->done(); })
-      .def("cancel", [](HeldJob& h) { h.f->cancel(); })
+          "items"_a, "options"_a, "settings"_a, "replicas"_a, "keep"_a.none())
+      .def(
+          "wait",
+          [](HeldJob& h, double timeout) {
+            bool ended;
+            {
+              const ReleaseGil unlocked;
+              ended = h.job.f->wait_for(timeout);
+            }
+            if (ended) h.let_go();
+            return ended;
+          },
+          "timeout"_a)
+      .def("done", [](HeldJob& h) { return h.finished(); })
+      .def("cancel", [](HeldJob& h) { h.job.f->cancel(); })
       .def("progress",
-           [](const HeldJob& h) {
-             const BulkProgress p = h.f->progress();
+           [](HeldJob& h) {
+             const BulkProgress p = h.job.f->progress();
+             if (p.finished) h.let_go();
              return nb::make_tuple(p.bytes_done, p.bytes_total, p.files_done, p.files_failed, p.files_total,
                                    p.finished);
            })
       .def("file_results",
-           [](const HeldJob& h, nb::handle cls, const nb::list& items, nb::handle statuses) {
-             const std::vector<BulkResult> rs = h.f->results();
+           [](HeldJob& h, nb::handle cls, const nb::list& items, nb::handle statuses) {
+             h.finished();
+             const std::vector<BulkResult> rs = h.job.f->results();
              if (rs.size() != items.size()) throw nb::value_error("one item per result");
              nb::list out;
              for (size_t i = 0; i < rs.size(); ++i) out.append(file_result(cls, i, items[i], rs[i], statuses));
@@ -203,13 +239,14 @@ void define_bulk(nb::module_& m) {
            },
            "cls"_a, "items"_a, "statuses"_a)
       .def("file_failures",
-           [](const HeldJob& h, nb::handle cls, const nb::list& items, nb::handle statuses) {
+           [](HeldJob& h, nb::handle cls, const nb::list& items, nb::handle statuses) {
+             h.finished();
              nb::list out;
-             for (const auto& [i, r] : h.f->failures()) out.append(file_result(cls, i, items[i], r, statuses));
+             for (const auto& [i, r] : h.job.f->failures()) out.append(file_result(cls, i, items[i], r, statuses));
              return out;
            },
            "cls"_a, "items"_a, "statuses"_a)
-      .def("group_bytes", [](const HeldJob& h) { return h.f->group_bytes(); });
+      .def("group_bytes", [](const HeldJob& h) { return h.job.f->group_bytes(); });
 
   m.def("stop_running_jobs", &stop_running_jobs, release());
   m.def("plain_buffer_items", &plain_buffer_items, "kind"_a, "paths"_a, "buffers"_a);

@@ -116,15 +116,21 @@ class BulkJob:
     """A running job. ``wait(timeout)`` (Ctrl-C cancels), ``cancel()``,
     ``progress()``, ``failures()`` while it runs; ``results()`` per file.
     As a context manager it waits on exit, and cancels first when the block
-    raised. ``arrays``: the buffers ``read_files`` made, in order."""
+    raised. ``arrays``: the buffers ``read_files`` made, in order.
+
+    While it runs the job holds the buffers given to it (a bytearray cannot
+    be resized meanwhile). Once ``wait()``, ``done()``, ``progress()`` or
+    ``results()`` has seen it finished it holds none of them: a bytearray
+    can be resized, and a buffer its owner drops is freed (``arrays`` stay)."""
 
     def __init__(self, items: list[tuple], options: Any, keep: Any = None, arrays: Optional[list] = None,
                  replicas: Optional[list[tuple[int, list[int]]]] = None):
         self._items = items
         self.arrays = arrays
         self.devices: Optional[list[int]] = list(options.devices) or None
-        # The engine's job keeps `keep` (the buffers and staging) until its
-        # workers are done, even when this object is dropped while it runs.
+        # The engine's job holds `keep` (the buffers and staging) while its
+        # workers may use it, even when this object is dropped while it runs,
+        # and lets it go once a call here sees the job finished.
         self._job = _core.BulkJob(items, options, defaults._settings, replicas or [], keep)
 
     def wait(self, timeout: Optional[float] = None) -> bool:

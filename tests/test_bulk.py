@@ -14,6 +14,7 @@ child processes, as in tests/test_cufile_standin.py.
 from __future__ import annotations
 
 import errno
+import gc
 import os
 import random
 import re
@@ -24,6 +25,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -999,6 +1001,61 @@ def test_bulk_jobs_wait_for_work_queued_on_the_default_streams(go, compat):
     go(scenario_device_bulk_default_streams, compat=compat)
 
 
+def test_a_finished_device_job_lets_its_memory_go(go):
+    go(scenario_finished_device_jobs_let_go)
+
+
+def scenario_finished_device_jobs_let_go(folder):
+    """Device buffers read into, and device staging that copies and streams
+    went through, are freed once the caller drops them and the job is seen
+    finished, though the job itself is still held; every byte as the OS
+    reads it."""
+    import gc
+    import weakref
+
+    import gdscp
+
+    datas = [random_bytes(n, 70 + i) for i, n in enumerate([1, 4097, 3 * MiB + 5])]
+    paths, pairs = [], []
+    for i, data in enumerate(datas):
+        paths.append(os.path.join(folder, f"r{i}.bin"))
+        with open(paths[-1], "wb") as f:
+            f.write(data)
+        pairs.append((paths[-1], os.path.join(folder, f"d{i}.bin")))
+    with gdscp.defaults.set({"compat_mode": "on", "task_size": MiB, "bounce_buffer_size": 64 * KiB}):
+        bufs = [poisoned(len(d)) for d in datas]
+        job = gdscp.read_files(paths, bufs)
+        assert job.wait(60)
+        for path, buf in zip(paths, bufs):
+            with open(path, "rb") as f:
+                assert buf.bytes() == f.read(), path
+        gone = [weakref.ref(b) for b in bufs]
+        del bufs, buf
+        gc.collect()
+        assert [w() for w in gone] == [None] * len(gone), "device memory read into outlived the job's end"
+        assert [r.status for r in job.results()] == ["done"] * len(datas)
+
+        staging = standin.cuda.alloc(MiB)
+        gone = weakref.ref(staging)
+        job = gdscp.copy_files(pairs, staging=staging)
+        del staging
+        assert [r.status for r in job.results()] == ["done"] * len(datas)
+        gc.collect()
+        assert gone() is None, "the copy's staging outlived the job's end"
+        for src, dst in pairs:
+            with open(src, "rb") as a, open(dst, "rb") as b:
+                assert a.read() == b.read(), dst
+
+        staging = standin.cuda.alloc(MiB)
+        gone = weakref.ref(staging)
+        job = gdscp.bulk.stream_files(paths, staging=staging)
+        del staging
+        assert job.wait(60)
+        gc.collect()
+        assert gone() is None, "the stream's staging outlived the job's end"
+        assert [(r.status, r.bytes) for r in job.results()] == [("done", len(d)) for d in datas]
+
+
 def scenario_device_bulk(folder):
     """read_files into device buffers and write_files from them: every byte
     through pinned staging and the stand-in's copies; failures per file."""
@@ -1281,8 +1338,7 @@ def test_buffers_of_every_kind_resolve_alike(tmp_path):
     with pytest.raises(BufferError):
         grow.extend(b"x")
     job.wait()
-    del job
-    grow.extend(b"x")
+    grow.extend(b"x")  # a finished job holds it no more
 
     # Buffers the engine must refuse: the general path's words.
     readonly = np.zeros(10, np.uint8)
@@ -1367,6 +1423,118 @@ def test_a_job_dropped_while_it_runs_keeps_its_buffers(tmp_path, case):
         assert names == [f"w{i:03d}.bin" for i in range(24)], (attempt, names)
         for i, name in enumerate(names):
             assert (tmp_path / name).read_bytes() == bytes([i % 251]) * MiB, (attempt, name)
+
+
+# -- what a finished job lets go ----------------------------------------------------------
+
+class Owned(np.ndarray):
+    """An array of a subclass: gdscp._buffers' general path, not the C++ one."""
+
+
+def finish(job, seen_by: str) -> None:
+    """Waits until ``job`` has finished, as ``seen_by`` (one of its calls) sees it."""
+    deadline = time.monotonic() + 60
+    if seen_by == "wait":
+        assert job.wait(60)
+    elif seen_by == "results":
+        job.results()
+    else:
+        while not (job.done() if seen_by == "done" else job.progress().finished):
+            assert time.monotonic() < deadline, "the job did not finish"
+            time.sleep(0.01)
+
+
+@pytest.mark.parametrize("seen_by", ["wait", "done", "progress", "results"])
+def test_a_finished_job_lets_its_buffers_go(tmp_path, small_chunks, seen_by):
+    """Once a job is seen finished it holds none of the buffers it was given
+    (those resolved in C++ and those through gdscp._buffers alike): a
+    bytearray can be resized, an array its owner drops is freed; the bytes
+    written and read are those the OS reads."""
+    payloads = [random_bytes(n, 40 + i) for i, n in enumerate([PAGE + 1, 3 * MiB + 17, 5000])]
+    ins = [tmp_path / f"in{i}" for i in range(len(payloads))]
+    for path, data in zip(ins, payloads):
+        path.write_bytes(data)
+    outs = [tmp_path / f"out{i}" for i in range(len(payloads))]
+
+    for general in (False, True):
+        # Writes from a bytearray and arrays nobody else holds.
+        grow = bytearray(payloads[0])
+        arrays = [np.frombuffer(d, np.uint8).copy() for d in payloads[1:]]
+        if general:
+            arrays = [a.view(Owned) for a in arrays]
+        gone = [weakref.ref(a) for a in arrays] + [weakref.ref(a.base) for a in arrays if a.base is not None]
+        job = gdscp.write_files([grow, *arrays], outs, fsync=False)
+        finish(job, seen_by)
+        grow.extend(b"more")
+        del arrays
+        gc.collect()
+        assert [w() for w in gone] == [None] * len(gone), (general, "a written array outlived the job's end")
+        assert [r.status for r in job.results()] == ["done"] * 3
+        for out, data in zip(outs, payloads):
+            with open(out, "rb") as f:
+                assert f.read() == data, (general, out)
+        assert bytes(grow) == payloads[0] + b"more"
+
+        # Reads into a bytearray and arrays the caller then drops.
+        grow = bytearray(len(payloads[0]))
+        arrays = [np.zeros(len(d), np.uint8) for d in payloads[1:]]
+        if general:
+            arrays = [a.view(Owned) for a in arrays]
+        job = gdscp.read_files(ins, [grow, *arrays])
+        finish(job, seen_by)
+        grow.extend(b"more")
+        for path, buf in zip(ins, [grow[: len(payloads[0])], *arrays]):
+            with open(path, "rb") as f:
+                assert bytes(buf) == f.read(), (general, path)
+        gone = [weakref.ref(a) for a in arrays] + [weakref.ref(a.base) for a in arrays if a.base is not None]
+        del arrays, buf
+        gc.collect()
+        assert [w() for w in gone] == [None] * len(gone), (general, "a read array outlived the job's end")
+        assert [r.status for r in job.results()] == ["done"] * 3
+
+
+class Landed(np.ndarray):
+    """An array that, as it is freed, says what it held."""
+
+    held: list = []
+
+    def __del__(self):
+        Landed.held.append(bytes(self))
+
+
+@pytest.mark.parametrize("general", [False, True])
+def test_a_buffer_its_caller_drops_lives_until_the_job_ends(tmp_path, general):
+    """A buffer whose caller drops it while the job still reads into it (a
+    FIFO whose writer has not written yet) lives until the job ends, takes
+    every byte, and is freed once the job is seen finished, though the job
+    itself is still held."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    data = random_bytes(300_000, 17)
+    Landed.held.clear()
+    buf = np.zeros(len(data), np.uint8)
+    if general:
+        buf = buf.view(Landed)
+    alive = weakref.ref(buf)
+    job = gdscp.read_files([fifo], [buf])
+    del buf
+    gc.collect()
+    time.sleep(0.2)
+    assert alive() is not None and not job.done()
+    fd = os.open(fifo, os.O_WRONLY)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+    assert job.wait(60)
+    gc.collect()
+    assert alive() is None, "the buffer outlived the job's end"
+    (result,) = job.results()
+    assert (result.status, result.bytes) == ("done", len(data))
+    if general:
+        assert Landed.held == [data]
 
 
 # -- sources that wait: FIFOs -----------------------------------------------------------

@@ -330,6 +330,86 @@ def test_an_append_past_the_file_size_limit_changes_nothing(tmp_path):
     )
 
 
+def test_a_small_append_cut_short_by_the_file_size_limit_changes_nothing(tmp_path):
+    """A small append from host memory is one O_APPEND write, which the kernel
+    takes only in part where the file reaches its size limit: the next write
+    for the rest fails (EFBIG). What the first took is given back."""
+    run_child(
+        f"""
+        folder = {str(tmp_path)!r}
+        path = os.path.join(folder, "log.bin")
+        limit = MiB + 4096
+        soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of death
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
+        calls = {{"write": lambda f, buf: f.write(buf), "pwrite": lambda f, buf: f.pwrite(buf).get()}}
+        for size in (1, 3097, 8192, MiB - 1):
+            data = payload(size, size)
+            # over: bytes past the limit (one, or half the append); size 1: none fits.
+            for over in sorted({{1, (size + 1) // 2}}):
+                before = payload(limit - size + over, over)
+                for name, call in calls.items():
+                    before.tofile(path)
+                    with gdscp.CuFile(path, "a") as f:
+                        expect_os_error(lambda: call(f, data), errno.EFBIG, path)
+                    with open(path, "rb") as got:
+                        assert got.read() == before.tobytes(), (name, size, over, os.path.getsize(path))
+        # The next append, the limit lifted, lands right after the old end.
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        with gdscp.CuFile(path, "a") as f:
+            assert f.write(data) == data.nbytes
+        with open(path, "rb") as got:
+            assert got.read() == before.tobytes() + data.tobytes()
+        assert_healthy(folder)
+        """,
+        tmp_path,
+    )
+
+
+@pytest.mark.parametrize("large", ["kept", "cancelled"])
+def test_a_small_append_cut_short_behind_a_large_one_in_flight(tmp_path, large):
+    """A small append that the file size limit cuts short lands after a large
+    append of the same handle whose range is reserved and still being
+    written: it gives back only its own bytes. The large one is then kept
+    whole, or, cancelled, gives its range back too: the file as it was."""
+    run_child(
+        f"""
+        import time
+        folder = {str(tmp_path)!r}
+        path = os.path.join(folder, "log.bin")
+        before = payload(1000, 1)
+        before.tofile(path)
+        big = payload(8 * MiB, 2)
+        small = payload(8192, 3)
+        soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of death
+        # Room for the large append and 3096 bytes of the small one.
+        resource.setrlimit(resource.RLIMIT_FSIZE, (before.nbytes + big.nbytes + 3096, hard))
+        gdscp.defaults.set("num_threads", 2)
+        with gdscp.CuFile(path, "a") as f:
+            _core.testing.arm_hold(1)  # the second chunk claimed, and every one after, waits
+            try:
+                future = f.pwrite(big, task_size=MiB)
+                deadline = time.monotonic() + 30
+                while _core.testing.held_workers() < 2:
+                    assert time.monotonic() < deadline, "the append's workers never reached the hold"
+                    time.sleep(0.001)
+                expect_os_error(lambda: f.write(small), errno.EFBIG, path)
+                assert os.path.getsize(path) == before.nbytes + big.nbytes, os.path.getsize(path) - before.nbytes
+                if {large!r} == "cancelled":
+                    future.cancel()
+            finally:
+                _core.testing.disarm_fault()
+            assert future.get() == (big.nbytes if {large!r} == "kept" else 0)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        with open(path, "rb") as got:
+            assert got.read() == before.tobytes() + (big.tobytes() if {large!r} == "kept" else b"")
+        assert_healthy(folder)
+        """,
+        tmp_path,
+    )
+
+
 @pytest.mark.parametrize("later", [False, True], ids=["alone", "another-append-after-it"])
 def test_a_cancelled_append_is_given_back(tmp_path, later):
     """An append cancelled while its first chunk is written and the rest wait

@@ -249,22 +249,41 @@ void File::keep_append(int64_t start) const noexcept {
 void File::release_append(int64_t start, size_t n) const noexcept {
   try {
     const AppendLock lock(*this);
-    given_back_.emplace(start + static_cast<int64_t>(n), start);
-    // Cut the file back while its end is that of a range given back: this
-    // one, then any given back earlier while this one was still held.
-    for (auto it = given_back_.find(size()); it != given_back_.end(); it = given_back_.find(size())) {
-      int r;
-      do {
-        r = ::ftruncate(write_fd_, it->second);
-      } while (r != 0 && errno == EINTR);
-      if (r != 0) break;
-      given_back_.erase(it);
-    }
+    give_back(start, n);
   } catch (...) {
     // The lock or fstat refused: the range stays, as it would after a crash.
   }
   const std::lock_guard<std::mutex> lock(append_mutex_);
   held_.erase(start);
+  forget_uncuttable();
+}
+
+void File::release_written(const AppendLock&, int64_t start, size_t n) const noexcept {
+  // The AppendLock holds append_mutex_ too. Nothing was reserved, so nothing
+  // is held: what is given back is at the end, after every range held.
+  try {
+    give_back(start, n);
+  } catch (...) {
+    // fstat refused: the bytes stay, as they would after a crash.
+  }
+  forget_uncuttable();
+}
+
+void File::give_back(int64_t start, size_t n) const {
+  given_back_.emplace(start + static_cast<int64_t>(n), start);
+  // Cut the file back while its end is that of a range given back: this
+  // one, then any given back earlier while this one was still held.
+  for (auto it = given_back_.find(size()); it != given_back_.end(); it = given_back_.find(size())) {
+    int r;
+    do {
+      r = ::ftruncate(write_fd_, it->second);
+    } while (r != 0 && errno == EINTR);
+    if (r != 0) break;
+    given_back_.erase(it);
+  }
+}
+
+void File::forget_uncuttable() const noexcept {
   // Only a range still held can cut those given back before it.
   const int64_t last_held = held_.empty() ? -1 : *held_.rbegin();
   given_back_.erase(given_back_.upper_bound(last_held), given_back_.end());

@@ -206,6 +206,13 @@ size_t write_range(const File& f, const char* src, size_t size, int64_t off, Dir
 size_t append_write(const File& f, const char* src, size_t size) {
   const File::AppendLock lock(f);
   size_t done = 0;
+  // Where the bytes of writes that came short lie, so that they can be given
+  // back if a later one fails (EFBIG, ENOSPC, EIO), for an append is all or
+  // nothing: O_APPEND leaves the offset at each one's end. -1: not known to
+  // lie in one piece (a writer that does not take the lock appended between
+  // two of them, or lseek refused).
+  int64_t start = -1;
+  int64_t end = -1;
   while (done < size) {
     ssize_t r;
     if (int err = fault::check(fault::Op::pwrite)) {
@@ -214,12 +221,20 @@ size_t append_write(const File& f, const char* src, size_t size) {
     } else {
       r = ::write(f.fd(), src + done, size - done);
     }
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      throw_os_error(errno, "write (append)", f.path());
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      const int err = r < 0 ? errno : EIO;
+      if (start >= 0) f.release_written(lock, start, done);
+      throw_os_error(err, r < 0 ? "write (append)" : "write (append) wrote nothing to", f.path());
     }
-    if (r == 0) throw_os_error(EIO, "write (append) wrote nothing to", f.path());
     done += static_cast<size_t>(r);
+    if (done == size) break;
+    const int64_t at = ::lseek(f.fd(), 0, SEEK_CUR);
+    if (done == static_cast<size_t>(r))
+      start = at < r ? -1 : at - r;
+    else if (at - r != end)
+      start = -1;
+    end = at;
   }
   return size;
 }

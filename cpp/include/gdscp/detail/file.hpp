@@ -81,6 +81,11 @@ class File {
   void release_append(int64_t start, size_t n) const noexcept;
   // The range reserve_append returned `start` for stays: written whole.
   void keep_append(int64_t start) const noexcept;
+  // An append that went straight to the end through fd() (O_APPEND, no range
+  // reserved) under `lock` and failed after its first `n` bytes landed at
+  // `start`: they are given back as release_append gives back a range, so
+  // the file is as it was unless another append has landed after them.
+  void release_written(const AppendLock& lock, int64_t start, size_t n) const noexcept;
 
   void require_readable() const;
   void require_writable() const;
@@ -95,6 +100,12 @@ class File {
  private:
   // A FIFO or socket has no offsets: refused (ESPIPE) as it is opened.
   [[noreturn]] void refuse_unseekable(const struct stat& st) const;
+  // Under the AppendLock: [start, start + n) is given back; the file is cut
+  // while it ends where a range given back does. Throws where fstat fails.
+  void give_back(int64_t start, size_t n) const;
+  // Under append_mutex_: forgets the ranges given back that no range still
+  // held can cut with it.
+  void forget_uncuttable() const noexcept;
 
   std::string path_;
   OpenMode mode_;

@@ -44,7 +44,8 @@ size_t write_range(const File& f, const char* src, size_t size, int64_t off, Dir
 constexpr size_t kAtomicAppendMax = 1u << 20;
 
 // Appends `size` bytes of `src` to `f` (opened in append mode) with write()
-// on its O_APPEND descriptor, under its AppendLock: every byte or a throw.
+// on its O_APPEND descriptor, under its AppendLock: every byte, or a throw
+// with what the kernel took before the failure given back (File::release_written).
 size_t append_write(const File& f, const char* src, size_t size);
 
 // The piece a write moves through one bounce or staging buffer: whole chunks

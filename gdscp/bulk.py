@@ -546,7 +546,8 @@ def stream_files(
     """Read each file through staging memory (GPU ``device``'s, or host
     memory) without keeping the bytes: how fast files load, as ``gdscp read``
     measures it. ``ranges``: ``(offset, length)`` per file, length None for the
-    rest of it; a file that ends before its length fails. Files without a size
+    rest of it; a file that ends before its length, or before its offset,
+    fails (a range that starts at its end is empty). Files without a size
     (devices, FIFOs, procfs) are read front to back to their end. ``staging``:
     a device buffer to use instead of new memory on ``device``. ``devices``:
     GPUs (or "all") to spread the files and their chunks over, each with
@@ -627,7 +628,8 @@ def copy_files(
     ``device``. ``devices``: GPUs (or "all") to spread the files and their
     chunks over, each with ``staging_size`` bytes of staging of its own.
     ``ranges``: per pair, None (the whole file) or ``(offset, length)``: those
-    bytes of ``src`` written at the same offset into ``dst``, an existing file
+    bytes of ``src`` (which must hold them all: a range that starts at its end
+    is empty) written at the same offset into ``dst``, an existing file
     (a temporary file made with ``create_temporary``, often by another
     process) that is written in place, never renamed, its range fsynced;
     several processes copying a large file share one temporary file this way

@@ -2160,6 +2160,67 @@ def test_a_range_past_the_end_of_its_file_says_so(tmp_path):
     assert result.status == "failed" and "has no bytes [900, 1100) to read (it has 1000)" in result.error
 
 
+def test_an_empty_range_of_an_empty_file_is_copied(tmp_path):
+    """An empty file's range (0, 0) is done, 0 bytes, in a copy as in a read
+    and as a copy of the whole file is; a range that wants bytes of it fails
+    saying it has 0."""
+    src = tmp_path / "empty"
+    src.write_bytes(b"")
+    fd, tmp = bulk.create_temporary(str(tmp_path / "dst"))
+    try:
+        os.write(fd, b"kept")
+        (r,) = bulk.copy_files([(src, tmp)], ranges=[(0, 0)], clean=False).results()
+        assert (r.status, r.bytes, r.error) == ("done", 0, None)
+        (r,) = bulk.copy_files([(src, tmp)], ranges=[(0, 4)], clean=False).results()
+        assert r.status == "failed" and f"'{src}' has no bytes [0, 4) to copy (it has 0)" in r.error, r.error
+        assert Path(tmp).read_bytes() == b"kept"
+    finally:
+        os.close(fd)
+    (r,) = bulk.stream_files([src], ranges=[(0, 0)]).results()
+    assert (r.status, r.bytes) == ("done", 0)
+    (r,) = bulk.copy_files([(src, tmp_path / "whole")]).results()
+    assert r.status == "done" and (tmp_path / "whole").read_bytes() == b""
+
+
+@pytest.mark.parametrize("size", [0, 1000])
+def test_a_range_that_starts_past_the_end_fails_in_reads_and_copies_alike(tmp_path, size):
+    """A range that starts past the end of a file fails, read or copied,
+    naming the file, the range and the file's size; one that starts at the
+    end is empty: done, 0 bytes. A file without a size has no ranges to copy,
+    and says so."""
+    data = random_bytes(size, 7)
+    src = tmp_path / "f"
+    src.write_bytes(data)
+    past = "the range starts past its end"
+    fd, tmp = bulk.create_temporary(str(tmp_path / "dst"))
+    try:
+        os.write(fd, b"kept")
+        cases = [((size, 0), None), ((size + 1, 0), f"[{size + 1}, {size + 1}) to copy: {past} (it has {size})"),
+                 ((size + 100, 5), f"[{size + 100}, {size + 105}) to copy: {past} (it has {size})")]
+        for part, said in cases:
+            (r,) = bulk.copy_files([(src, tmp)], ranges=[part], clean=False).results()
+            if said is None:
+                assert (r.status, r.bytes) == ("done", 0), (part, r.error)
+            else:
+                assert r.status == "failed" and f"'{src}' has no bytes {said}" in r.error, (part, r.error)
+        assert Path(tmp).read_bytes() == b"kept"
+        (r,) = bulk.copy_files([("/dev/zero", tmp)], ranges=[(0, 10)], clean=False).results()
+        assert r.status == "failed" and "-1" not in r.error, r.error
+        assert "'/dev/zero' has no bytes [0, 10) to copy (it has no size to go by" in r.error, r.error
+    finally:
+        os.close(fd)
+    cases = [((size, 0), None), ((size, None), None),
+             ((size + 1, 0), f"[{size + 1}, {size + 1}) to read: {past} (it has {size})"),
+             ((size + 1, 5), f"[{size + 1}, {size + 6}) to read: {past} (it has {size})"),
+             ((size + 100, None), f"from offset {size + 100} on to read: {past} (it has {size})")]
+    for part, said in cases:
+        (r,) = bulk.stream_files([src], ranges=[part]).results()
+        if said is None:
+            assert (r.status, r.bytes) == ("done", 0), (part, r.error)
+        else:
+            assert r.status == "failed" and f"'{src}' has no bytes {said}" in r.error, (part, r.error)
+
+
 def test_a_source_named_like_a_temporary_file_is_read_not_removed(tmp_path):
     """A job cleans the directories it writes into of dead runs' temporary
     files, but not of its own sources: one so named (a dead run's leftover

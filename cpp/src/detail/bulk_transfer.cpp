@@ -118,23 +118,38 @@ void open_source(const TransferContext& cx, Transfer& t, const std::string& path
     // for one (its first bytes, or its close) as a blocking open would.
     wait_ready(t.src_fd, POLLIN, cx.cancelled);
   }
-  int64_t length = -1;  // -1: no size to go by (procfs reports 0 for files with content, FIFOs none)
-  if (S_ISREG(st.st_mode) && st.st_size > 0 && !size_is_made_up(t.src_fd, st)) {
-    length = st.st_size;
+  const BulkItem& item = *t.item;
+  // A range of the file, not all of it from its start.
+  const bool ranged = item.part || item.exact || item.offset > 0;
+  int64_t length = -1;  // -1: no size to go by (FIFOs none, procfs 0 for files with content)
+  if (S_ISREG(st.st_mode) && !size_is_made_up(t.src_fd, st)) {
+    // An empty file is still read to its end, as cp does, unless a range of
+    // it is asked for: that is held to the size the file reports.
+    if (st.st_size > 0 || ranged) length = st.st_size;
   } else if (S_ISBLK(st.st_mode)) {
     length = ::lseek(t.src_fd, 0, SEEK_END);
     if (length < 0) throw_os_error(errno, "cannot find the length of", path);
   }
   t.src_sized = length >= 0;
-  const BulkItem& item = *t.item;
+  // A range that starts past the end fails, as one that runs past it does
+  // where its length is asked for (every copied range; a read's unless it is
+  // to the end). One that starts at the end is empty: done, 0 bytes.
+  const auto missing = [&](const char* to) {
+    const std::string bytes = item.size < 0 ? "from offset " + std::to_string(item.offset) + " on"
+                                            : "[" + std::to_string(item.offset) + ", " +
+                                                  std::to_string(item.offset + item.size) + ")";
+    const std::string why = !t.src_sized         ? " (it has no size to go by: it is read whole, to its end)"
+                            : item.offset > length ? ": the range starts past its end (it has " +
+                                                         std::to_string(length) + ")"
+                                                   : " (it has " + std::to_string(length) + ")";
+    return "'" + path + "' has no bytes " + bytes + " to " + to + why;
+  };
   if (item.kind == BulkKind::read) {
     t.offset = item.offset;
     if (t.src_sized) {
-      if (item.exact && item.size > 0 && item.offset + item.size > length)
-        fail_state("'" + path + "' has no bytes [" + std::to_string(item.offset) + ", " +
-                       std::to_string(item.offset + item.size) + ") to read (it has " + std::to_string(length) + ")",
-                   path);
-      const int64_t rest = std::max<int64_t>(0, length - item.offset);
+      if (item.offset > length || (item.exact && item.offset + item.size > length))
+        fail_state(missing("read"), path);
+      const int64_t rest = length - item.offset;
       t.size = item.size < 0 ? rest : (item.exact ? item.size : std::min(item.size, rest));
     } else {
       t.size = item.size;  // at most this much, or to the end
@@ -143,9 +158,7 @@ void open_source(const TransferContext& cx, Transfer& t, const std::string& path
     }
   } else if (item.part) {
     if (!t.src_sized || item.offset < 0 || item.size < 0 || item.offset + item.size > length)
-      fail_state("'" + path + "' has no bytes [" + std::to_string(item.offset) + ", " +
-                     std::to_string(item.offset + item.size) + ") to copy (it has " + std::to_string(length) + ")",
-                 path);
+      fail_state(missing("copy"), path);
     t.offset = item.offset;
     t.size = item.size;
   } else {

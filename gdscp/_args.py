@@ -15,7 +15,7 @@ from typing import Any
 from ._errors import ArgumentError
 
 __all__ = ["FALSE_WORDS", "MAX_OFFSET", "MAX_SIZE", "TRUE_WORDS", "file_descriptor", "integer", "offset", "path",
-           "size"]
+           "shown", "size"]
 
 # File offsets are off_t in the engine; sizes size_t.
 MAX_OFFSET = 2**63 - 1
@@ -24,6 +24,31 @@ MAX_SIZE = 2**64 - 1
 # The words a true or false setting takes (GDSCP_* variables, in any case).
 TRUE_WORDS = frozenset({"1", "true", "yes", "on", "y"})
 FALSE_WORDS = frozenset({"0", "false", "no", "off", "n"})
+
+# Python writes no int of more than 4300 digits as text (sys.int_info), so a
+# message cannot name every number a caller may pass: one past this many
+# digits is named by its length.
+_SHOWN_DIGITS = 40
+
+
+def shown(value: Any) -> str:
+    """``value`` as a message names it: an int by its digits, or for one too
+    long to read (or for Python to write) by how many digits it has; anything
+    else by its repr."""
+    if not isinstance(value, int):
+        return repr(value)
+    number = int(value)  # a bool, an IntEnum member: its number
+    if -(10**_SHOWN_DIGITS) < number < 10**_SHOWN_DIGITS:
+        return repr(value)
+    size = abs(number)
+    # The bit length gives the digit count to within one; a comparison settles it.
+    digits = max(_SHOWN_DIGITS, int((size.bit_length() - 1) * 0.30102999566398120))
+    while size >= 10**digits:
+        digits += 1
+    while size < 10 ** (digits - 1):
+        digits -= 1
+    sign = "negative " if number < 0 else ""
+    return f"(a {sign}number of {digits} digits)"
 
 
 def integer(value: Any, name: str) -> int:
@@ -39,9 +64,9 @@ def _bounded(value: Any, name: str, limit: int, limit_text: str) -> int:
         return value
     number = integer(value, name)
     if number < 0:
-        raise OverflowError(f"{name} {number} is negative")
+        raise OverflowError(f"{name} {shown(number)} is negative")
     if number > limit:
-        raise OverflowError(f"{name} {number} is out of range (at most {limit_text})")
+        raise OverflowError(f"{name} {shown(number)} is out of range (at most {limit_text})")
     return number
 
 
@@ -49,7 +74,7 @@ def c_int(value: int, name: str, what: str) -> int:
     """An integer that a system call takes as a C int (OverflowError past it);
     ``what`` says what takes it."""
     if not -(2**31) <= value < 2**31:
-        raise OverflowError(f"{name} {value} is out of range ({what})")
+        raise OverflowError(f"{name} {shown(value)} is out of range ({what})")
     return value
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from . import _core
+from . import _args, _core
 
 __all__ = ["DeviceError", "GpuStatus", "gpu_available", "device_count", "check_device", "device_memory"]
 
@@ -48,13 +48,15 @@ def device_count() -> int:
 
 
 def check_device(device: int) -> None:
-    """Raise ``DeviceError`` unless GPU ``device`` can be used."""
+    """Raise ``DeviceError`` unless GPU ``device`` can be used (``TypeError``
+    unless it is an integer)."""
+    device = _args.integer(device, "device")
     status = gpu_available()
     if not status:
-        raise DeviceError(f"GPU {device} cannot be used: {status.reason}")
+        raise DeviceError(f"GPU {_args.shown(device)} cannot be used: {status.reason}")
     if not 0 <= device < status.count:
         have = "GPU 0" if status.count == 1 else f"GPUs 0-{status.count - 1}"
-        raise DeviceError(f"GPU {device} does not exist (this machine has {have})")
+        raise DeviceError(f"GPU {_args.shown(device)} does not exist (this machine has {have})")
 
 
 def device_memory(device: int) -> tuple[int, int]:

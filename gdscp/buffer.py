@@ -78,6 +78,6 @@ def prepare(device: int = 0, workers: Optional[int] = None) -> None:
     if workers is not None:
         workers = _args.integer(workers, "workers")
         if workers < 1:
-            raise ValueError(f"workers must be at least 1, not {workers}")
+            raise ValueError(f"workers must be at least 1, not {_args.shown(workers)}")
     # No more than the pool's workers are prepared, however many are asked for.
     _core.prepare_device(device, defaults._settings, 0 if workers is None else min(workers, _args.MAX_SIZE))

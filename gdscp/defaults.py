@@ -127,9 +127,9 @@ def _integer(minimum: int, maximum: int, type_max: int) -> _typing.Callable[[str
     def check(name: str, value: _typing.Any) -> int:
         number = _whole(name, value)
         if number < 0:
-            raise OverflowError(f"{name} {number} is negative")
+            raise OverflowError(f"{name} {_args.shown(number)} is negative")
         if number > type_max:
-            raise OverflowError(f"{name} {number} is out of range (at most {type_max})")
+            raise OverflowError(f"{name} {_args.shown(number)} is out of range (at most {type_max})")
         if number < minimum:
             raise ValueError(f"{name} must be at least {minimum} (got {number})")
         if number > maximum:
@@ -165,7 +165,7 @@ def _flag(name: str, value: _typing.Any) -> bool:
         return value
     number = _whole(name, value)
     if number not in (0, 1):
-        raise ValueError(f"{name} must be true or false, not {value!r}")
+        raise ValueError(f"{name} must be true or false, not {_args.shown(value)}")
     return bool(number)
 
 
@@ -175,7 +175,7 @@ def _direct_io(name: str, value: _typing.Any) -> str:
     try:
         return "on" if _flag(name, value) else "off"
     except ValueError:
-        raise ValueError(f"{name} must be on, off or auto, not {value!r}") from None
+        raise ValueError(f"{name} must be on, off or auto, not {_args.shown(value)}") from None
 
 
 def _truth(name: str, value: _typing.Any) -> bool:

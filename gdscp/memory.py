@@ -132,7 +132,7 @@ def allocate(nbytes: int, device: Optional[int] = None) -> Any:
     host memory when ``device`` is None (so O_DIRECT can use it as is)."""
     nbytes = _args.integer(nbytes, "nbytes")
     if nbytes < 0:
-        raise ValueError(f"cannot allocate a negative size ({nbytes})")
+        raise ValueError(f"cannot allocate a negative size (nbytes {_args.shown(nbytes)})")
     if device is None:
         raw = np.empty(nbytes + PAGE_SIZE, dtype=np.uint8)
         start = (-raw.ctypes.data) % PAGE_SIZE

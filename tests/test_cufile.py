@@ -976,6 +976,23 @@ def test_bad_numbers_raise_kvikios_exception_types(tmp_file, kwargs, error):
     assert file_bytes(path) == data
 
 
+@pytest.mark.parametrize("name", ["size", "file_offset", "task_size"])
+@pytest.mark.parametrize("value", [10**5000, -(10**5000)], ids=["huge", "huge-negative"])
+def test_numbers_of_thousands_of_digits_are_overflow_errors(tmp_file, name, value):
+    """A number longer than Python writes as text (4300 digits) is the
+    OverflowError of any other number out of range, its message naming the
+    argument and the number's length; nothing is read or written."""
+    path, data = tmp_file(100)
+    buf = np.zeros(10, np.uint8)
+    with gdscp.CuFile(path, "r+") as f:
+        for call in (f.read, f.write, lambda *a, **k: f.pread(*a, **k).get(), lambda *a, **k: f.pwrite(*a, **k).get()):
+            with pytest.raises(OverflowError) as info:
+                call(buf, **{name: value})
+            assert str(info.value).startswith(f"{name} (a {'negative ' if value < 0 else ''}number of 5001 digits) ")
+    assert not buf.any()
+    assert file_bytes(path) == data
+
+
 @pytest.mark.parametrize("task_size", [0, False, np.int64(0)])
 def test_a_task_size_of_zero_means_the_default(tmp_file, task_size):
     """As KvikIO's binding (`task_size if task_size else defaults.task_size()`):

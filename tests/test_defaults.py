@@ -155,6 +155,27 @@ def test_bad_counts_and_sizes_raise_kvikios_exception_types(name, value, error):
     assert defaults.get(name) == before
 
 
+ALL_SETTINGS = ["compat_mode", "num_threads", "task_size", "gds_threshold", "bounce_buffer_size", "min_task_size",
+                "direct_io", "pipeline_depth", "mapped_reads"]
+
+
+@pytest.mark.parametrize("name", ALL_SETTINGS)
+@pytest.mark.parametrize("value", [10**5000, -(10**5000)], ids=["huge", "huge-negative"])
+def test_numbers_of_thousands_of_digits_are_named_by_their_length(name, value):
+    """An int longer than Python writes as text (4300 digits) raises what a
+    smaller wrong number raises (an OverflowError for a count or size, the
+    ValueError of a switch), naming the setting and the number's length,
+    and changes nothing."""
+    before = defaults.get(name)
+    error = ValueError if name in ("direct_io", "mapped_reads") else OverflowError
+    with pytest.raises(error) as info:
+        defaults.set(name, value)
+    assert type(info.value) is error
+    assert name in str(info.value) and "number of 5001 digits" in str(info.value)
+    assert ("negative" in str(info.value)) == (value < 0)
+    assert defaults.get(name) == before
+
+
 @pytest.mark.parametrize("name", POSITIVE)
 @pytest.mark.parametrize("value", [0, 0.5, False])
 def test_zero_is_a_value_error_where_a_setting_must_be_positive(name, value):

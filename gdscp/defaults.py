@@ -194,20 +194,11 @@ def _size_text(text: str) -> int:
     return _sizes.parse_size(text)
 
 
-def _int_text(text: str) -> int:
-    digits = text.strip()
-    unsigned = digits[1:] if digits.startswith(("+", "-")) else digits
-    # Digits alone, as a shell or a scheduler writes a number (int() takes "1_0" too).
-    if not (unsigned.isascii() and unsigned.isdigit()):
-        raise ValueError(f"{text!r} is not an integer")
-    return int(digits)
-
-
 _SIZE_EXAMPLES = f"such as {_sizes.EXAMPLES}"
 _SPEC: dict[str, _Setting] = {
     "compat_mode": _Setting(_compat_mode, str, "ON, OFF or AUTO"),
     "num_threads": _Setting(
-        _integer(1, MAX_NUM_THREADS, _UINT32_MAX), _int_text, f"an integer from 1 to {MAX_NUM_THREADS}"
+        _integer(1, MAX_NUM_THREADS, _UINT32_MAX), _sizes.parse_integer, f"an integer from 1 to {MAX_NUM_THREADS}"
     ),
     "task_size": _Setting(_integer(1, _UINT64_MAX, _UINT64_MAX), _size_text, f"a positive size {_SIZE_EXAMPLES}"),
     "gds_threshold": _Setting(_integer(0, _UINT64_MAX, _UINT64_MAX), _size_text, f"a size {_SIZE_EXAMPLES}"),
@@ -216,7 +207,7 @@ _SPEC: dict[str, _Setting] = {
     ),
     "min_task_size": _Setting(_integer(1, _UINT64_MAX, _UINT64_MAX), _size_text, f"a positive size {_SIZE_EXAMPLES}"),
     "direct_io": _Setting(_direct_io, str, "on, off or auto"),
-    "pipeline_depth": _Setting(_integer(2, 8, _UINT32_MAX), _int_text, "an integer from 2 to 8"),
+    "pipeline_depth": _Setting(_integer(2, 8, _UINT32_MAX), _sizes.parse_integer, "an integer from 2 to 8"),
     "mapped_reads": _Setting(_flag, str, "true or false"),
 }
 

@@ -234,6 +234,19 @@ def test_bad_values_exit_2_with_one_line(capsys, tmp_path, monkeypatch, args, cu
     assert leftovers(tmp_path) == []
 
 
+@pytest.mark.parametrize("option, value", [("--runs", "\u0663"), ("--threads", "\u0664"), ("--ops", "\u0661\u0660\u0660"),
+                                           ("--files", "\u0665"), ("--runs", "1_0")])
+def test_counts_are_ascii_digits(capsys, tmp_path, option, value):
+    """Counts are written in ASCII digits, as GDSCP_NUM_THREADS and the
+    other commands' counts are (Python's int() takes "\u0663" for 3, and "1_0"):
+    refused as the options are read, before the folder is looked at."""
+    code, out, err = cli(capsys, option, value, "--host", "--dir", tmp_path / "missing")
+    assert (code, out) == (2, ""), err
+    (line,) = [line for line in err.splitlines() if "error" in line]
+    assert option in line and f"{value!r} is not a whole number" in line, err
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("where", ["missing", "file"])
 def test_bad_dir_exits_2(capsys, tmp_path, where):
     target = tmp_path / "nowhere"

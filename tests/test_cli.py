@@ -638,6 +638,45 @@ def test_usage_errors_are_one_line_exit_2(capsys, tmp_path, monkeypatch, args, c
     assert len(lines) == 1 and culprit in lines[0] and "Traceback" not in err
 
 
+@pytest.mark.parametrize(
+    "args, said",
+    [
+        (["--length", "1.0000000000000000000000000001K"],
+         "'1.0000000000000000000000000001K' is not a whole number of bytes (1024.0000000000000000000000001024 bytes)"),
+        (["--length", "0.99999999999999999999999999999K"],
+         "'0.99999999999999999999999999999K' is not a whole number of bytes (1023.99999999999999999999999998976 bytes)"),
+        (["--offset", "1023.9999999999999999999999999K"],
+         "'1023.9999999999999999999999999K' is not a whole number of bytes (1048575.9999999999999999999998976 bytes)"),
+        (["--length", "9" * 5000], "'99999999999999999999'... is not a size: 5000 characters, more than the 100 read"),
+        (["--offset", "\u0668"], "'\u0668' is not a size"),
+        (["--threads", "\u0668"], "'\u0668' is not a whole number"),
+        (["--threads", "1_0"], "'1_0' is not a whole number"),
+        (["--devices", "\u0668"], "'\u0668' is not 'all' or GPU numbers"),
+    ],
+)
+def test_numbers_are_read_exactly_and_in_ascii_digits(capsys, tmp_path, args, said):
+    """A size is computed exactly (a decimal of many places is no whole
+    number of bytes however close it comes), read from at most 100
+    characters, and written in ASCII digits, as a count is (Python's int()
+    takes other scripts' digits, "\u0668" for 8, and "1_0"): a usage error
+    saying why, on one line, and nothing read."""
+    path = tmp_path / "f"
+    path.write_bytes(bytes(4 * MiB))
+    code, out, err = cli(capsys, "read", "--host", path, *args)
+    assert (code, out) == (2, ""), err
+    (line,) = error_lines(err)
+    assert said in line and args[0] in line and "Traceback" not in err
+
+
+@pytest.mark.parametrize("args", [["--size", "\u0668"], ["--size", "8", "--seed", "\u0668"]])
+def test_a_write_takes_ascii_digits_only(capsys, tmp_path, args):
+    code, out, err = cli(capsys, "write", "--host", tmp_path / "f", *args)
+    assert (code, out) == (2, ""), err
+    (line,) = error_lines(err)
+    assert "'\u0668' is not a" in line and args[-2] in line
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_mistyped_command_is_offered_the_right_one_once(capsys):
     """Typer adds the commands a mistyped one may mean to Click's message, and
     Click 8.4 on adds them again as it formats it: the line names them once."""

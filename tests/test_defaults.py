@@ -699,6 +699,35 @@ def test_bad_environment_value_names_the_variable(variable, value, accepted):
     assert "\n" not in message.strip()
 
 
+@pytest.mark.parametrize(
+    "variable, value, said",
+    [
+        ("GDSCP_TASK_SIZE", "99999999999999999999999999999",
+         "GDSCP_TASK_SIZE 99999999999999999999999999999 is out of range"),
+        ("GDSCP_TASK_SIZE", "17592186044415.999999999999999K",
+         "is not a whole number of bytes (18014398509481983.999999999998976 bytes)"),
+        ("GDSCP_TASK_SIZE", "\u0668", "'\u0668' is not a size"),
+        ("GDSCP_GDS_THRESHOLD", "9" * 5000, "is not a size: 5000 characters, more than the 100 read"),
+        ("GDSCP_NUM_THREADS", "9" * 5000, "is not a whole number: 5000 characters, more than the 100 read"),
+    ],
+)
+def test_numbers_in_variables_are_read_exactly(variable, value, said):
+    """A size variable is computed exactly, and its error shows the value
+    given (not one rounded to 28 digits); a long value is refused for its
+    length, not for a number Python will not convert; digits are ASCII."""
+    code = (
+        "import sys, gdscp\n"
+        "try:\n"
+        "    gdscp.defaults\n"
+        "except ValueError as exc:\n"
+        "    print(type(exc).__name__, exc)\n"
+        "    sys.exit(3)\n"
+    )
+    result = _run_with_env({variable: value}, code)
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert result.stdout.startswith(f"EnvironmentVariableError {variable}=") and said in result.stdout, result.stdout
+
+
 def test_size_variables_take_the_command_lines_suffixes():
     code = "import gdscp, json; print(json.dumps(gdscp.defaults.current()))"
     result = _run_with_env(

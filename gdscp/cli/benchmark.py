@@ -19,6 +19,7 @@ from rich.console import Group
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from .._sizes import parse_integer
 from ..bench.config import DEFAULT_IO_SIZES, DEFAULT_RANDOM_OPS, DEFAULT_RUNS, MODES, BenchConfig, BenchConfigError
 from ..bench.many import FILE_MODES, FilesConfig, run_files_benchmark
 from ..bench.measure import BenchError
@@ -52,13 +53,6 @@ def _list(option: str, text: str, parse: Callable[[str], Any]) -> list:
         except ValueError as exc:
             raise UsageError(f"{option}: {exc}") from None
     return values
-
-
-def _count(text: str) -> int:
-    try:
-        return int(text, 10)
-    except ValueError:
-        raise ValueError(f"{text!r} is not a whole number") from None
 
 
 def _size(option: str, text: Optional[str]) -> Optional[int]:
@@ -385,6 +379,7 @@ def benchmark(
         Optional[int],
         typer.Option(
             "--ops",
+            parser=options.whole_number,
             metavar="N",
             help=f"Random reads per run, one at a time (default: {DEFAULT_RANDOM_OPS}; at least 100, for a p99).",
             rich_help_panel=_MEASURE,
@@ -394,6 +389,7 @@ def benchmark(
         int,
         typer.Option(
             "--runs",
+            parser=options.whole_number,
             metavar="N",
             help="Runs of each measurement (at least 3): median, min and max are shown.",
             rich_help_panel=_MEASURE,
@@ -437,6 +433,7 @@ def benchmark(
         Optional[int],
         typer.Option(
             "--files",
+            parser=options.whole_number,
             metavar="N",
             help="Instead: a tree of N files, copied (gdscp copy -r against cp -r + sync) and read "
             "(gdscp's bulk read against per-file loops: Python, KvikIO); --mode copy,read.",
@@ -456,6 +453,7 @@ def benchmark(
         Optional[int],
         typer.Option(
             "--ranks",
+            parser=options.whole_number,
             metavar="N",
             help="With --files and --mode copy: also time the copy as one job over N MPI ranks "
             "(mpiexec -n N gdscp copy -r; needs gdscp\\[mpi]).",
@@ -517,7 +515,7 @@ def benchmark(
         config = BenchConfig(
             size=_size("--size", size),
             modes=list(MODES) if mode is None else _list("--mode", mode, str.strip),
-            threads=None if threads is None else _list("--threads", threads, _count),
+            threads=None if threads is None else _list("--threads", threads, parse_integer),
             task_size=task_size,
             io_sizes=list(DEFAULT_IO_SIZES) if io_size is None else _list("--io-size", io_size, parse_size),
             runs=runs,
@@ -558,7 +556,7 @@ def _multi_benchmark(out: Output, devices: str, host: bool, device: Optional[int
         size=_size("--size", size),
         runs=runs,
         dir=os.fspath(directory),
-        threads=None if threads is None else _list("--threads", threads, _count),
+        threads=None if threads is None else _list("--threads", threads, parse_integer),
     )
     document = _measure(out, run_multi_benchmark, config)
     out.result({"command": "benchmark", "ok": True, **document}, lambda: _multi_render(document))
@@ -657,7 +655,7 @@ def _files_benchmark(out: Output, files: Optional[int], file_size: Optional[str]
         dir=os.fspath(directory),
         memory="host" if host else ("gpu" if device is not None else "auto"),
         device=0 if where is None else where,
-        threads=None if threads is None else _list("--threads", threads, _count),
+        threads=None if threads is None else _list("--threads", threads, parse_integer),
         ranks=ranks,
     )
     document = _measure(out, run_files_benchmark, config)

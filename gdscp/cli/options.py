@@ -10,6 +10,7 @@ from typing import Annotated, Any, ContextManager, Optional
 import typer
 
 from .. import defaults
+from .._sizes import parse_integer
 from .output import Output, UsageError
 from .units import format_bytes, size_option, size_option_at_least
 
@@ -35,6 +36,7 @@ __all__ = [
     "check_staging",
     "check_path",
     "count_option",
+    "whole_number",
     "sources_and_destination",
 ]
 
@@ -49,14 +51,21 @@ class CompatModeChoice(str, enum.Enum):
     auto = "auto"
 
 
+def whole_number(text: str) -> int:
+    """Typer ``parser=`` for whole-number options: bad input is a usage error
+    naming it. ASCII digits, as ``GDSCP_*`` variables take them (``int()``,
+    and so Typer's ``int`` options, also take other scripts' digits and "1_0")."""
+    try:
+        return parse_integer(text)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
 def count_option(minimum: int, maximum: Optional[int] = None):
-    """Typer ``parser=`` for whole-number options: bad input is a usage error naming it."""
+    """``whole_number`` that also refuses a number below ``minimum`` or above ``maximum``."""
 
     def parse(text: str) -> int:
-        try:
-            value = int(str(text).strip(), 10)
-        except ValueError:
-            raise typer.BadParameter(f"{text!r} is not a whole number") from None
+        value = whole_number(text)
         if value < minimum:
             raise typer.BadParameter(f"{value} is below the minimum of {minimum}")
         if maximum is not None and value > maximum:
@@ -122,9 +131,12 @@ def devices_option(text: str) -> str:
     if text.lower() == "all":
         return "all"
     parts = [p.strip() for p in text.split(",")]
-    if not parts or any(not p.isdigit() for p in parts):
+    if not parts or any(not (p.isascii() and p.isdigit()) for p in parts):
         raise typer.BadParameter(f"{text!r} is not 'all' or GPU numbers separated by commas (0,1)")
-    numbers = [int(p) for p in parts]
+    try:
+        numbers = [parse_integer(p) for p in parts]
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
     for n in numbers:
         if numbers.count(n) > 1:
             raise typer.BadParameter(f"GPU {n} is named twice")

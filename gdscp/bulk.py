@@ -218,9 +218,7 @@ def _options(
     options.preserve = preserve
     options.staging = staging
     if staging_size is not None:
-        if staging_size < 1:
-            raise ValueError(f"staging_size must be positive (got {staging_size})")
-        options.staging_size = int(staging_size)
+        options.staging_size = _staging_size(staging_size)
     if not defaults.is_compat_mode_preferred():
         options.cufile_library = _libs.cufile_wheel_library()
     return options
@@ -266,14 +264,24 @@ def _spread_staging(devices: list[int], staging_size: Optional[int], options: An
     return [keep for _, keep, _ in per_gpu]
 
 
+def _staging_size(staging_size: Any) -> int:
+    """``staging_size`` as a byte count the engine takes (a size_t): a
+    ValueError for 0, an OverflowError for a negative or too large number,
+    a TypeError for one that is not an integer (as ``_args`` checks sizes)."""
+    size = _args.size(staging_size, "staging_size")
+    if size < 1:
+        raise ValueError(f"staging_size must be positive (got {size})")
+    return size
+
+
 def _job_staging(device: Optional[int], devices: Any, staging_size: Optional[int],
                  staging: Any) -> tuple[Optional[list[int]], int, Any, int]:
     """(spread, address, keep, size) for a job through staging memory: the
     GPUs it spreads over (None: one GPU or host memory), and ``_staging``'s
     answer for one GPU (host staging where the job spreads: each GPU's own is
     set by ``_spread_staging``)."""
-    if staging_size is not None and _args.integer(staging_size, "staging_size") < 1:
-        raise ValueError(f"staging_size must be positive (got {staging_size})")
+    if staging_size is not None:
+        _staging_size(staging_size)
     spread = _devices(device, devices)
     if spread is not None and staging is not None:
         raise ValueError("staging is one buffer; with devices each GPU gets staging of its own")
@@ -308,17 +316,19 @@ def _pairs(pairs: Iterable[Any]) -> list[tuple[str, str]]:
 
 def _range(part: Any, src: str) -> tuple[int, Optional[int]]:
     """A range of ``src`` given as ``(offset, length)``, as ints (length None:
-    to the end): TypeError for another shape, ValueError if either is
-    negative, OverflowError past 2**63-1."""
+    to the end): TypeError for another shape or a number that is not an
+    integer, OverflowError if either is negative or the range ends past
+    2**63-1 (as ``_args`` checks a file offset)."""
     if isinstance(part, (str, bytes)) or len(part) != 2:
         raise TypeError(f"a range of '{src}' must be (offset, length), not {part!r}")
     offset, length = part
     start = _args.integer(offset, "range offset")
     count = None if length is None else _args.integer(length, "range length")
+    where = f"range ({_args.shown(start)}, {_args.shown(count)}) of '{src}'"
     if start < 0 or (count is not None and count < 0):
-        raise ValueError(f"range ({start}, {count}) of '{src}' must not be negative")
+        raise OverflowError(f"{where} must not be negative")
     if start + (count or 0) > _args.MAX_OFFSET:
-        raise OverflowError(f"range ({start}, {count}) of '{src}' ends past 2**63-1")
+        raise OverflowError(f"{where} ends past 2**63-1")
     return start, count
 
 

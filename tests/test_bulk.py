@@ -1863,18 +1863,34 @@ def test_bad_numbers_are_refused_before_anything_moves(tmp_path):
     src = tmp_path / "src"
     src.write_bytes(b"0123456789")
     pairs = [(src, tmp_path / "dst")]
-    for ranges, error in (([(0, -5)], ValueError), ([(-3, 10)], ValueError), ([(2**63, 1)], OverflowError),
-                          ([(1.5, 2)], TypeError)):
-        with pytest.raises(error):
+    # As CuFile's offsets: a negative or too large number is an OverflowError, another type a TypeError.
+    huge = 10**5000  # more digits than Python writes as text: named by their count
+    for ranges, error, said in (([(0, -5)], OverflowError, "range (0, -5) of"),
+                                ([(-3, 10)], OverflowError, "range (-3, 10) of"),
+                                ([(2**63, 1)], OverflowError, "ends past 2**63-1"),
+                                ([(huge, 1)], OverflowError, "range ((a number of 5001 digits), 1) of"),
+                                ([(0, -huge)], OverflowError, "range (0, (a negative number of 5001 digits)) of"),
+                                ([(1.5, 2)], TypeError, "range offset must be an integer")):
+        with pytest.raises(error) as info:
             bulk.stream_files([src], ranges=ranges)
-        with pytest.raises(error):
+        assert type(info.value) is error and said in str(info.value)
+        with pytest.raises(error) as info:
             gdscp.copy_files(pairs, ranges=ranges)
-    for sizes, error in (([-5], OverflowError), ([2**63], OverflowError), (["9"], TypeError)):
+        assert type(info.value) is error and said in str(info.value)
+    for sizes, error in (([-5], OverflowError), ([2**63], OverflowError), ([huge], OverflowError), (["9"], TypeError)):
         with pytest.raises(error, match=r"sizes\[0\]"):
             gdscp.copy_files(pairs, sizes=sizes)
-    for bad in (0, -1):
-        with pytest.raises(ValueError, match="staging_size must be positive"):
-            gdscp.copy_files(pairs, staging_size=bad)
+    # staging_size is the engine's size_t: never the binding's own TypeError.
+    for bad, error in ((0, ValueError), (-1, OverflowError), (2**64, OverflowError), (huge, OverflowError),
+                       (1.5, TypeError)):
+        for start in (lambda: gdscp.copy_files(pairs, staging_size=bad),
+                      lambda: bulk.stream_files([src], staging_size=bad)):
+            with pytest.raises(error) as info:
+                start()
+            assert type(info.value) is error and str(info.value).startswith("staging_size "), info.value
+    for device, error in ((1.5, TypeError), (huge, ValueError)):
+        with pytest.raises(error, match="device|GPU \\(a number of 5001 digits\\)"):
+            gdscp.copy_files(pairs, device=device)
     assert sorted(os.listdir(tmp_path)) == ["src"]
     job = gdscp.copy_files(pairs)
     with pytest.raises(ValueError, match="NaN"):

@@ -441,6 +441,15 @@ def _staging(device: Optional[int], staging_size: Optional[int], staging: Any = 
     return b.ptr, (array, b.keep), size
 
 
+def _resolved(buf: Any, writable: bool, name: str, path: str) -> Any:
+    """``_buffers.resolve(buf)``, its error (of the same type) naming the
+    item: ``name`` (``buffers[3]``) and the file it is for."""
+    try:
+        return _buffers.resolve(buf, writable=writable)
+    except (TypeError, ValueError, BufferError) as exc:
+        raise type(exc)(f"{name} (for '{path}'): {exc}") from None
+
+
 def _buffer_items(kind: int, paths: list[str], buffers: Sequence[Any]) -> tuple[list[tuple], list]:
     """The engine's items for reads into (or writes from) ``buffers``, and what keeps the memory alive."""
     if len(buffers) != len(paths):
@@ -449,8 +458,8 @@ def _buffer_items(kind: int, paths: list[str], buffers: Sequence[Any]) -> tuple[
     if plain is not None:
         return plain
     items, keep = [], []
-    for path, buf in zip(paths, buffers):
-        b = _buffers.resolve(buf, writable=kind == _READ)
+    for i, (path, buf) in enumerate(zip(paths, buffers)):
+        b = _resolved(buf, kind == _READ, f"buffers[{i}]", path)
         keep.append(b.keep)
         src, dst = (path, "") if kind == _READ else ("", path)
         items.append((kind, src, dst, b.ptr, b.device, b.nbytes, 0, False, -1, True, False, 0, 0, False))
@@ -502,7 +511,7 @@ def read_files(
             group = list(group)
             if len(group) != len(spread):
                 raise ValueError(f"replicate: file {i} has {len(group)} buffers for {len(spread)} devices")
-            resolved = [_buffers.resolve(b, writable=True) for b in group]
+            resolved = [_resolved(b, True, f"buffers[{i}][{j}]", paths[i]) for j, b in enumerate(group)]
             if any(not b.device for b in resolved):
                 raise ValueError("replicate: every buffer must be device memory")
             if len({b.nbytes for b in resolved}) != 1:

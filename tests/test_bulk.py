@@ -1900,6 +1900,31 @@ def test_bad_numbers_are_refused_before_anything_moves(tmp_path):
     assert (result.status, result.bytes) == ("done", 7)
 
 
+def test_a_buffer_refused_names_its_item_and_file(tmp_path):
+    """A buffer that cannot be used raises what it raised before, naming
+    which item it is and its file; nothing is read or written."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.write_bytes(b"A" * 100)
+    b.write_bytes(b"B" * 100)
+    ok = bytearray(100)
+    readonly = np.zeros(100, np.uint8)
+    readonly.flags.writeable = False
+    for buffers, error, said in (([ok, np.zeros(200, np.uint8)[::2]], ValueError,
+                                  f"buffers[1] (for '{b}'): buffer must be contiguous (ndarray is not)"),
+                                 ([readonly, ok], ValueError,
+                                  f"buffers[0] (for '{a}'): cannot read into a read-only buffer (ndarray)"),
+                                 ([ok, object()], TypeError, f"buffers[1] (for '{b}'): expected a buffer")):
+        with pytest.raises(error) as info:
+            gdscp.read_files([a, b], buffers)
+        assert type(info.value) is error and str(info.value).startswith(said), info.value
+    assert ok == bytearray(100) and not readonly.any()
+    out = [tmp_path / "c", tmp_path / "d"]
+    with pytest.raises(TypeError) as info:
+        gdscp.write_files([b"written", 7], out)
+    assert str(info.value).startswith(f"buffers[1] (for '{out[1]}'): expected a buffer"), info.value
+    assert sorted(os.listdir(tmp_path)) == ["a", "b"]
+
+
 def test_progress_counts_sizes_not_given_once_files_open(tmp_path):
     """Without ``sizes`` a copy's total grows by each file's size as it is
     opened, so that a finished job's total is what it moved; sizes given

@@ -68,16 +68,17 @@ def prepare(device: int = 0, workers: Optional[int] = None) -> None:
     up: each gets its workers' staging, also where GPUs on one NUMA node
     draw on one pool. The buffers stay idle in the pool until a transfer
     takes them, or :func:`bounce_buffer_free` frees them (and what was
-    prepared is forgotten). Raises ``gdscp.memory.DeviceError`` (a
-    ``ValueError``) for a GPU that cannot be used, and ``TypeError`` for a
-    ``device`` or ``workers`` that is not an integer."""
+    prepared is forgotten). Raises ``TypeError`` for a ``device`` or
+    ``workers`` that is not an integer and ``ValueError`` for ``workers``
+    below 1, whether or not the GPU exists, then ``gdscp.memory.DeviceError``
+    (a ``ValueError``) for a GPU that cannot be used."""
     from . import defaults  # noqa: PLC0415
 
     device = _args.integer(device, "device")
-    _gpus.check_device(device)
     if workers is not None:
         workers = _args.integer(workers, "workers")
         if workers < 1:
             raise ValueError(f"workers must be at least 1, not {_args.shown(workers)}")
+    _gpus.check_device(device)
     # No more than the pool's workers are prepared, however many are asked for.
     _core.prepare_device(device, defaults._settings, 0 if workers is None else min(workers, _args.MAX_SIZE))

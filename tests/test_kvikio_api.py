@@ -601,6 +601,25 @@ def test_bounce_buffer_free_returns_the_bytes_freed(tmp_file):
     assert gdscp.bounce_buffer_free() == 0
 
 
+def test_prepare_checks_its_arguments_before_the_gpu():
+    """A workers that is no integer is a TypeError and one below 1 a
+    ValueError, as documented, whether or not the GPU exists: the arguments
+    are read before the GPU is looked for (GPU 10**6 exists nowhere)."""
+    from gdscp.memory import DeviceError
+
+    for device in (0, 10**6):
+        for workers in ("a", 1.5, "2"):
+            with pytest.raises(TypeError, match="workers") as info:
+                gdscp.prepare(device, workers)
+            assert not isinstance(info.value, DeviceError)
+        for workers in (0, -3):
+            with pytest.raises(ValueError, match="workers must be at least 1") as info:
+                gdscp.prepare(device, workers)
+            assert not isinstance(info.value, DeviceError)
+    with pytest.raises(DeviceError):
+        gdscp.prepare(10**6, 1)
+
+
 def test_is_direct_io_supported_follows_direct_io(tmp_file):
     path, _ = tmp_file(10)
     with gdscp.CuFile(path) as f:

@@ -46,6 +46,7 @@ __all__ = [
     "check_device",
     "device_memory",
     "available_bytes",
+    "host_memory",
     "allocate",
     "is_device",
     "fill",
@@ -95,14 +96,51 @@ def _is_cupy(buf: Any) -> bool:
     return type(buf).__module__.split(".")[0] == "cupy"
 
 
-def available_bytes(device: Optional[int]) -> int:
-    """Memory that could hold a buffer now: free GPU memory, or available host RAM."""
-    if device is not None:
-        return device_memory(device)[0]
+# Where host memory is read from (a test points it at a file of its own).
+MEMINFO = "/proc/meminfo"
+
+
+def _meminfo() -> dict[str, int]:
+    """/proc/meminfo's byte counts by name ("MemAvailable": ...); empty where it cannot be read."""
+    found: dict[str, int] = {}
     try:
-        return os.sysconf("SC_AVPHYS_PAGES") * PAGE_SIZE
+        with open(MEMINFO, encoding="ascii", errors="replace") as f:
+            for line in f:
+                name, _, rest = line.partition(":")
+                fields = rest.split()
+                if fields and fields[0].isdigit():
+                    found[name] = int(fields[0]) * (1024 if fields[1:] == ["kB"] else 1)
+    except OSError:
+        pass
+    return found
+
+
+def _pages(name: str) -> int:
+    try:
+        return os.sysconf(name) * PAGE_SIZE
     except (ValueError, OSError, AttributeError):  # not on Linux: a modest guess
         return 1 << 30
+
+
+def host_memory() -> tuple[int, int]:
+    """(available, total) bytes of host RAM. Available is the kernel's
+    MemAvailable: free memory and the page cache and other memory it can take
+    back without swapping; the free pages alone (MemFree) leave out the cached
+    data of files just read or written. Where /proc/meminfo does not say
+    (a kernel before 3.14, not Linux): the free and total pages sysconf counts."""
+    fields = _meminfo()
+    available = fields.get("MemAvailable")
+    total = fields.get("MemTotal")
+    return (_pages("SC_AVPHYS_PAGES") if available is None else available,
+            _pages("SC_PHYS_PAGES") if total is None else total)
+
+
+def available_bytes(device: Optional[int]) -> int:
+    """Memory that could hold a buffer now: free GPU memory, or available host
+    RAM (``host_memory``'s)."""
+    if device is not None:
+        return device_memory(device)[0]
+    return host_memory()[0]
 
 
 def _flat(buf: Any, uint8: Any) -> Any:

@@ -187,6 +187,57 @@ def test_patterns_and_copies_follow_memory_order():
         memory.allocate(1.7)
 
 
+def fake_meminfo(tmp_path, monkeypatch, free: int, available: int | None) -> None:
+    """Point gdscp's reading of host memory at a file saying ``free`` and ``available`` bytes."""
+    lines = ["MemTotal:       67108864 kB", f"MemFree:        {free // 1024} kB"]
+    if available is not None:
+        lines.append(f"MemAvailable:   {available // 1024} kB")
+    lines += ["Buffers:            1024 kB", "HugePages_Total:       0"]
+    (tmp_path / "meminfo").write_text("\n".join(lines) + "\n")
+    monkeypatch.setattr(memory, "MEMINFO", str(tmp_path / "meminfo"))
+
+
+def test_host_memory_available_counts_what_the_kernel_can_reclaim(capsys, tmp_path, monkeypatch):
+    """Available host memory is MemAvailable (free pages and the page cache
+    the kernel can take back), not the free pages alone: a buffer that fits
+    only with the cache counted is accepted, one past MemAvailable refused,
+    and the default chunk of a host write is sized from MemAvailable too."""
+    from gdscp.bench import files
+    from gdscp.cli import options
+
+    fake_meminfo(tmp_path, monkeypatch, free=4 * MiB, available=256 * MiB)
+    assert memory.available_bytes(None) == 256 * MiB
+    assert memory.host_memory() == (256 * MiB, 64 << 30)
+    assert files.available_memory() == 256 * MiB and files.total_memory() == 64 << 30
+    assert options.chunk_size(None, 1 << 30, None, 1) == 32 * MiB  # an eighth of 256MiB
+    names = [tmp_path / "wa.bin", tmp_path / "wb.bin"]
+    code, _, err = cli(capsys, "write", "--host", "-s", "8M", "--pattern", "seq", *names)
+    assert code == 0, err
+    for p in names:
+        assert p.read_bytes() == memory.pattern(8 * MiB, "seq").tobytes()
+
+    fake_meminfo(tmp_path, monkeypatch, free=64 * MiB, available=4 * MiB)
+    assert memory.available_bytes(None) == 4 * MiB
+    names = [tmp_path / "xa.bin", tmp_path / "xb.bin"]
+    code, _, err = cli(capsys, "write", "--host", "-s", "8M", *names)
+    assert code == 2
+    (line,) = error_lines(err)
+    assert "8.00 MiB does not fit in host memory" in line
+    assert not any(p.exists() for p in names)
+
+
+def test_host_memory_without_memavailable_counts_free_pages(tmp_path, monkeypatch):
+    """A kernel that reports no MemAvailable (or no /proc/meminfo at all):
+    the free pages sysconf counts."""
+    pages = {"SC_AVPHYS_PAGES": 1000, "SC_PHYS_PAGES": 5000}
+    real = os.sysconf
+    monkeypatch.setattr(os, "sysconf", lambda name: pages.get(name) or real(name))
+    fake_meminfo(tmp_path, monkeypatch, free=64 * MiB, available=None)
+    assert memory.host_memory() == (1000 * memory.PAGE_SIZE, 64 << 30)
+    monkeypatch.setattr(memory, "MEMINFO", str(tmp_path / "missing"))
+    assert memory.host_memory() == (1000 * memory.PAGE_SIZE, 5000 * memory.PAGE_SIZE)
+
+
 def test_info_shows_names_as_they_are_and_accounts_for_every_path(capsys, tmp_path, monkeypatch):
     """A path whose name looks like Rich markup is shown as it is; with --json
     a path that cannot be checked is in the document with its error; a

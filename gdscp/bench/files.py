@@ -15,6 +15,7 @@ import numpy as np
 # swallowed by its extension modules, so import it now, before any work starts.
 import numpy.random  # noqa: F401, E402
 
+from .. import memory
 from .._interrupts import through_interrupts
 from ..info import free_space, mount_of
 from ..page_cache import drop_file_page_cache, drop_system_page_cache
@@ -140,30 +141,13 @@ def free_disk(directory: str) -> Optional[int]:
     return free_space(directory)
 
 
-def _meminfo(key: str) -> Optional[int]:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith(key + ":"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
-
-
 def available_memory() -> int:
     """Host memory available without swapping (``MemAvailable``)."""
-    value = _meminfo("MemAvailable")
-    if value is None:
-        value = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    return value
+    return memory.host_memory()[0]
 
 
 def total_memory() -> int:
-    value = _meminfo("MemTotal")
-    if value is None:
-        value = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    return value
+    return memory.host_memory()[1]
 
 
 class BenchFiles:

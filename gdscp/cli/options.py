@@ -170,7 +170,8 @@ ChunkSize = Annotated[
         parser=size_option_at_least(MIN_CHUNK_SIZE),
         metavar="SIZE",
         help="Buffer per transfer, at least 4KiB; larger files move through in chunks of this size "
-        "(default: copy and read 64MiB shared by the workers; write up to 1GiB, at most an eighth of free memory).",
+        "(default: copy and read 64MiB shared by the workers; write up to 1GiB, at most an eighth of the memory "
+        "available).",
         rich_help_panel=_MEMORY,
     ),
 ]
@@ -278,7 +279,8 @@ def memory_name(device: Optional[int]) -> str:
 def chunk_size(requested: Optional[int], largest: int, device: Optional[int], buffers: int) -> int:
     """Bytes per buffer when ``buffers`` buffers move files of up to ``largest`` bytes:
     ``requested`` if given, else enough for the largest file, but at most 1GiB
-    and an eighth of the free memory divided among the buffers."""
+    and an eighth of the memory available (``memory.available_bytes``: free
+    GPU memory, or host RAM available without swapping) divided among the buffers."""
     from .. import memory  # noqa: PLC0415
 
     if requested is not None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 
 __all__ = ["ArgumentError", "ClosedFileError", "CudaError", "CuFileError", "EnvironmentVariableError", "from_engine",
-           "from_os_error", "invalid_variable"]
+           "from_os_error", "invalid_variable", "os_error"]
 
 # Mirrors gdscp::ErrorKind in cpp/include/gdscp/error.hpp.
 _OS, _CUDA, _CUFILE, _INVALID, _STATE, _RANGE, _CLOSED = range(7)
@@ -119,6 +119,13 @@ def from_os_error(exc: OSError) -> OSError:
     dual.args = (exc.errno, exc.strerror, str(exc))
     dual.offset = None
     return dual
+
+
+def os_error(code: int, what: str, path: str) -> OSError:
+    """The error for a system call that failed with errno ``code`` on
+    ``path``, said as the engine says its own: "WHAT 'PATH': STRERROR
+    (errno CODE)"."""
+    return from_engine(_OS, code, f"{what} '{path}': {os.strerror(code)} (errno {code})", path, -1)
 
 
 def from_engine(kind: int, code: int, message: str, path: str, offset: int) -> BaseException:

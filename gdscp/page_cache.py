@@ -20,28 +20,51 @@ import shutil
 import stat
 import subprocess
 import warnings
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional
 
 from . import _args, _core
-from ._errors import from_os_error
+from ._errors import from_os_error, os_error
 
 __all__ = ["clear_page_cache", "drop_file_page_cache", "drop_system_page_cache", "get_page_cache_info"]
 
 
+def _has_pages(mode: int) -> bool:
+    """Whether files of this type keep pages in the page cache: regular files,
+    block devices and directories. FIFOs, sockets and character devices do not."""
+    return stat.S_ISREG(mode) or stat.S_ISBLK(mode) or stat.S_ISDIR(mode)
+
+
 @contextlib.contextmanager
-def _opened(file: Any) -> Iterator[tuple[int, str]]:
-    """(descriptor, name for messages) of a file argument; a descriptor opened
-    here is closed afterwards. OS failures become gdscp's OS errors."""
+def _opened(file: Any) -> Iterator[tuple[Optional[int], str, int]]:
+    """(descriptor, name for messages, ``st_mode``) of a file argument. A path
+    is looked at before it is opened, and a file without cached pages is not
+    opened at all (the descriptor is None): opening a FIFO hands a waiting
+    writer a reader that goes away at once, which loses what it writes or
+    kills it with SIGPIPE, and opening a device may make it act. A descriptor
+    opened here is closed afterwards. OS failures become gdscp's OS errors."""
+    named = isinstance(file, (str, bytes, os.PathLike))
+    if named:
+        name = _args.path(file)
+        try:
+            mode = os.stat(name).st_mode  # following a link, as open() does
+        except OSError as exc:
+            raise from_os_error(exc) from None
+        if not _has_pages(mode):
+            yield None, name, mode
+            return
     try:
         fd, opened = _args.file_descriptor(file)
     except OSError as exc:
         raise from_os_error(exc) from None
-    if isinstance(file, (str, bytes, os.PathLike)):
-        name = _args.path(file)
-    else:
+    if not named:
         name = str(getattr(file, "name", f"file descriptor {fd}"))
     try:
-        yield fd, name
+        try:
+            # Again for a path: what was opened may not be what was looked at.
+            mode = os.fstat(fd).st_mode
+        except OSError as exc:
+            raise os_error(exc.errno, "cannot stat", name) from None
+        yield fd, name, mode
     except OSError as exc:
         raise from_os_error(exc) from None
     finally:
@@ -56,11 +79,19 @@ def get_page_cache_info(file: Any, offset: int = 0, length: int = 0) -> tuple[in
     The range is clamped to the file and widened to whole pages; from past
     the end of the file the answer is ``(0, 0)``. Linux reports residency only
     for files the caller owns or may write: for others no page counts as
-    cached.
+    cached. A directory is an ``IsADirectoryError``; files without a page
+    cache (pipes, sockets, character devices) have ``(0, 0)``, and are not
+    opened when named by a path.
     """
     offset = _args.offset(offset, "offset")
     length = _args.size(length, "length")
-    with _opened(file) as (fd, name):
+    with _opened(file) as (fd, name, mode):
+        if stat.S_ISDIR(mode):
+            # Whatever the filesystem: mapping one fails on most, and on
+            # procfs (size 0) would give (0, 0).
+            raise os_error(errno.EISDIR, "cannot count the cached pages of", name)
+        if not _has_pages(mode):
+            return 0, 0
         return _core.page_cache_info(fd, offset, length, name)
 
 
@@ -71,13 +102,13 @@ def drop_file_page_cache(file: Any, offset: int = 0, length: int = 0, sync_first
     The kernel drops only clean pages, and only whole pages inside the range;
     ``sync_first`` writes dirty ones back first (``fdatasync``). No privileges
     needed, and other files keep their pages. Files without a page cache
-    (pipes, sockets, character devices) are left as they are.
+    (pipes, sockets, character devices) are left as they are, and are not
+    opened when named by a path.
     """
     offset = _args.offset(offset, "offset")
     length = _args.size(length, "length")
-    with _opened(file) as (fd, _name):
-        mode = os.fstat(fd).st_mode
-        if not (stat.S_ISREG(mode) or stat.S_ISBLK(mode) or stat.S_ISDIR(mode)):
+    with _opened(file) as (fd, name, mode):
+        if not _has_pages(mode):
             return
         if sync_first:
             try:
@@ -85,10 +116,13 @@ def drop_file_page_cache(file: Any, offset: int = 0, length: int = 0, sync_first
             except OSError as exc:
                 # Nothing to write back: the filesystem has no sync for it.
                 if exc.errno not in (errno.EINVAL, errno.EROFS):
-                    raise
+                    raise os_error(exc.errno, "cannot sync", name) from None
         if length > _args.MAX_OFFSET - offset:  # past any file's end: to the end
             length = 0
-        os.posix_fadvise(fd, offset, length, os.POSIX_FADV_DONTNEED)
+        try:
+            os.posix_fadvise(fd, offset, length, os.POSIX_FADV_DONTNEED)
+        except OSError as exc:
+            raise os_error(exc.errno, "cannot drop the cached pages of", name) from None
 
 
 def drop_system_page_cache(reclaim_dentries_and_inodes: bool = True, sync_first: bool = True) -> bool:

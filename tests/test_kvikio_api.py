@@ -564,6 +564,106 @@ def test_page_cache_helpers_do_not_wait_on_a_fifo_and_take_any_length(cached_fil
     assert cached(cached_file) == (0, 9)
 
 
+@pytest.mark.parametrize("call", [gdscp.get_page_cache_info, gdscp.drop_file_page_cache])
+def test_page_cache_helpers_leave_a_fifos_waiting_writer_alone(tmp_path, call):
+    """A FIFO named by path is not opened: a writer waiting for a reader goes
+    on waiting, and its bytes reach the reader that comes later, whole (an
+    open and close would have released it into a FIFO without readers, to
+    lose its bytes or die of SIGPIPE)."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    wrote = []
+
+    def writer():
+        try:
+            fd = os.open(fifo, os.O_WRONLY)  # waits for a reader
+            time.sleep(0.2)
+            os.write(fd, b"hello")
+            os.close(fd)
+            wrote.append("ok")
+        except OSError as exc:
+            wrote.append(exc.errno)
+
+    thread = threading.Thread(target=writer, daemon=True)
+    thread.start()
+    time.sleep(0.2)  # the writer is waiting in its open
+    assert call(fifo) == ((0, 0) if call is gdscp.get_page_cache_info else None)
+    thread.join(1.0)
+    assert thread.is_alive() and wrote == [], f"the writer was let go: {wrote}"
+    fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # the reader it waits for
+    try:
+        received = b""
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                chunk = os.read(fd, 100)
+            except BlockingIOError:
+                time.sleep(0.01)
+                continue
+            if not chunk:  # no writer: not yet back from its open, or gone
+                if wrote:
+                    break
+                time.sleep(0.01)
+            received += chunk
+    finally:
+        os.close(fd)
+    thread.join(30)
+    assert received == b"hello" and wrote == ["ok"]
+
+
+@pytest.mark.parametrize("call", [gdscp.get_page_cache_info, gdscp.drop_file_page_cache])
+def test_page_cache_helpers_open_no_device_by_path(tmp_path, call, monkeypatch):
+    """Character devices and sockets named by path are looked at, not
+    opened: (0, 0), or left alone, as for their descriptors."""
+    import socket
+
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(tmp_path / "sock"))
+    opened = []
+    real_open = os.open
+    monkeypatch.setattr(os, "open", lambda path, *a, **k: opened.append(path) or real_open(path, *a, **k))
+    try:
+        for path in ("/dev/null", tmp_path / "sock"):
+            assert call(path) == ((0, 0) if call is gdscp.get_page_cache_info else None)
+    finally:
+        server.close()
+    assert opened == []
+
+
+def test_page_cache_info_of_a_directory_is_an_is_a_directory_error(tmp_path):
+    """A directory has no pages to count: IsADirectoryError (a RuntimeError,
+    as KvikIO's failed mmap of it is) naming it, on any filesystem: mapping
+    one fails with ENODEV on most, and procfs' directories have size 0."""
+    folders = [tmp_path, pathlib.Path("/proc")] + [pathlib.Path(p) for p in ("/dev/shm",) if os.path.isdir(p)]
+    for folder in folders:
+        with pytest.raises(IsADirectoryError) as info:
+            gdscp.get_page_cache_info(folder)
+        assert isinstance(info.value, RuntimeError) and f"'{folder}'" in str(info.value)
+        assert info.value.errno == errno.EISDIR and info.value.filename == str(folder)
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            with pytest.raises(IsADirectoryError, match=f"file descriptor {fd}"):
+                gdscp.get_page_cache_info(fd)
+        finally:
+            os.close(fd)
+    gdscp.drop_file_page_cache(tmp_path)  # dropping a directory's pages stays possible
+
+
+def test_drop_file_page_cache_errors_name_the_file(cached_file):
+    """A descriptor that can do no I/O (O_PATH): the failing call and the
+    descriptor are named, as get_page_cache_info names them."""
+    fd = os.open(cached_file, os.O_PATH)
+    try:
+        for sync_first, what in ((True, "cannot sync"), (False, "cannot drop the cached pages of")):
+            with pytest.raises(OSError) as info:
+                gdscp.drop_file_page_cache(fd, sync_first=sync_first)
+            assert isinstance(info.value, RuntimeError) and info.value.errno == errno.EBADF
+            assert str(info.value) == f"{what} 'file descriptor {fd}': Bad file descriptor (errno 9)"
+            assert info.value.filename == f"file descriptor {fd}"
+    finally:
+        os.close(fd)
+
+
 def test_drop_system_page_cache(cached_file, monkeypatch):
     dropped = gdscp.drop_system_page_cache(reclaim_dentries_and_inodes=False)
     assert dropped in (True, False)

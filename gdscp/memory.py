@@ -239,6 +239,8 @@ def fill(buf: Any, kind: str = "zeros", seed: int = 0, offset: int = 0) -> None:
     position ``offset``. Returns once the bytes are in place (GPU work is
     synchronised)."""
     _check_pattern(kind)
+    seed = _args.integer(seed, "seed")
+    offset = _args.integer(offset, "offset")
     if offset < 0:
         raise ValueError(f"offset must not be negative (got {offset})")
     gpu = _gpu(buf)
@@ -287,9 +289,13 @@ def pattern(nbytes: int, kind: str = "zeros", seed: int = 0, offset: int = 0) ->
 
 
 def copy_from_host(dst: Any, src: Any) -> None:
-    """Copy the host bytes ``src`` to the start of ``dst`` (host or GPU memory)."""
+    """Copy the host bytes ``src`` to the start of ``dst`` (host or GPU memory);
+    ValueError where ``dst`` is smaller."""
     data = np.frombuffer(memoryview(src).cast("B"), dtype=np.uint8)
     gpu = _gpu(dst)
+    room = _nbytes(dst, gpu)
+    if room < data.size:
+        raise ValueError(f"dst holds {room} bytes, fewer than the {data.size} bytes of src")
     if gpu is None:
         _host_bytes(dst)[: data.size] = data
     elif _is_cupy(gpu):
@@ -299,6 +305,13 @@ def copy_from_host(dst: Any, src: Any) -> None:
             cupy.cuda.get_current_stream().synchronize()
     else:
         gpu.copy_from_host(data, 0)
+
+
+def _nbytes(buf: Any, gpu: Any) -> int:
+    """The bytes of ``buf``, whose GPU form (``_gpu``) is ``gpu``."""
+    if gpu is None:
+        return int(_host_bytes(buf).size)
+    return int(gpu.nbytes) if _is_cupy(gpu) else len(gpu)
 
 
 def to_host(buf: Any) -> np.ndarray:
@@ -315,9 +328,13 @@ def to_host(buf: Any) -> np.ndarray:
 
 def download(src: Any, out: np.ndarray) -> None:
     """Copy the first ``out.nbytes`` bytes of ``src`` (GPU or host memory) into
-    the host array ``out``, without allocating."""
+    the host array ``out``, without allocating; ValueError where ``src`` is
+    smaller."""
     out = out.reshape(-1).view(np.uint8)
     gpu = _gpu(src)
+    have = _nbytes(src, gpu)
+    if have < out.size:
+        raise ValueError(f"src holds {have} bytes, fewer than the {out.size} bytes of out")
     if gpu is None:
         out[:] = to_host(src)[: out.size]
     elif _is_cupy(gpu):
@@ -386,7 +403,15 @@ def equal(a: Any, b: Any) -> bool:
 def stream_copy(dst: Any, src: Any) -> None:
     """Copy host buffer ``src`` into host buffer ``dst`` (contiguous, the same
     number of bytes, not overlapping) with streaming stores, as gdscp's mapped reads do: the
-    destination is not read into the CPU cache first. Releases the GIL."""
+    destination is not read into the CPU cache first. Releases the GIL. A
+    read-only ``dst`` is a ValueError."""
     from . import _core  # noqa: PLC0415
 
+    try:
+        with memoryview(dst) as view:
+            read_only = view.readonly
+    except (TypeError, ValueError, BufferError):
+        read_only = False  # no buffer to write into at all: the copy says why
+    if read_only:
+        raise ValueError(f"cannot copy into dst: the {type(dst).__name__} is read-only")
     _core.stream_copy(dst, src)

@@ -187,6 +187,28 @@ def test_patterns_and_copies_follow_memory_order():
         memory.allocate(1.7)
 
 
+def test_memory_helpers_name_the_argument_that_is_wrong():
+    """A seed or offset that is no integer, a buffer too small for the copy:
+    the error names the argument (and both sizes), and nothing is written."""
+    buf = np.full(64, 7, np.uint8)
+    for kwargs, name in (({"offset": 1.0}, "offset"), ({"seed": 1.5}, "seed"), ({"seed": "1"}, "seed")):
+        for kind in ("seq", "random", "zeros"):
+            with pytest.raises(TypeError, match=f"{name} must be an integer, not"):
+                memory.fill(buf, kind, **kwargs)
+    assert (buf == 7).all()
+    memory.fill(buf, "random", seed=np.uint64(2**64 - 1), offset=np.int64(8))
+    assert buf.tobytes() == memory.pattern(64, "random", 2**64 - 1, 8).tobytes()
+    small, out = np.zeros(8, np.uint8), np.full(16, 7, np.uint8)
+    with pytest.raises(ValueError, match="src holds 8 bytes, fewer than the 16 bytes of out"):
+        memory.download(small, out)
+    with pytest.raises(ValueError, match="dst holds 8 bytes, fewer than the 16 bytes of src"):
+        memory.copy_from_host(small, bytes(range(16)))
+    assert (out == 7).all() and not small.any()
+    memory.download(np.arange(32, dtype=np.uint8), out)
+    memory.copy_from_host(out, bytes(range(100, 108)))
+    assert out.tobytes() == bytes(range(100, 108)) + bytes(range(8, 16))
+
+
 def fake_meminfo(tmp_path, monkeypatch, free: int, available: int | None) -> None:
     """Point gdscp's reading of host memory at a file saying ``free`` and ``available`` bytes."""
     lines = ["MemTotal:       67108864 kB", f"MemFree:        {free // 1024} kB"]

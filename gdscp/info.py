@@ -229,51 +229,61 @@ def _kind(mode: int) -> str:
     return "other"
 
 
+def _test_file(directory: str) -> tuple[Optional[str], Optional[str]]:
+    """(a new empty file in ``directory`` for a probe to open, which the
+    caller removes; or None and why none could be made there)."""
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".gdscp-info-", dir=directory)
+    except OSError as exc:
+        return None, f"not tested: no test file could be created in the directory: {exc.strerror}"
+    os.close(fd)
+    return tmp, None
+
+
+def _remove(tmp: Optional[str]) -> None:
+    if tmp:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass  # a probe's answer stands without it
+
+
 def _probe_o_direct(path: str, is_dir: bool) -> tuple[Optional[bool], Optional[str]]:
     """(whether an O_DIRECT open works, why not). For a directory, a temporary
     file is created in it and removed."""
     flag = getattr(os, "O_DIRECT", 0)
     if not flag:
         return False, "this platform has no O_DIRECT"
+    tmp, why = _test_file(path) if is_dir else (None, None)
+    if why:
+        return None, why
     try:
-        if is_dir:
-            fd, tmp = tempfile.mkstemp(prefix=".gdscp-info-", dir=path)
-            os.close(fd)
-            try:
-                fd = os.open(tmp, os.O_RDWR | flag)
-                os.close(fd)
-            finally:
-                os.unlink(tmp)
-        else:
-            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | flag)
-            os.close(fd)
+        fd = os.open(tmp, os.O_RDWR | flag) if tmp else os.open(path, os.O_RDONLY | os.O_NONBLOCK | flag)
+        os.close(fd)
     except OSError as exc:
         if exc.errno == errno.EINVAL:
             return False, "the filesystem refuses O_DIRECT (EINVAL)"
-        return None, f"could not test: {exc.strerror}"
+        return None, f"not tested: the {'test ' if tmp else ''}file could not be opened: {exc.strerror}"
+    finally:
+        _remove(tmp)
     return True, None
 
 
 def _probe_backend(path: str, is_dir: bool) -> tuple[Optional[str], Optional[str]]:
     """(backend, reason) a device-memory read of ``path`` would use, from a
     CuFile opened on it (or on a temporary file in the directory)."""
-    tmp = None
+    tmp, why = _test_file(path) if is_dir else (None, None)
+    if why:
+        return None, why
     try:
-        if is_dir:
-            fd, tmp = tempfile.mkstemp(prefix=".gdscp-info-", dir=path)
-            os.close(fd)
         with CuFile(tmp or path, "r") as f:
             return f.backend, f.backend_reason
     except OSError as exc:
-        return None, f"could not open a file there: {exc.strerror}"
+        return None, f"not tested: the {'test ' if tmp else ''}file could not be opened: {exc.strerror}"
     except Exception as exc:  # cuFile refusing the file, for one
         return None, str(exc)
     finally:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
+        _remove(tmp)
 
 
 def path_info(path: str) -> dict[str, Any]:

@@ -2144,6 +2144,22 @@ def test_info_json(capsys, tmp_path):
         assert doc["gpus"] == [] and doc["paths"][0]["backend"] == "posix"
 
 
+def test_info_says_a_directory_without_room_for_a_test_file_was_not_tested(capsys):
+    """O_DIRECT and the backend of a directory are found with a test file
+    made in it: where none can be made (procfs takes no new files), the
+    answer is unknown, and the reason says so, not the bare error of the
+    attempt as if it were the filesystem's answer."""
+    code, doc, err = cli_json(capsys, "info", "/proc")
+    assert code == 0, err
+    (p,) = doc["paths"]
+    why = "not tested: no test file could be created in the directory: No such file or directory"
+    assert (p["kind"], p["filesystem"]) == ("directory", "proc")
+    assert (p["o_direct"], p["o_direct_reason"]) == (None, why)
+    assert (p["backend"], p["backend_reason"]) == (None, why)
+    code, out, _ = cli(capsys, "info", "/proc")
+    assert code == 0 and f"unknown ({why})" in " ".join(out.split())
+
+
 def test_info_table_and_missing_path(capsys, tmp_path):
     code, out, err = cli(capsys, "info", tmp_path, tmp_path / "missing")
     assert code == 1

@@ -856,3 +856,36 @@ def test_cancel_skips_the_rest_and_cancelled_tells_it_from_end_of_file(tmp_path)
         small = f.pread(buf[:100])  # run on this thread: nothing left to cancel
         small.cancel()
         assert small.get() == 100 and not small.cancelled()
+
+
+def test_a_cancelled_mmap_read_is_counted_as_a_cufile_read_is(tmp_path):
+    """An Mmap pread cancelled while its workers are held between chunks:
+    get() returns the bytes before the first chunk skipped, all of them
+    right, and cancelled() is True; a whole read, or a cancel after it
+    ended, reports False."""
+    data = payload(8 * MiB + 100, 45)
+    path = tmp_path / "data.bin"
+    path.write_bytes(data.tobytes())
+    with gdscp.defaults.set({"num_threads": 2, "gds_threshold": 0}), gdscp.Mmap(path) as f:
+        buf = np.zeros(data.size, np.uint8)
+        _core.testing.arm_hold(1)
+        try:
+            fut = f.pread(buf, task_size=MiB)
+            deadline = time.monotonic() + DEADLINE
+            while not _core.testing.hold_reached():
+                assert time.monotonic() < deadline, "no worker reached the hold"
+                time.sleep(0.001)
+            fut.cancel()
+            n = fut.get()
+        finally:
+            _core.testing.disarm_fault()
+        assert fut.done() and fut.cancelled()
+        assert 0 < n < data.size and n % MiB == 0, n
+        assert np.array_equal(buf[:n], data[:n]) and not buf[n:].any()
+        assert fut.cancelled() and fut.get() == n
+
+        whole = f.pread(buf, task_size=MiB)
+        assert whole.get() == data.size and not whole.cancelled()
+        whole.cancel()
+        assert not whole.cancelled() and whole.get() == data.size
+        assert np.array_equal(buf, data)

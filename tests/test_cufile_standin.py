@@ -212,6 +212,10 @@ def test_mmap_into_device_memory(go):
     go(scenario_mmap)
 
 
+def test_a_cancelled_mmap_read_counts_what_it_moved(go):
+    go(scenario_mmap_cancel)
+
+
 @pytest.mark.parametrize("compat", [None, "on", "off"])
 def test_kvikio_program_on_device_memory(standin_build, page_cache_folder, compat):
     # The program drops the page cache of its files: not on tmpfs, which keeps them.
@@ -2455,6 +2459,40 @@ def scenario_mmap(folder):
         assert info.value.code == CUDA_ERROR_ILLEGAL_ADDRESS
         buf = poisoned(len(data))
         assert m.read(buf) == len(data) and buf.bytes() == data  # and the next read works
+
+
+def scenario_mmap_cancel(folder):
+    """A pread into device memory cancelled while one of its copies to the GPU
+    waits (the other workers' pieces run on past it): get() counts only the
+    bytes moved without a gap from the start, every one of them right, and
+    cancelled() is True, for an Mmap as for a CuFile staged the same way."""
+    import gdscp
+
+    size = 32 * MiB
+    data = np.random.default_rng(23).integers(0, 255, size, dtype=np.uint8)
+    data[data == POISON] = 0xFF  # no byte of the file is the poison: where the copy stopped shows
+    path = new_file(folder, "cancel.bin", data.tobytes())
+    with settings(compat_mode="on", bounce_buffer_size=64 * KiB, num_threads=4, gds_threshold=0):
+        for kind in ("Mmap", "CuFile"):
+            with getattr(gdscp, kind)(path) as f:
+                buf = poisoned(size)
+                standin.cuda.gate("cuMemcpyHtoDAsync", skip=40)
+                try:
+                    fut = f.pread(buf, size, 0, task_size=4 * MiB)
+                    assert standin.cuda.gate_wait(30), f"{kind}: no copy reached the gate"
+                    fut.cancel()
+                finally:
+                    standin.cuda.release()
+                n = fut.get()
+                got = buf.host
+                assert n < size, (kind, n)
+                assert np.array_equal(got[:n], data[:n]), (kind, n)
+                assert got[n] == POISON, (kind, n)  # the first byte not moved is where the count ends
+                assert fut.cancelled(), kind
+            with getattr(gdscp, kind)(path) as f:  # and the next read is whole
+                buf = poisoned(size)
+                fut = f.pread(buf, size, 0, task_size=4 * MiB)
+                assert fut.get() == size and not fut.cancelled() and buf.bytes() == data.tobytes(), kind
 
 
 def scenario_kvikio_program(folder, compat):

@@ -232,6 +232,10 @@ std::unique_ptr<Future> MappedFile::pread(uintptr_t buf, bool device, size_t siz
   detail::Dispatch d = detail::plan_dispatch(offset, size, s);
   auto req = std::make_shared<detail::Request>(d.tasks, m);
   auto work = std::make_shared<ChunkQueue>(std::move(d.chunks), d.chunk_size, req->cancel_flag(), d.tasks);
+  // A cancel leaves pieces that other workers had started moved past the
+  // ones it skipped: the result is what the queue moved without a gap, and
+  // cancelled() sees the skip, as for a CuFile.
+  req->count_contiguous(work);
   char* base = reinterpret_cast<char*>(buf);
   // The request keeps the mapping alive until the last task ends.
   detail::run_tasks(req, d, [m, mem, base, s, req, work] { return copy_chunks(*m, mem, base, *work, s, req.get()); });

@@ -30,6 +30,7 @@ import time
 import numpy as np
 import pytest
 
+import standin
 from conftest import random_bytes, wait_engine_idle
 
 CHILD_TIMEOUT = 60
@@ -627,17 +628,108 @@ def test_mapped_copy_survives_pages_cut_off(tmp_path):
     )
 
 
-@pytest.mark.parametrize("how", ["sent", "fault", "fault, faulthandler"])
-def test_unrelated_sigbus_still_kills(tmp_path, how):
+@pytest.fixture(scope="module")
+def foreign_sigbus(tmp_path_factory):
+    """tests/foreign_sigbus.c (another library's SIGBUS handlers) built into a
+    shared library: its path."""
+    if os.uname().machine != "x86_64":
+        pytest.skip("the SIGBUS guard is x86-64 only")
+    try:
+        cc = standin.find_compiler()
+    except standin.Unavailable as exc:
+        pytest.skip(str(exc))
+    lib = tmp_path_factory.mktemp("foreign-sigbus") / "libforeign_sigbus.so"
+    source = os.path.join(os.path.dirname(os.path.abspath(__file__)), "foreign_sigbus.c")
+    proc = subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", str(lib), source], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return str(lib)
+
+
+@pytest.mark.parametrize("how", ["Mmap", "CuFile"])
+def test_a_handler_found_before_the_guard_gets_every_sigbus_not_its_own(tmp_path, foreign_sigbus, how):
+    """A library that recovers from faults on its own mappings with
+    siglongjmp, its handler installed before gdscp's guard: every one of its
+    faults reaches it, on any thread, however many there are and whether or
+    not gdscp reads between them, and the guard still catches its own."""
+    run_child(
+        f"""
+        import ctypes
+        from gdscp._core import testing
+        folder = {str(tmp_path)!r}
+        lib = ctypes.CDLL({foreign_sigbus!r})
+        assert lib.install_recovering() == 0
+        small = os.path.join(folder, "small.bin").encode()
+        with open(small, "wb") as f:
+            f.write(b"A" * 4096)
+        path = os.path.join(folder, "data.bin")
+        data = payload(4 * MiB, 7)
+        data.tofile(path)
+        gdscp.defaults.set("num_threads", 1)  # one task: a mapped read whatever the core count
+
+        def gdscp_read():
+            out = np.zeros(data.size, np.uint8)
+            before = testing.mapped_read_bytes()
+            if {how!r} == "Mmap":
+                with gdscp.Mmap(path) as m:
+                    assert m.read(out) == data.size
+            else:
+                with gdscp.CuFile(path, "r") as f:
+                    assert f.read(out, task_size=4 * MiB) == data.size
+                assert testing.mapped_read_bytes() == before + data.size  # out of the page cache's mapping
+            assert np.array_equal(out, data)
+
+        def faults(count):
+            # inside the file: the byte; a page past its end: the fault, recovered by the library
+            for _ in range(count):
+                assert lib.read_mapped(small, 4096, 100) == ord("A")
+                assert lib.read_mapped(small, 3 * 4096, 8192) == -1
+
+        assert lib.read_mapped(small, 3 * 4096, 8192) == -1  # before gdscp
+        gdscp_read()  # the guard goes in front of the library's handler
+        faults(3)
+        for _ in range(2):
+            gdscp_read()
+            faults(2)
+        errors = []
+        def on_a_thread():
+            try:
+                faults(3)
+                gdscp_read()
+                faults(1)
+            except BaseException as exc:
+                errors.append(exc)
+        t = threading.Thread(target=on_a_thread)
+        t.start()
+        t.join(60)
+        assert not t.is_alive() and not errors, errors
+        assert lib.recovered_faults() == 1 + 3 + 2 * 2 + 3 + 1
+        # the guard's own faults are still its own
+        out = np.zeros(MiB, np.uint8)
+        fd = os.open(path, os.O_RDONLY)
+        assert testing.mapped_copy(fd, out, data.size - 4096) is False
+        os.close(fd)
+        assert lib.recovered_faults() == 12
+        faults(1)
+        assert lib.recovered_faults() == 13
+        assert_healthy(folder)
+        """,
+        tmp_path,
+    )
+
+
+@pytest.mark.parametrize("how", ["sent", "fault", "fault, faulthandler", "fault, a handler raising it inside"])
+def test_unrelated_sigbus_still_kills(tmp_path, how, request):
     """The guard only catches faults of its own copies: any other SIGBUS (sent,
     or a fault on a mapping of its own) still has its default effect once gdscp
     has installed the guard, and promptly. With Python's faulthandler turned on
     after the guard (which gdscp's next read puts back in front of it), the
     fault is reported once, then kills: the two handlers do not hand it back
-    and forth."""
+    and forth; nor with a handler that puts the guard back and raises the
+    signal again with SIGBUS unblocked, so that the guard runs inside it."""
+    lib = request.getfixturevalue("foreign_sigbus") if how == "fault, a handler raising it inside" else None
     script = PRELUDE + textwrap.dedent(
         f"""
-        import faulthandler, mmap
+        import ctypes, faulthandler, mmap
         path = os.path.join({str(tmp_path)!r}, "x.bin")
         payload(4 * MiB, 1).tofile(path)
         # One worker, one task: on a machine with many cores the request would
@@ -649,6 +741,9 @@ def test_unrelated_sigbus_still_kills(tmp_path, how):
         read()
         if {how!r} == "fault, faulthandler":
             faulthandler.enable()
+            read()
+        if {how!r} == "fault, a handler raising it inside":
+            assert ctypes.CDLL({lib!r}).install_reporting() == 0
             read()
         assert _core.testing.mapped_read_bytes() > 0
         sys.stdout.flush()
@@ -672,8 +767,8 @@ def test_unrelated_sigbus_still_kills(tmp_path, how):
     assert "survived" not in proc.stdout
     # One report at most: faulthandler's, where it is on (here, or for the
     # whole run, as under the sanitizers); never the two handlers' loop.
-    reports = proc.stderr.count("Fatal Python error: Bus error")
-    assert reports <= 1 and (reports == 1 or how != "fault, faulthandler"), proc.stderr[-2000:]
+    reports = proc.stderr.count("Fatal Python error: Bus error") + proc.stderr.count("foreign handler: SIGBUS")
+    assert reports <= 1 and (reports == 1 or not how.startswith("fault, ")), proc.stderr[-2000:]
 
 
 # -- permission denied -----------------------------------------------------------

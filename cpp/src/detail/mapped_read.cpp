@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
+#include <ucontext.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -33,20 +34,27 @@ const size_t g_page_size = static_cast<size_t>(sysconf(_SC_PAGESIZE));
 // A mapped page past the end of a file that shrank under us raises SIGBUS
 // (pread would just return short). The thread doing a guarded copy points
 // t_guard at its jump buffer; the handler jumps back there. Any other SIGBUS
-// goes to whatever handler was installed before ours, or kills the process
-// as it would have without us.
+// goes to whatever handler was installed before ours, every time (a library
+// that recovers from its own faults with siglongjmp keeps doing so), or kills
+// the process as it would have without us.
 //
-// Handed on once: a handler that reports the fault and hands it back (Python's
-// faulthandler restores the handler it replaced, ours, and raises the signal
-// again) would otherwise send it round between the two for ever. The second
-// time, the default action ends the process, as it would have without us.
+// A handler that reports the fault and raises it again for the handler it
+// restores (Python's faulthandler, where that is ours) would send it round
+// between the two for ever; such a SIGBUS takes the default action instead.
+// The previous handler runs with SIGBUS blocked (ours is installed without
+// SA_NODEFER), so its raise() is pending when it returns: seen there. One that
+// unblocks SIGBUS first gets the signal back inside itself: seen by
+// t_handing_on, which marks where on this thread's stack the hand-on runs.
+// A handler that jumps out instead leaves the mark behind; the next fault
+// (si_code > 0), or a signal sent from outside the hand-on's frames, is a new
+// one and goes to it again.
 
 // initial-exec: the handler may run on a thread that never touched t_guard,
 // and a lazily allocated TLS block would call malloc inside the handler.
 __attribute__((tls_model("initial-exec"))) thread_local sigjmp_buf* volatile t_guard = nullptr;
+__attribute__((tls_model("initial-exec"))) thread_local const volatile char* volatile t_handing_on = nullptr;
 struct sigaction g_previous;
 std::mutex g_install_mutex;
-volatile sig_atomic_t g_handed_on = 0;  // a SIGBUS not ours went to g_previous
 
 // Held across fork(), so that a child never inherits it held by a worker
 // that was installing the handler.
@@ -58,23 +66,52 @@ struct InstallForkHandlers {
 };
 const InstallForkHandlers g_install_fork_handlers;
 
+void on_sigbus(int sig, siginfo_t* info, void* uctx);
+
+bool is_ours(const struct sigaction& sa) { return (sa.sa_flags & SA_SIGINFO) && sa.sa_sigaction == on_sigbus; }
+
+// Whether this SIGBUS is one the previous handler raised while it ran on this
+// thread: sent by this process, and interrupting code below the frame that
+// handed the fault on (the stack grows down).
+bool raised_inside_hand_on(const siginfo_t* info, const void* uctx) {
+  const volatile char* frame = t_handing_on;
+  if (frame == nullptr || info == nullptr || uctx == nullptr) return false;
+  if (info->si_code > 0 || info->si_pid != ::getpid()) return false;
+  const auto sp = static_cast<uintptr_t>(static_cast<const ucontext_t*>(uctx)->uc_mcontext.gregs[REG_RSP]);
+  return sp < reinterpret_cast<uintptr_t>(frame);
+}
+
+// Hands the signal to the handler installed before ours; false where that is
+// the default action or SIG_IGN.
+bool hand_on(int sig, siginfo_t* info, void* uctx) {
+  const bool siginfo = g_previous.sa_flags & SA_SIGINFO;
+  if (!siginfo && (g_previous.sa_handler == SIG_DFL || g_previous.sa_handler == SIG_IGN)) return false;
+  volatile char frame = 0;
+  t_handing_on = &frame;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  if (siginfo) {
+    g_previous.sa_sigaction(sig, info, uctx);
+  } else {
+    g_previous.sa_handler(sig);
+  }
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  t_handing_on = nullptr;
+  // It returned. Where it raised the signal again and ours is the handler in
+  // place, it would come straight back here: the default action takes it.
+  sigset_t pending;
+  struct sigaction current;
+  if (sigpending(&pending) == 0 && sigismember(&pending, sig) == 1 && sigaction(sig, nullptr, &current) == 0 &&
+      is_ours(current))
+    signal(sig, SIG_DFL);
+  return true;
+}
+
 void on_sigbus(int sig, siginfo_t* info, void* uctx) {
   if (sigjmp_buf* guard = t_guard) {
     t_guard = nullptr;
     siglongjmp(*guard, 1);
   }
-  if (!g_handed_on) {
-    if (g_previous.sa_flags & SA_SIGINFO) {
-      g_handed_on = 1;
-      g_previous.sa_sigaction(sig, info, uctx);
-      return;
-    }
-    if (g_previous.sa_handler != SIG_DFL && g_previous.sa_handler != SIG_IGN) {
-      g_handed_on = 1;
-      g_previous.sa_handler(sig);
-      return;
-    }
-  }
+  if (!raised_inside_hand_on(info, uctx) && hand_on(sig, info, uctx)) return;
   // Default action: restore it; a fault re-executes and dies, a sent signal is re-raised.
   signal(sig, SIG_DFL);
   if (info == nullptr || info->si_code <= 0) raise(sig);
@@ -85,7 +122,7 @@ void on_sigbus(int sig, siginfo_t* info, void* uctx) {
 bool guard_installed() {
   struct sigaction current;
   if (sigaction(SIGBUS, nullptr, &current) != 0) return false;
-  if ((current.sa_flags & SA_SIGINFO) && current.sa_sigaction == on_sigbus) return true;
+  if (is_ours(current)) return true;
   std::lock_guard<std::mutex> lock(g_install_mutex);
   struct sigaction ours {};
   ours.sa_sigaction = on_sigbus;
@@ -93,8 +130,7 @@ bool guard_installed() {
   sigemptyset(&ours.sa_mask);
   struct sigaction previous;
   if (sigaction(SIGBUS, &ours, &previous) != 0) return false;
-  if (!((previous.sa_flags & SA_SIGINFO) && previous.sa_sigaction == on_sigbus)) g_previous = previous;
-  g_handed_on = 0;
+  if (!is_ours(previous)) g_previous = previous;
   return true;
 }
 

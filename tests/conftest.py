@@ -1,4 +1,4 @@
-"""Shared fixtures: GPU detection, the ``gpu`` marker policy, ``xp`` and ``tmp_file``.
+"""Shared fixtures: GPU detection, the ``gpu`` marker policy, ``xp``, ``tmp_file`` and ``loop_device``.
 
 Tests marked ``gpu`` are skipped when no CUDA device is usable. On a machine
 that is meant to have one, set ``GDSCP_REQUIRE_GPU=1`` so that a missing
@@ -256,6 +256,28 @@ def page_cache_folder(tmp_path):
             shutil.rmtree(folder, ignore_errors=True)
             return
     pytest.skip("no folder here whose filesystem drops cached pages (tmpfs keeps them)")
+
+
+@pytest.fixture
+def loop_device(tmp_path):
+    """A 16 MiB block device (a loop device over a file of 0xEE bytes), where
+    this process may make one (root, with losetup); skipped elsewhere."""
+    import subprocess
+    from pathlib import Path
+
+    image = tmp_path / "image"
+    image.write_bytes(b"\xee" * (16 << 20))
+    try:
+        made = subprocess.run(["losetup", "--find", "--show", str(image)], capture_output=True, text=True)
+    except FileNotFoundError:
+        pytest.skip("no losetup here")
+    if made.returncode != 0:
+        pytest.skip(f"cannot make a loop device here: {made.stderr.strip()}")
+    device = made.stdout.strip()
+    try:
+        yield Path(device)
+    finally:
+        subprocess.run(["losetup", "--detach", device], check=True)
 
 
 @pytest.fixture

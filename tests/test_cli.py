@@ -563,25 +563,6 @@ def test_write_verify_of_a_block_device_reads_the_length_it_wrote(tmp_path, monk
         write_command.verify_pattern(str(path), 1 << 20, "seq", 0)
 
 
-@pytest.fixture
-def loop_device(tmp_path):
-    """A 16 MiB block device (a loop device over a file of 0xEE bytes), where
-    this process may make one (root, with losetup); skipped elsewhere."""
-    image = tmp_path / "image"
-    image.write_bytes(b"\xee" * (16 * MiB))
-    try:
-        made = subprocess.run(["losetup", "--find", "--show", str(image)], capture_output=True, text=True)
-    except FileNotFoundError:
-        pytest.skip("no losetup here")
-    if made.returncode != 0:
-        pytest.skip(f"cannot make a loop device here: {made.stderr.strip()}")
-    device = made.stdout.strip()
-    try:
-        yield Path(device)
-    finally:
-        subprocess.run(["losetup", "--detach", device], check=True)
-
-
 def test_copy_verify_onto_a_block_device_reads_back_what_it_wrote(capsys, tmp_path, loop_device):
     """copy --verify onto a block device (written in place, as cp does) reads
     the device back from its start as far as the source goes, as write

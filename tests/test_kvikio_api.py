@@ -392,6 +392,48 @@ def test_mmap_refuses_what_has_no_pages_and_flags_that_map_something_else(mapped
         assert m.read(np.zeros(10, np.uint8), 10) == 10
 
 
+def filled_device(device, seed: int) -> bytes:
+    """Writes random bytes over the whole of block device ``device`` (through
+    its page cache, synced); returns them."""
+    fd = os.open(device, os.O_RDWR)
+    try:
+        size = os.lseek(fd, 0, os.SEEK_END)
+        data = random_bytes(size, seed=seed)
+        assert os.pwrite(fd, data, 0) == size
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return data
+
+
+def test_mmap_of_a_block_device_maps_the_device(loop_device):
+    """A block device's st_size is 0: its size is the device's. Mmap maps all
+    of it by default, or any region inside it, and reads its bytes as CuFile
+    does; a region or read past its end raises IndexError."""
+    data = filled_device(loop_device, 12)
+    size = len(data)
+    with gdscp.Mmap(loop_device) as m:
+        assert (m.initial_map_size(), m.initial_map_offset(), m.file_size()) == (size, 0, size)
+        out = np.zeros(size, np.uint8)
+        assert m.read(out) == size and out.tobytes() == data
+        with gdscp.defaults.set({"num_threads": 4, "gds_threshold": 0}):
+            out[:] = 0
+            assert m.pread(out, task_size=MiB).get() == size and out.tobytes() == data
+        part = bytearray(5000)
+        assert m.read(part, 5000, size - 5000) == 5000 and bytes(part) == data[-5000:]
+        with pytest.raises(IndexError):
+            m.read(part, 10, size - 5)
+    with gdscp.Mmap(loop_device, initial_map_size=PAGE, initial_map_offset=size - PAGE) as m:
+        assert m.initial_map_size() == PAGE
+        page = bytearray(PAGE)
+        assert m.read(page, PAGE, size - PAGE) == PAGE and bytes(page) == data[-PAGE:]
+    with pytest.raises(IndexError):
+        gdscp.Mmap(loop_device, initial_map_size=PAGE, initial_map_offset=size)
+    with gdscp.CuFile(loop_device) as f:
+        out = np.zeros(size, np.uint8)
+        assert f.read(out) == size and out.tobytes() == data
+
+
 def test_mmap_pread_keeps_the_mapping_alive_after_close(mapped_file):
     path, data = mapped_file
     buf = np.zeros(len(data), np.uint8)
@@ -662,6 +704,25 @@ def test_drop_file_page_cache_errors_name_the_file(cached_file):
             assert info.value.filename == f"file descriptor {fd}"
     finally:
         os.close(fd)
+
+
+def test_page_cache_info_of_a_block_device_counts_the_devices_pages(loop_device):
+    """A block device's st_size is 0: its pages are those of the whole
+    device, counted as a file's are."""
+    size = len(filled_device(loop_device, 13))
+    pages = size // PAGE
+    # Open throughout: the kernel drops a block device's cached pages as its
+    # last descriptor closes.
+    with open(loop_device, "rb") as f:
+        f.read()
+        assert gdscp.get_page_cache_info(loop_device) == (pages, pages)
+        assert gdscp.get_page_cache_info(loop_device, size - PAGE - 1, 10) == (2, 2)
+        assert gdscp.get_page_cache_info(loop_device, size - PAGE, 10**9) == (1, 1)  # clamped to the device
+        assert gdscp.get_page_cache_info(loop_device, size) == (0, 0)  # past the end
+        f.seek(123)
+        assert gdscp.get_page_cache_info(f) == (pages, pages) and f.tell() == 123  # its offset stays
+        gdscp.drop_file_page_cache(loop_device)
+        assert gdscp.get_page_cache_info(f) == (0, pages)
 
 
 def test_drop_system_page_cache(cached_file, monkeypatch):

@@ -55,7 +55,7 @@ using detail::MemoryTarget;
 int64_t size_of(int fd, const std::string& path) {
   struct stat st{};
   if (::fstat(fd, &st) != 0) throw_os_error(errno, "cannot stat", path);
-  return st.st_size;
+  return detail::content_size(fd, st, path);
 }
 
 [[noreturn]] void shrank(const Mapping& m, int64_t file_size) {
@@ -135,7 +135,7 @@ MappedFile::MappedFile(std::string path, std::string_view flags, std::optional<s
   if (S_ISDIR(st.st_mode)) throw_os_error(EISDIR, "cannot map", path_);
   if (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode))
     throw_os_error(ENODEV, S_ISFIFO(st.st_mode) ? "cannot map a FIFO" : "cannot map a socket", path_);
-  const int64_t file_size = st.st_size;
+  const int64_t file_size = detail::content_size(m->fd, st, path_);
   if (map_offset > file_size || (map_offset == file_size && file_size > 0))
     throw_range("initial_map_offset " + std::to_string(map_offset) + " is not inside '" + path_ + "' (" +
                 std::to_string(file_size) + " bytes)");

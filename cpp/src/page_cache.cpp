@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <vector>
 
+#include "gdscp/detail/file.hpp"
 #include "gdscp/error.hpp"
 
 namespace gdscp {
@@ -22,7 +23,7 @@ constexpr size_t kWindow = size_t{1} << 30;
 PageCacheInfo page_cache_info(int fd, int64_t offset, size_t length, const std::string& path) {
   struct stat st{};
   if (::fstat(fd, &st) != 0) throw_os_error(errno, "cannot stat", path);
-  const auto file_size = static_cast<uint64_t>(st.st_size);
+  const auto file_size = static_cast<uint64_t>(detail::content_size(fd, st, path));
   const auto start = static_cast<uint64_t>(offset);
   if (start >= file_size) return {};
   const uint64_t end = length == 0 || length > file_size - start ? file_size : start + length;  // no wrap-around

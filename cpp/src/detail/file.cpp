@@ -1,7 +1,9 @@
 #include "gdscp/detail/file.hpp"
 
 #include <fcntl.h>
+#include <linux/fs.h>
 #include <sys/file.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -190,6 +192,13 @@ File::~File() {
   if (write_fd_ >= 0 && write_fd_ != fd_) ::close(write_fd_);
   if (direct_fd_ >= 0) ::close(direct_fd_);
   if (fd_ >= 0) ::close(fd_);
+}
+
+int64_t content_size(int fd, const struct stat& st, const std::string& path) {
+  if (!S_ISBLK(st.st_mode)) return st.st_size;
+  uint64_t bytes = 0;
+  if (::ioctl(fd, BLKGETSIZE64, &bytes) != 0) throw_os_error(errno, "cannot find the size of", path);
+  return static_cast<int64_t>(bytes);
 }
 
 int File::open_flags() const { return ::fcntl(fd_, F_GETFL); }

@@ -26,6 +26,11 @@ struct OpenMode {
 // Parses Python open() modes: exactly one of r/w/a/x, optionally '+', optionally 'b'.
 OpenMode parse_open_mode(std::string_view mode);
 
+// The bytes the file open as `fd` holds, `st` being its fstat: st_size, but
+// for a block device, whose st_size is 0, the device's size (asked without
+// moving the descriptor's offset). `path` names the file in errors.
+int64_t content_size(int fd, const struct stat& st, const std::string& path);
+
 class File {
  public:
   // `deferred`: the open may still fail after this (its backend is chosen

@@ -85,14 +85,23 @@ nb::dict to_dict(const gdscp::CuFileInfo& i) {
   return d;
 }
 
-// Host buffers of the same size; the copy runs with the GIL released while
-// both views pin the memory.
+// Host buffers of the same size that do not overlap (the copy's loads and
+// stores run ahead of one another, so an overlap copies bytes already
+// overwritten); the copy runs with the GIL released while both views pin the
+// memory.
 void stream_copy(nb::handle dst, nb::handle src) {
   const gdscp::bindings::BufferView to(dst, /*writable=*/true);
   const gdscp::bindings::BufferView from(src, /*writable=*/false);
   if (to.size() != from.size())
     throw nb::value_error(("stream_copy needs buffers of one size; dst has " + std::to_string(to.size()) +
                            " bytes, src " + std::to_string(from.size()))
+                              .c_str());
+  const auto d = reinterpret_cast<uintptr_t>(to.data());
+  const auto s = reinterpret_cast<uintptr_t>(from.data());
+  const size_t n = from.size();
+  if (n > 0 && d < s + n && s < d + n)
+    throw nb::value_error(("stream_copy needs buffers that do not overlap; dst and src share " +
+                           std::to_string(n - (d > s ? d - s : s - d)) + " of their " + std::to_string(n) + " bytes")
                               .c_str());
   ReleaseGil unlocked;
   gdscp::stream_copy(to.data(), from.data(), from.size());

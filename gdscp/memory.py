@@ -402,9 +402,9 @@ def equal(a: Any, b: Any) -> bool:
 
 def stream_copy(dst: Any, src: Any) -> None:
     """Copy host buffer ``src`` into host buffer ``dst`` (contiguous, the same
-    number of bytes, not overlapping) with streaming stores, as gdscp's mapped reads do: the
-    destination is not read into the CPU cache first. Releases the GIL. A
-    read-only ``dst`` is a ValueError."""
+    number of bytes, not overlapping: ``ValueError`` otherwise, as for a
+    read-only ``dst``) with streaming stores, as gdscp's mapped reads do: the
+    destination is not read into the CPU cache first. Releases the GIL."""
     from . import _core  # noqa: PLC0415
 
     try:

@@ -263,3 +263,22 @@ def test_stream_copy_checks_its_buffers():
     assert not dst.any()
     memory.stream_copy(dst, src)
     assert np.array_equal(dst, src)
+
+
+def test_stream_copy_refuses_overlapping_buffers():
+    """Views of one buffer that share bytes are refused untouched, whichever
+    way they overlap and whatever objects view them; views that only meet
+    are copied exactly."""
+    a = _payload(4096, 2)
+    before = a.copy()
+    for dst, src in ((a[10:60], a[0:50]), (a[0:50], a[10:60]), (a[0:50], a[0:50]), (a[49:99], a[0:50]),
+                     (a[1:], a[:-1])):
+        with pytest.raises(ValueError, match="overlap"):
+            memory.stream_copy(dst, src)
+    raw = bytearray(before.tobytes())
+    with pytest.raises(ValueError, match="overlap"):
+        memory.stream_copy(memoryview(raw)[100:3100], np.frombuffer(raw, np.uint8)[0:3000])
+    assert np.array_equal(a, before) and bytes(raw) == before.tobytes()
+    memory.stream_copy(a[2048:], a[:2048])
+    assert np.array_equal(a[2048:], before[:2048]) and np.array_equal(a[:2048], before[:2048])
+    memory.stream_copy(a[5:5], a[5:5])  # nothing to copy

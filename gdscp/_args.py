@@ -29,6 +29,7 @@ FALSE_WORDS = frozenset({"0", "false", "no", "off", "n"})
 # message cannot name every number a caller may pass: one past this many
 # digits is named by its length.
 _SHOWN_DIGITS = 40
+_EXACT_DIGITS = 100_000  # past this, a message counts digits from the bit length alone
 
 
 def shown(value: Any) -> str:
@@ -41,13 +42,16 @@ def shown(value: Any) -> str:
     if -(10**_SHOWN_DIGITS) < number < 10**_SHOWN_DIGITS:
         return repr(value)
     size = abs(number)
-    # The bit length gives the digit count to within one; a comparison settles it.
+    sign = "negative " if number < 0 else ""
+    # The bit length gives the digit count to within one; a comparison settles
+    # it, where a power of ten that long is quick to make.
     digits = max(_SHOWN_DIGITS, int((size.bit_length() - 1) * 0.30102999566398120))
+    if digits > _EXACT_DIGITS:
+        return f"(a {sign}number of about {digits} digits)"
     while size >= 10**digits:
         digits += 1
     while size < 10 ** (digits - 1):
         digits -= 1
-    sign = "negative " if number < 0 else ""
     return f"(a {sign}number of {digits} digits)"
 
 

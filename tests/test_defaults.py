@@ -176,6 +176,16 @@ def test_numbers_of_thousands_of_digits_are_named_by_their_length(name, value):
     assert defaults.get(name) == before
 
 
+def test_a_number_of_a_million_bits_is_named_by_its_length_about():
+    """Past 100,000 digits the count comes from the bit length alone (the
+    power of ten a count to the digit needs would take seconds to make)."""
+    for value, digits in ((1 << 10**6, 301029), (-(1 << 10**6), 301029)):
+        with pytest.raises(OverflowError) as info:
+            defaults.set("task_size", value)
+        sign = "negative " if value < 0 else ""
+        assert f"task_size (a {sign}number of about {digits} digits)" in str(info.value)
+
+
 @pytest.mark.parametrize("name", POSITIVE)
 @pytest.mark.parametrize("value", [0, 0.5, False])
 def test_zero_is_a_value_error_where_a_setting_must_be_positive(name, value):

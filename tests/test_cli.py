@@ -1701,6 +1701,38 @@ def test_directories_made_get_their_modes_where_the_destination_was_moved(capsys
     assert sorted(os.listdir(moved_to / "tree")) == ["a", "b"]
 
 
+def test_directories_made_get_their_modes_where_dst_made_by_the_copy_was_moved(capsys, tmp_path):
+    """copy -r of a tree to a DST that did not exist: the copy makes DST,
+    which is renamed while a file is in flight; DST and the directories made
+    in it get the modes a finished copy gives them wherever DST went."""
+    src = tmp_path / "tree"
+    (src / "a" / "deep").mkdir(parents=True)
+    (src / "b").mkdir()
+    random_file(src / "a" / "big.bin", 8 * MiB)
+    modes = {"": 0o751, "a": 0o755, "a/deep": 0o705, "b": 0o750}
+    for name, mode in modes.items():
+        os.chmod(src / name, mode)
+    dst, moved_to = tmp_path / "made", tmp_path / "made2"
+    seen: list = []
+    _core.testing.arm_hold(4)  # the fifth chunk of big.bin waits for the rename
+    mover = _move_when_held(dst, moved_to, seen)
+    try:
+        code, _, err = cli(capsys, "copy", "-r", src, dst, "--chunk-size", "64K")
+    finally:
+        _core.testing.disarm_fault()
+        mover.join()
+    assert len(seen) == 1, seen
+    assert code == 1
+    assert f"the destination directory '{dst / 'a'}' was moved or removed during the copy" in err, err
+    assert not dst.exists() and temp_files(tmp_path) == []
+    umask = os.umask(0)
+    os.umask(umask)
+    for name, mode in modes.items():
+        assert stat.S_IMODE(os.stat(moved_to / name).st_mode) == mode & ~umask, name
+    assert sorted(os.listdir(moved_to)) == ["a", "b"]
+    assert os.listdir(moved_to / "a") == ["deep"]
+
+
 def test_a_write_whose_destination_directory_is_moved_leaves_no_temporary_file(capsys, tmp_path, monkeypatch):
     """gdscp write of one FILE whose directory is renamed halfway through:
     it fails naming FILE and saying what happened (not the temporary file's

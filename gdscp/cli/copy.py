@@ -98,6 +98,8 @@ class _Copier:
         self.made: dict[str, tuple[int, int]] = {}  # each directory made: its (device, inode), to find it moved
         self.home = "."  # the directory every destination lies in: DST, or the one DST is made in
         self.home_fd: Optional[int] = None  # a descriptor of it, held from the first directory made to finish()
+        self.top = ""  # DST, where this copy made it
+        self.top_fd: Optional[int] = None  # a descriptor of it, held from its making to finish()
         self.failed_dirs: list[str] = []
         self.named_dst = ""  # DST as the command line names it: the one symbolic link followed
         self.link_dirs: set[str] = set()  # where links were put in place
@@ -346,9 +348,10 @@ class _Copier:
                 caught = through_interrupts(lambda job=job: self._step(job, _Record(job.src, job.dst)))
                 interrupt = interrupt or caught
         finally:
-            if self.home_fd is not None:
-                os.close(self.home_fd)
-                self.home_fd = None
+            for fd in (self.home_fd, self.top_fd):
+                if fd is not None:
+                    os.close(fd)
+            self.home_fd = self.top_fd = None
         if interrupt is not None:
             raise interrupt
 
@@ -441,15 +444,33 @@ class _Copier:
             made = os.lstat(job.dst)
             self.made[job.dst] = (made.st_dev, made.st_ino)
         except OSError:
-            pass  # gone at once: whatever its path leads to at the end is taken for it
+            return  # gone at once: whatever its path leads to at the end is taken for it
+        if self.top_fd is None and os.path.normpath(job.dst) == os.path.normpath(self.named_dst):
+            self._hold_top(job.dst, (made.st_dev, made.st_ino))
+
+    def _hold_top(self, path: str, made: tuple[int, int]) -> None:
+        """Holds a descriptor of DST, just made by this copy at ``path``: the
+        directories made in it are found there at the end, however DST was
+        renamed meanwhile (``home`` holds only what DST was made in)."""
+        try:
+            fd = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return  # moved at once: the directories are then found through home alone
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) != made:
+            os.close(fd)  # another directory, made there since
+            return
+        self.top, self.top_fd = path, fd
 
     def _open_made(self, path: str) -> Optional[int]:
         """A descriptor of the directory this copy made at ``path``, wherever
         it is now: where ``path`` leads, else where it went with the directory
         that holds the destinations (``home``: DST, or what holds it, moved or
-        renamed during the copy). None where it is at neither (removed, or
-        moved away on its own)."""
+        renamed during the copy), or in DST where this copy made it (``top``).
+        None where it is at none of them (removed, or moved away on its own)."""
         places: list[tuple[str, Optional[int]]] = [(path, None)]
+        if self.top_fd is not None:
+            places.append((os.path.relpath(path, self.top), self.top_fd))
         if self.home_fd is not None:
             places.append((os.path.relpath(path, self.home), self.home_fd))
         for name, folder in places:

@@ -11,7 +11,6 @@ or starts a timer when the entry begins loading the command line.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -230,26 +229,6 @@ def test_version_and_bare_help_despite_bad_environment_variables(args, code):
     assert quiet.returncode == 0, quiet.stderr
     assert "Usage: gdscp copy" in quiet.stdout
     assert quiet.stderr == ""
-
-
-@pytest.mark.parametrize("flag", ["-h", "--help"])
-def test_a_help_flag_as_an_options_value_runs_no_command_with_a_bad_variable(tmp_path, flag):
-    """``-h`` as the value of an option (a directory of that name) looks like
-    a help request until the command line is parsed: the command then runs,
-    and stops at the bad variable as any command that runs does, writing
-    nothing in that directory."""
-    (tmp_path / flag).mkdir()
-    args = ["benchmark", "--host", "--size", "64K", "--runs", "1", "--mode", "read", "--threads", "1",
-            "--dir", flag, "--json"]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GDSCP_")}
-    env["GDSCP_TASK_SIZE"] = "bad"
-    result = subprocess.run([sys.executable, "-m", "gdscp", *args], env=env, capture_output=True, text=True,
-                            timeout=120, cwd=tmp_path)
-    assert result.returncode == 2, result.stderr
-    assert result.stderr.splitlines()[-1].startswith("gdscp: error: GDSCP_TASK_SIZE='bad' is not valid")
-    document = json.loads(result.stdout)
-    assert document["ok"] is False and "GDSCP_TASK_SIZE='bad'" in document["error"]
-    assert list((tmp_path / flag).iterdir()) == []
 
 
 def test_size_variables_with_suffixes_reach_the_command():

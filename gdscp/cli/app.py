@@ -11,7 +11,6 @@ lists them all): the benchmark's numpy, for one, is no part of a copy's start.
 from __future__ import annotations
 
 import errno
-import functools
 import importlib
 import os
 import sys
@@ -21,7 +20,7 @@ import typer
 
 import gdscp
 
-from .exits import (COMMANDS, EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, INTERRUPTED, STDOUT_CLOSED, Documents, Ignored,
+from .exits import (COMMANDS, EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, INTERRUPTED, STDOUT_CLOSED, Documents,
                     asks_for_help, early_result, json_asked)
 
 __all__ = ["JOINING", "Running", "app", "asks_for_help", "interrupted_rank", "joins", "load", "run"]
@@ -79,27 +78,13 @@ def joins(args: Sequence[str]) -> bool:
     return bool(args) and args[0] in JOINING and not asks_for_help(args)
 
 
-def _stops_at_ignored_variables(body):
-    """``body``, a command's function, that first raises the error of a bad
-    ``GDSCP_*`` variable left out for what looked like a help-only command
-    line (``Ignored``): a body that runs uses the settings."""
-
-    @functools.wraps(body)
-    def command(*args, **kwargs):
-        if Ignored.errors:
-            raise Ignored.errors[0]
-        return body(*args, **kwargs)
-
-    return command
-
-
 def _register(names: Sequence[str]) -> None:
     """Adds the commands ``names`` to the app (once each), in help order."""
     have = {c.name for c in app.registered_commands}
     for name in names:
         if name not in have:
             module = importlib.import_module(f".{name}", __package__)
-            app.command(name)(_stops_at_ignored_variables(getattr(module, name)))
+            app.command(name)(getattr(module, name))
     app.registered_commands.sort(key=lambda c: COMMANDS.index(c.name))
 
 

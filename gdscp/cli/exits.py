@@ -10,7 +10,7 @@ import os
 import sys
 
 __all__ = ["COMMANDS", "EXIT_FAILURE", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_TERMINATED", "EXIT_USAGE", "INTERRUPTED",
-           "STDOUT_CLOSED", "Documents", "Ignored", "asks_for_help", "asks_only_to_print", "early_result", "json_asked",
+           "STDOUT_CLOSED", "Documents", "asks_for_help", "asks_only_to_print", "early_result", "json_asked",
            "options_of"]
 
 # The commands, in the order --help lists them (each in gdscp/cli/NAME.py).
@@ -33,16 +33,6 @@ class Documents:
     document on stdout, where a script reads one."""
 
     written = False
-
-
-class Ignored:
-    """The errors of bad ``GDSCP_*`` variables left out of the environment
-    for a command line that looked as if it only prints the help or the
-    version (``asks_only_to_print``). A command whose body runs all the same
-    (``-h`` was an option's value: ``--dir -h``) stops at the first of them,
-    as it would have without the look (``gdscp.cli.app``)."""
-
-    errors: "list[BaseException]" = []
 
 
 def options_of(args: "list[str]") -> "list[str]":

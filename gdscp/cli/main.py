@@ -34,7 +34,7 @@ import signal
 import sys
 
 from .._errors import EnvironmentVariableError
-from .exits import (COMMANDS, EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, INTERRUPTED, Ignored,
+from .exits import (COMMANDS, EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, INTERRUPTED,
                     asks_only_to_print, early_result, options_of)
 
 __all__ = ["main"]
@@ -273,10 +273,8 @@ def _despite_variables(args: list, step: object) -> None:
     """``step()``, which reads ``GDSCP_*`` variables. For a command line that
     only prints the help or the version (``asks_only_to_print``), which use
     no setting, a bad one is a warning, not the end: it is left out of the
-    environment and ``step`` runs again (each error names one variable),
-    and kept in ``Ignored``: where the command's body runs after all (``-h``
-    was an option's value), it stops at the first of them. Any other command
-    line stops at it here, as ``_run`` says."""
+    environment and ``step`` runs again (each error names one variable).
+    Any other command line stops at it, as ``_run`` says."""
     import warnings  # noqa: PLC0415 - loaded with the interpreter
 
     while True:
@@ -286,7 +284,6 @@ def _despite_variables(args: list, step: object) -> None:
         except EnvironmentVariableError as exc:
             if not asks_only_to_print(args) or os.environ.pop(exc.variable, None) is None:
                 raise
-            Ignored.errors.append(exc)
             warnings.warn(f"{exc} (a command that runs stops at it)", RuntimeWarning, stacklevel=1)
 
 

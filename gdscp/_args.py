@@ -43,9 +43,9 @@ def shown(value: Any) -> str:
         return repr(value)
     size = abs(number)
     sign = "negative " if number < 0 else ""
-    # The bit length gives the digit count to within one; a comparison settles
-    # it, where a power of ten that long is quick to make.
-    digits = max(_SHOWN_DIGITS, int((size.bit_length() - 1) * 0.30102999566398120))
+    # The bit length gives the digit count, or one short of it; a comparison
+    # settles it, where a power of ten that long is quick to make.
+    digits = max(_SHOWN_DIGITS, int((size.bit_length() - 1) * 0.30102999566398120) + 1)
     if digits > _EXACT_DIGITS:
         return f"(a {sign}number of about {digits} digits)"
     while size >= 10**digits:

@@ -178,8 +178,9 @@ def test_numbers_of_thousands_of_digits_are_named_by_their_length(name, value):
 
 def test_a_number_of_a_million_bits_is_named_by_its_length_about():
     """Past 100,000 digits the count comes from the bit length alone (the
-    power of ten a count to the digit needs would take seconds to make)."""
-    for value, digits in ((1 << 10**6, 301029), (-(1 << 10**6), 301029)):
+    power of ten a count to the digit needs would take seconds to make):
+    exact, or one short."""
+    for value, digits in ((1 << 10**6, 301030), (-(1 << 10**6), 301030), (10**200000, 200000)):
         with pytest.raises(OverflowError) as info:
             defaults.set("task_size", value)
         sign = "negative " if value < 0 else ""

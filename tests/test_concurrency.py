@@ -821,6 +821,22 @@ def test_a_child_forked_during_a_settings_change_can_change_settings(tmp_path):
     run_script(SETTINGS_FORK_SCRIPT, tmp_path)
 
 
+def _cancelled_while_held(f, buf) -> tuple:
+    """``f.pread(buf)`` in 1 MiB tasks, cancelled while a worker is held
+    between chunks (certainly in flight): the future and what get() gives."""
+    _core.testing.arm_hold(1)
+    try:
+        fut = f.pread(buf, task_size=MiB)
+        deadline = time.monotonic() + DEADLINE
+        while not _core.testing.hold_reached():
+            assert time.monotonic() < deadline, "no worker reached the hold"
+            time.sleep(0.001)
+        fut.cancel()
+        return fut, fut.get()
+    finally:
+        _core.testing.disarm_fault()
+
+
 def test_cancel_skips_the_rest_and_cancelled_tells_it_from_end_of_file(tmp_path):
     """cancel() while a pread is certainly in flight (its workers held between
     chunks): get() returns the bytes before the first piece skipped, all of
@@ -831,17 +847,7 @@ def test_cancel_skips_the_rest_and_cancelled_tells_it_from_end_of_file(tmp_path)
     path.write_bytes(data.tobytes())
     with gdscp.defaults.set({"num_threads": 2, "gds_threshold": 0}), gdscp.CuFile(path) as f:
         buf = np.zeros(data.size, np.uint8)
-        _core.testing.arm_hold(1)
-        try:
-            fut = f.pread(buf, task_size=MiB)
-            deadline = time.monotonic() + DEADLINE
-            while not _core.testing.hold_reached():
-                assert time.monotonic() < deadline, "no worker reached the hold"
-                time.sleep(0.001)
-            fut.cancel()
-            n = fut.get()
-        finally:
-            _core.testing.disarm_fault()
+        fut, n = _cancelled_while_held(f, buf)
         assert fut.done() and fut.cancelled()
         assert n < data.size and np.array_equal(buf[:n], data[:n])
         fut.cancel()  # again: harmless
@@ -868,17 +874,7 @@ def test_a_cancelled_mmap_read_is_counted_as_a_cufile_read_is(tmp_path):
     path.write_bytes(data.tobytes())
     with gdscp.defaults.set({"num_threads": 2, "gds_threshold": 0}), gdscp.Mmap(path) as f:
         buf = np.zeros(data.size, np.uint8)
-        _core.testing.arm_hold(1)
-        try:
-            fut = f.pread(buf, task_size=MiB)
-            deadline = time.monotonic() + DEADLINE
-            while not _core.testing.hold_reached():
-                assert time.monotonic() < deadline, "no worker reached the hold"
-                time.sleep(0.001)
-            fut.cancel()
-            n = fut.get()
-        finally:
-            _core.testing.disarm_fault()
+        fut, n = _cancelled_while_held(f, buf)
         assert fut.done() and fut.cancelled()
         assert 0 < n < data.size and n % MiB == 0, n
         assert np.array_equal(buf[:n], data[:n]) and not buf[n:].any()

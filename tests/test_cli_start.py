@@ -11,6 +11,7 @@ or starts a timer when the entry begins loading the command line.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -212,6 +213,72 @@ def test_help_is_printed_despite_a_bad_environment_variable(variable, value, acc
     assert accepted in lines[0]
 
 
+def test_the_options_that_take_a_value_are_the_commands_own():
+    """The entry point tells an option's value from an option without
+    loading the commands (``exits.TAKING_VALUES``): its table must be the
+    commands' own."""
+    import click
+    import typer
+
+    from gdscp.cli import app
+    from gdscp.cli.exits import COMMANDS, TAKING_VALUES
+
+    app.load([])
+    root = typer.main.get_command(app.app)
+    context = click.Context(root)
+    assert sorted(TAKING_VALUES) == sorted(COMMANDS)
+    for name in COMMANDS:
+        params = root.get_command(context, name).params
+        taking = {opt for p in params if isinstance(p, click.Option) and not p.is_flag and not p.count
+                  for opt in p.opts + p.secondary_opts}
+        assert set(TAKING_VALUES[name]) == taking, name
+    assert not any(isinstance(p, click.Option) and not p.is_flag for p in root.params)
+
+
+@pytest.mark.parametrize("args, help_asked", [
+    (["read", "-h"], True),
+    (["--help"], True),
+    (["copy", "-rh"], True),  # short flags run together, as Click reads them
+    (["write", "-qh", "f"], True),
+    (["write", "-hs", "1K", "f"], True),
+    (["benchmark", "--dir", "-h"], False),  # the value of --dir
+    (["benchmark", "--dir", "--help", "--json"], False),
+    (["benchmark", "--dir=-h"], False),
+    (["write", "-s", "-h", "f"], False),
+    (["write", "-s-h", "f"], False),
+    (["copy", "a", "--", "-h"], False),  # after "--", a file's name
+])
+def test_help_is_asked_for_as_click_reads_the_line(args, help_asked):
+    from gdscp.cli.exits import asks_for_help, json_asked
+
+    assert asks_for_help(args) is help_asked
+    assert json_asked(args) is (args[-1] == "--json")
+    assert not json_asked(["benchmark", "--dir", "--json"])  # a directory named "--json"
+
+
+def test_an_option_value_that_looks_like_help_still_stops_at_a_bad_variable(tmp_path):
+    """``--dir -h`` runs the benchmark in a directory named "-h": a command
+    that runs, so a bad variable stops it, exit 2, nothing written. Help
+    asked for among short flags run together (``-rh``) is help, printed
+    despite the variable."""
+    (tmp_path / "-h").mkdir()
+    args = ["benchmark", "--dir", "-h", "--size", "64K", "--runs", "1", "--threads", "1", "--host", "--json"]
+    bad = {"GDSCP_NUM_THREADS": "abc"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GDSCP_")} | bad
+    done = subprocess.run([sys.executable, "-m", "gdscp", *args], env=env, capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [done.stderr.splitlines()[0]], done.stderr
+    assert done.stderr.startswith("gdscp: error: GDSCP_NUM_THREADS='abc' is not valid"), done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["ok"] is False and doc["exit_code"] == 2
+    assert os.listdir(tmp_path / "-h") == []
+    helped = _gdscp_with(bad, "copy", "-rh")
+    assert helped.returncode == 0, helped.stderr
+    assert helped.stdout == _gdscp_with({}, "copy", "--help").stdout
+    assert helped.stderr.startswith("gdscp copy: warning: GDSCP_NUM_THREADS='abc' is not valid"), helped.stderr
+
+
 @pytest.mark.parametrize("args, code", [(["--version"], 0), (["-V"], 0), ([], 2)])
 def test_version_and_bare_help_despite_bad_environment_variables(args, code):
     """The version, and the help a bare ``gdscp`` shows (exit 2, as always),
@@ -316,13 +383,16 @@ def test_no_early_driver_for_a_rank_of_an_mpi_job(monkeypatch):
 def test_the_gpu_named_for_the_early_context():
     from gdscp.cli.main import _named_device
 
-    assert _named_device(["a", "b"]) is None
-    assert _named_device(["--device", "1", "a"]) == 1
-    assert _named_device(["a", "--device=2"]) == 2
-    assert _named_device(["--devices", "0,1", "a"]) is False
-    assert _named_device(["--devices=all"]) is False
-    assert _named_device(["--device", "x"]) is False
-    assert _named_device(["--device"]) is False
+    assert _named_device(["read", "a", "b"]) is None
+    assert _named_device(["read", "--device", "1", "a"]) == 1
+    assert _named_device(["copy", "a", "--device=2"]) == 2
+    assert _named_device(["read", "--devices", "0,1", "a"]) is False
+    assert _named_device(["write", "--devices=all"]) is False
+    assert _named_device(["read", "--device", "x"]) is False
+    assert _named_device(["read", "--device"]) is False
+    # "--device" as the value of an option, or after "--", names no GPU:
+    assert _named_device(["write", "--pattern", "--device", "7", "a"]) is None
+    assert _named_device(["read", "--", "--device", "3"]) is None
 
 
 # The end of a command: _leave(code) with a thread still running, an atexit

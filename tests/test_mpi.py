@@ -666,6 +666,25 @@ def test_a_rank_with_a_bad_variable_asked_for_help_prints_it(tmp_path):
     assert done.stdout.count("Usage:") == 3, done.stdout
 
 
+@needs_mpi
+def test_a_bad_variable_on_one_rank_of_a_command_whose_option_value_is_a_help_flag():
+    """``--dir -h`` names a directory: the command runs, so the rank with a
+    bad variable meets the others and they end the job with it, exit 2, each
+    reason said once by rank 0 (the others refuse to benchmark under a
+    launcher), one JSON document. Taken for help, the command line left them
+    waiting for that rank for ever."""
+    cmd = [MPIEXEC, "-n", "3", sys.executable, "-c", _BAD_VARIABLE_ON_RANKS, "1", "GDSCP_NUM_THREADS=abc",
+           "benchmark", "--dir", "-h", "--size", "64K", "--json"]
+    done = _run_or_kill(cmd, timeout=60)
+    assert done.returncode == 2, done.stderr
+    lines = [line for line in done.stderr.splitlines() if "error:" in line]
+    assert all(line.startswith("gdscp benchmark: error: ") for line in lines), done.stderr
+    assert len(lines) == len(set(lines)) == 2, done.stderr
+    assert sum(": error: rank 1: GDSCP_NUM_THREADS='abc' is not valid" in line for line in lines) == 1, done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["ok"] is False and doc["exit_code"] == 2
+
+
 # Every rank runs the command line through this: "interrupted plan" sends
 # rank 0 a SIGINT once it has made 3 directories of its plan; "failed setup"
 # makes rank 1 fail while it gets ready (rank 0 has made the directories).

@@ -10,8 +10,8 @@ import os
 import sys
 
 __all__ = ["COMMANDS", "EXIT_FAILURE", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_TERMINATED", "EXIT_USAGE", "INTERRUPTED",
-           "STDOUT_CLOSED", "Documents", "asks_for_help", "asks_only_to_print", "early_result", "json_asked",
-           "options_of"]
+           "STDOUT_CLOSED", "TAKING_VALUES", "Documents", "asks_for_help", "asks_only_to_print", "early_result",
+           "json_asked", "named", "options_given"]
 
 # The commands, in the order --help lists them (each in gdscp/cli/NAME.py).
 COMMANDS = ("copy", "read", "write", "info", "benchmark")
@@ -35,15 +35,74 @@ class Documents:
     written = False
 
 
-def options_of(args: "list[str]") -> "list[str]":
-    """The command line ``args`` up to any ``--``: what may be an option."""
-    args = list(args)
-    return args[: args.index("--")] if "--" in args else args
+# The options of each command that take a value; every other option is a
+# flag. What follows one of them on the command line is its value, whatever it
+# looks like, as Click reads it: ``--dir -h`` names a directory "-h" and asks
+# for no help. (tests/test_cli.py holds this to the commands' definitions.)
+TAKING_VALUES = {
+    "copy": ("--device", "--devices", "--chunk-size", "--threads", "--task-size", "--compat-mode"),
+    "read": ("--offset", "--length", "--device", "--devices", "--chunk-size", "--threads", "--task-size",
+             "--compat-mode"),
+    "write": ("--size", "-s", "--pattern", "--seed", "--device", "--devices", "--chunk-size", "--threads",
+              "--task-size", "--compat-mode"),
+    "info": ("--compat-mode",),
+    "benchmark": ("--size", "--mode", "--threads", "--io-size", "--ops", "--runs", "--dir", "--device",
+                  "--devices", "--task-size", "--compat-mode", "--plot", "--files", "--file-size", "--ranks"),
+}
+
+
+def options_given(args: "list[str]") -> "list[tuple[str, object]]":
+    """The options the command line ``args`` (after ``gdscp``) gives, in
+    order, as Click reads them: ``(name, value)`` each, the value None for a
+    flag (and for an option whose value is missing at the end). A command's
+    option that takes a value takes the next argument whatever it is
+    (``TAKING_VALUES``); short flags may run together (``-rq``), a short
+    option's value may follow it (``-s1K``); ``--`` ends the options."""
+    given: list = []
+    taking: tuple = ()
+    command = False
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        i += 1
+        if arg == "--":
+            break
+        if arg.startswith("--"):
+            name, eq, value = arg.partition("=")
+            if eq:
+                given.append((name, value))
+            elif name in taking:
+                given.append((name, args[i] if i < len(args) else None))
+                i += 1
+            else:
+                given.append((name, None))
+        elif arg.startswith("-") and arg != "-":
+            for k in range(1, len(arg)):
+                name = "-" + arg[k]
+                if name not in taking:
+                    given.append((name, None))
+                    continue
+                if k + 1 < len(arg):
+                    given.append((name, arg[k + 1:]))
+                else:
+                    given.append((name, args[i] if i < len(args) else None))
+                    i += 1
+                break
+        elif not command:  # the command's name: its own options follow
+            command = True
+            taking = TAKING_VALUES.get(arg, ())
+    return given
+
+
+def named(args: "list[str]") -> "set[str]":
+    """The names of the options the command line ``args`` gives
+    (``options_given``)."""
+    return {name for name, _ in options_given(args)}
 
 
 def asks_for_help(args: "list[str]") -> bool:
     """Whether the command line ``args`` (after ``gdscp``) asks for help."""
-    return any(a in ("--help", "-h") for a in options_of(args))
+    return not named(args).isdisjoint(("--help", "-h"))
 
 
 def asks_only_to_print(args: "list[str]") -> bool:
@@ -53,8 +112,8 @@ def asks_only_to_print(args: "list[str]") -> bool:
     which uses a setting."""
     if not args or asks_for_help(args):
         return True
-    for arg in options_of(args):
-        if not arg.startswith("-"):  # the command's name: its own options follow
+    for arg in args:
+        if arg == "--" or not arg.startswith("-"):  # the command's name: its own options follow
             return False
         if arg in ("--version", "-V"):
             return True
@@ -62,8 +121,8 @@ def asks_only_to_print(args: "list[str]") -> bool:
 
 
 def json_asked(args: "list[str]") -> bool:
-    """Whether the command line ``args`` has --json (before any ``--``)."""
-    return "--json" in options_of(args)
+    """Whether the command line ``args`` has --json (``options_given``)."""
+    return "--json" in named(args)
 
 
 _ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f"}

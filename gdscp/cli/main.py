@@ -35,7 +35,7 @@ import sys
 
 from .._errors import EnvironmentVariableError
 from .exits import (COMMANDS, EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, INTERRUPTED,
-                    asks_only_to_print, early_result, options_of)
+                    asks_only_to_print, early_result, named, options_given)
 
 __all__ = ["main"]
 
@@ -187,12 +187,11 @@ _GPU_COMMANDS = ("copy", "read", "write")
 def _named_device(args: list[str]) -> object:
     """The GPU ``--device N`` names; None without one; False where the
     command spreads over several (``--devices``) or names it unreadably."""
-    for i, arg in enumerate(args):
-        if arg == "--devices" or arg.startswith("--devices="):
+    for name, value in options_given(args):
+        if name == "--devices":
             return False
-        if arg == "--device" or arg.startswith("--device="):
-            text = arg.partition("=")[2] if "=" in arg else (args[i + 1] if i + 1 < len(args) else "")
-            return int(text) if text.isdigit() else False
+        if name == "--device":
+            return int(value) if value is not None and value.isdigit() else False
     return None
 
 
@@ -209,11 +208,11 @@ def _load_gpu_driver(argv: list[str]) -> object:
     reports."""
     if len(argv) < 2 or argv[1] not in _GPU_COMMANDS:
         return None
-    args = argv[2:]
-    if any(a in ("--host", "--help", "-h") for a in args):
+    args = argv[1:]
+    if not named(args).isdisjoint(("--host", "--help", "-h")):
         return None
-    named = _named_device(args)
-    if argv[1] == "copy" and named is None:
+    device = _named_device(args)
+    if argv[1] == "copy" and device is None:
         return None
     from ..mpi.launch import launched  # noqa: PLC0415 - the standard library only
 
@@ -226,9 +225,9 @@ def _load_gpu_driver(argv: list[str]) -> object:
             from .. import _core  # noqa: PLC0415
 
             info = _core.cuda_info()  # releases the GIL while the driver loads
-            if not info["available"] or not info["gpus"] or named is False:
+            if not info["available"] or not info["gpus"] or device is False:
                 return
-            _core.DeviceBuffer(1, 0 if named is None else named)  # the context stays, retained for the process
+            _core.DeviceBuffer(1, 0 if device is None else device)  # the context stays, retained for the process
         except BaseException:  # noqa: BLE001, S110 - the command reports it
             pass
 
@@ -251,18 +250,15 @@ _THREADS_COMMANDS = ("copy", "read", "write")
 
 
 def _threads_asked(args: list) -> object:
-    """The count ``--threads`` gives a copy, read or write (the last given,
-    before any ``--``); None without one, or where it is no whole number
-    (the command then says so)."""
+    """The count ``--threads`` gives a copy, read or write (the last given);
+    None without one, or where it is no whole number (the command then says
+    so)."""
     if not args or args[0] not in _THREADS_COMMANDS:
         return None
-    options = options_of(args)
     text = None
-    for i, arg in enumerate(options):
-        if arg == "--threads":
-            text = options[i + 1] if i + 1 < len(options) else None
-        elif arg.startswith("--threads="):
-            text = arg.partition("=")[2]
+    for name, value in options_given(args):
+        if name == "--threads":
+            text = value
     try:
         return int(text.strip(), 10) if text is not None else None
     except ValueError:
@@ -319,8 +315,7 @@ def _where(args: list) -> str:
 def _say_warnings(args: list, caught: list) -> None:
     """The warnings given while the command line loaded, each one line on
     stderr as the command's own (none with --quiet)."""
-    options = options_of(args)
-    if "--quiet" in options or "-q" in options:
+    if not named(args).isdisjoint(("--quiet", "-q")):
         return
     for warning in caught:
         sys.stderr.write(f"{_where(args)}: warning: {' '.join(str(warning.message).split())}\n")
@@ -348,8 +343,7 @@ def _cannot_load(args: list, exc: BaseException) -> int:
     final = _refused_rank(message, EXIT_FAILURE)
     if final is not None:
         return final
-    options = options_of(args)
-    if "--debug" in options:
+    if "--debug" in named(args):
         try:
             import traceback  # noqa: PLC0415
 

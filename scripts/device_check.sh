@@ -4,7 +4,8 @@
 #
 #   bash scripts/device_check.sh [tests] [bench] [many] [probes] [sweep] [multi] [mpi]    (default: tests)
 #
-# tests and bench each take six to nine minutes on an H200 machine with 16 vCPUs.
+# tests and bench each take six to nine minutes on an H200 machine with 16 vCPUs
+# (tests spread over processes: pytest-xdist and execnet wheels in .whl/).
 #
 #   tests  the whole test suite with GDSCP_REQUIRE_GPU=1 (a missing GPU fails)
 #   bench  the figures in docs/performance.md: gdscp benchmark --json, 6 runs,
@@ -92,9 +93,19 @@ gdscp info /tmp 2>&1 | tee "$OUT/info.txt"
 if [[ $steps == *" tests "* ]]; then
   echo "== tests"
   # One line per test as it ends (-v): a run cut short by the timeout still
-  # names every test that failed before it.
-  GDSCP_REQUIRE_GPU=1 timeout "$(limit 540)" python3 -m pytest -v -rs -p no:cacheprovider --durations=40 "$repo/tests" \
-    >"$OUT/tests.log" 2>&1 || rc=1
+  # names every test that failed before it. With pytest-xdist importable (its
+  # wheels and execnet's in .whl/), the suite is spread over TEST_WORKERS
+  # processes (default 4), which a serial run needs to end within the step's
+  # time, and the tests marked "alone" run after them, one at a time.
+  if python3 -c "import xdist" 2>/dev/null; then
+    GDSCP_REQUIRE_GPU=1 timeout "$(limit 540)" python3 -m pytest -v -rs -p no:cacheprovider --durations=40 \
+      -n "${TEST_WORKERS:-4}" -m "not alone" "$repo/tests" >"$OUT/tests.log" 2>&1 || rc=1
+    GDSCP_REQUIRE_GPU=1 timeout "$(limit 120)" python3 -m pytest -v -rs -p no:cacheprovider -m alone "$repo/tests" \
+      >>"$OUT/tests.log" 2>&1 || rc=1
+  else
+    GDSCP_REQUIRE_GPU=1 timeout "$(limit 540)" python3 -m pytest -v -rs -p no:cacheprovider --durations=40 "$repo/tests" \
+      >"$OUT/tests.log" 2>&1 || rc=1
+  fi
   grep -E "^(FAILED|ERROR)| (FAILED|ERROR)|passed|failed" "$OUT/tests.log" | tail -30
 fi
 

@@ -57,9 +57,11 @@ def require_gpu() -> bool:
 
 
 def beside_other_test_runs() -> bool:
-    """Whether other test runs share this machine (the sanitizer runs go side
-    by side, each over two processes): set GDSCP_TESTS_BESIDE_OTHERS=1."""
-    return env_flag("GDSCP_TESTS_BESIDE_OTHERS")
+    """Whether other test runs share this machine: set
+    GDSCP_TESTS_BESIDE_OTHERS=1 (the sanitizer runs go side by side), or
+    this run spread over processes of pytest-xdist, which run beside each
+    other."""
+    return env_flag("GDSCP_TESTS_BESIDE_OTHERS") or int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1
 
 
 def pytest_configure(config):

@@ -962,6 +962,7 @@ assert result.status == "done", result.error
 
 
 @pytest.mark.gpu
+@pytest.mark.alone  # it fills the GPU's memory
 def test_gpu_out_of_memory_leaves_gdscp_working(tmp_path):
     run_child(
         f"""

@@ -279,6 +279,21 @@ def test_an_option_value_that_looks_like_help_still_stops_at_a_bad_variable(tmp_
     assert helped.stderr.startswith("gdscp copy: warning: GDSCP_NUM_THREADS='abc' is not valid"), helped.stderr
 
 
+def test_shell_completion_despite_a_bad_environment_variable():
+    """The shell's completion uses no setting either: its answer comes, with
+    no warning (it would print under the prompt at every Tab); the
+    completion script is shown, the variable named in a warning."""
+    bad = {"GDSCP_NUM_THREADS": "abc"}
+    asked = {"_GDSCP_COMPLETE": "complete_bash", "COMP_WORDS": "gdscp re", "COMP_CWORD": "1"}
+    answer = _gdscp_with(bad | asked)
+    assert (answer.returncode, answer.stdout.split(), answer.stderr) == (0, ["read"], "")
+    shown = _gdscp_with(bad, "--show-completion", "bash")
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout == _gdscp_with({}, "--show-completion", "bash").stdout
+    assert "_gdscp_completion" in shown.stdout
+    assert shown.stderr.startswith("gdscp: warning: GDSCP_NUM_THREADS='abc' is not valid"), shown.stderr
+
+
 @pytest.mark.parametrize("args, code", [(["--version"], 0), (["-V"], 0), ([], 2)])
 def test_version_and_bare_help_despite_bad_environment_variables(args, code):
     """The version, and the help a bare ``gdscp`` shows (exit 2, as always),

@@ -105,17 +105,24 @@ def asks_for_help(args: "list[str]") -> bool:
     return not named(args).isdisjoint(("--help", "-h"))
 
 
+# Options of ``gdscp`` itself, before a command's name, that print and run
+# no command: the version, and the shell completion script (shown, or added
+# to the shell's start-up file).
+_ONLY_PRINTING = ("--version", "-V", "--show-completion", "--install-completion")
+
+
 def asks_only_to_print(args: "list[str]") -> bool:
     """Whether the command line ``args`` (after ``gdscp``) runs no command and
-    only prints the help (asked for, or shown for a bare ``gdscp``) or the
-    version (``--version`` or ``-V`` before the command's name), neither of
-    which uses a setting."""
-    if not args or asks_for_help(args):
+    only prints the help (asked for, or shown for a bare ``gdscp``), the
+    version or the shell completion script (``_ONLY_PRINTING``), or answers
+    the shell's completion (it runs ``gdscp`` with ``_GDSCP_COMPLETE`` set),
+    none of which uses a setting."""
+    if not args or asks_for_help(args) or os.environ.get("_GDSCP_COMPLETE"):
         return True
     for arg in args:
         if arg == "--" or not arg.startswith("-"):  # the command's name: its own options follow
             return False
-        if arg in ("--version", "-V"):
+        if arg.partition("=")[0] in _ONLY_PRINTING:
             return True
     return False
 

@@ -10,9 +10,10 @@ status 130; a SIGTERM or SIGHUP likewise ("terminated", 143; "hung up",
 129) until the command's own handler takes over. A bad ``GDSCP_*`` environment
 variable is one line naming it and its accepted values, exit status 2 (under
 an MPI launcher the ranks that have it meet the others all the same, and
-rank 0 says it once for the job: ``_refused_rank``); the help and the
-version, which use no setting, are printed all the same, the line then a
-warning (``_despite_variables``); any other failure
+rank 0 says it once for the job: ``_refused_rank``); the help, the
+version and the shell's completion, which use no setting, are printed all
+the same, the line then a warning (``_despite_variables``; none in an
+answer to the completion); any other failure
 to load (an import short of memory or address space, an engine that can
 start no worker thread) is one line too, "gdscp CMD: error: cannot start:
 ...", with ``--json`` the failure document, exit status 1 (``_cannot_load``).
@@ -314,8 +315,10 @@ def _where(args: list) -> str:
 
 def _say_warnings(args: list, caught: list) -> None:
     """The warnings given while the command line loaded, each one line on
-    stderr as the command's own (none with --quiet)."""
-    if not named(args).isdisjoint(("--quiet", "-q")):
+    stderr as the command's own (none with --quiet, nor in an answer to the
+    shell's completion, which would print them under the prompt at every
+    Tab)."""
+    if not named(args).isdisjoint(("--quiet", "-q")) or os.environ.get("_GDSCP_COMPLETE"):
         return
     for warning in caught:
         sys.stderr.write(f"{_where(args)}: warning: {' '.join(str(warning.message).split())}\n")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import re
 import shutil
 import signal
 import stat
@@ -228,6 +229,51 @@ def test_names_that_are_not_utf8_copy_read_and_write(capsys, tmp_path):
     code, out, err = cli(capsys, "read", missing, "--host")
     shown = os.path.join(str(tmp_path), "missing-\\xfe")  # on stderr, as ls -b shows it
     assert code == 1 and err == f"gdscp read: error: cannot read '{shown}': No such file or directory\n"
+
+
+def unescaped(text: str) -> bytes:
+    r"""The bytes of a name as a message or table shows it: the inverse of
+    the escapes gdscp writes (``\\``, ``\n``, ``\t``, ``\r``, ``\xNN``)."""
+    singles = {"\\": b"\\", "n": b"\n", "t": b"\t", "r": b"\r"}
+    return re.sub(rb"\\(x[0-9a-f]{2}|.)", lambda m: (bytes([int(m[1][1:], 16)]) if len(m[1]) == 3
+                                                       else singles[m[1].decode()]), os.fsencode(text))
+
+
+def test_names_in_messages_and_tables_are_unambiguous(capsys, tmp_path):
+    r"""A name holding a backslash is not shown as the one holding what its
+    escape would stand for (a backslash and "n" against a line break, the
+    four characters of "\xff" against that byte), nor one holding an emoji
+    code (":smile:") as the emoji: every shown name gives its bytes back.
+    The JSON document keeps the name exact."""
+    root = os.fsencode(tmp_path)
+    names = [b"miss\\nname", b"miss\nname", b"miss\\xff", b"miss\xff", b"back\\\\slash", b"x:smile:y", b"\\"]
+    lines = []
+    for name in names:
+        path = os.fsdecode(os.path.join(root, name))
+        code, doc, err = cli_json(capsys, "read", "--host", path)
+        assert code == 1 and doc["error"] == f"cannot read '{path}': No such file or directory", doc
+        code, out, err = cli(capsys, "read", "--host", path)
+        assert code == 1 and err.count("\n") == 1, err
+        assert err.startswith("gdscp read: error: cannot read '") and err.endswith("': No such file or directory\n")
+        lines.append(err)
+        assert unescaped(err[len("gdscp read: error: cannot read '"):-len("': No such file or directory\n")]) == \
+            os.path.join(root, name)
+    assert len(set(lines)) == len(names), lines
+    assert [line.split("/")[-1] for line in lines] == [
+        "miss\\\\nname': No such file or directory\n", "miss\\nname': No such file or directory\n",
+        "miss\\\\xff': No such file or directory\n", "miss\\xff': No such file or directory\n",
+        "back\\\\\\\\slash': No such file or directory\n", "x:smile:y': No such file or directory\n",
+        "\\\\': No such file or directory\n"]
+
+    # A table's names too.
+    files = [os.path.join(root, b"t-\\n"), os.path.join(root, b"t-\n"), os.path.join(root, b"t-:smile:")]
+    for path in files:
+        with open(path, "wb") as f:
+            f.write(b"abc")
+    code, out, err = cli(capsys, "read", "--host", *map(os.fsdecode, files))
+    assert code == 0, err
+    rows = [line for line in out.splitlines() if "t-" in line]
+    assert [unescaped(row.split()[1]) for row in rows] == files, out
 
 
 def test_copy_without_a_destination_names_it(capsys, tmp_path):

@@ -45,7 +45,7 @@ _TOOL_NAMES = {"gdscp": "gdscp", "python": "python", "numpy_cupy": "numpy+cupy",
 def _list(option: str, text: str, parse: Callable[[str], Any]) -> list:
     items = [item.strip() for item in text.split(",")]
     if not text.strip() or any(not item for item in items):
-        raise UsageError(f"{option}: expected a comma-separated list, got {text!r}")
+        raise UsageError(f"{option}: expected a comma-separated list, got '{text}'")
     values = []
     for item in items:
         try:
@@ -76,12 +76,12 @@ def _check_plot(path: Optional[Path]) -> None:
     if path is None:
         return
     if path.suffix.lower() not in PLOT_SUFFIXES:
-        raise UsageError(f"--plot: {str(path)!r} must end in {', '.join(PLOT_SUFFIXES)}")
+        raise UsageError(f"--plot: '{path}' must end in {', '.join(PLOT_SUFFIXES)}")
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.is_dir():
-        raise UsageError(f"--plot: directory {str(parent)!r} does not exist")
+        raise UsageError(f"--plot: directory '{parent}' does not exist")
     if path.is_dir():  # found only once the run is over, its figures printed
-        raise UsageError(f"--plot: {str(path)!r} is a directory")
+        raise UsageError(f"--plot: '{path}' is a directory")
     try:
         require_matplotlib()
     except PlotUnavailable as exc:

@@ -327,7 +327,7 @@ def check_path(path: str, what: str = "path") -> str:
     """``path`` if the OS can take it; a usage error naming it otherwise (an embedded
     NUL byte would silently cut the name short)."""
     if "\0" in path:
-        raise UsageError(f"{what} {path!r} contains a NUL byte")
+        raise UsageError(f"{what} '{path}' contains a NUL byte")
     if not path:
         raise UsageError(f"{what} must not be empty")
     return path

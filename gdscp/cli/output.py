@@ -244,20 +244,24 @@ def _result_held() -> Iterator[None]:
         yield
 
 
-_CONTROL = {c: f"\\x{c:02x}" for c in [*range(0x20), 0x7F]} | {0x09: "\\t", 0x0A: "\\n", 0x0D: "\\r"}
+# A backslash is escaped too: otherwise a name holding a backslash and an "n"
+# would show as the one holding a line break.
+_ESCAPES = {c: f"\\x{c:02x}" for c in [*range(0x20), 0x7F]} | {0x09: "\\t", 0x0A: "\\n", 0x0D: "\\r", 0x5C: "\\\\"}
 
 
 def shown(text: str) -> str:
-    """``text`` as a terminal can print it, on one line. A file name's bytes
-    that are not UTF-8 reach Python as lone surrogates, which a UTF-8 stream
-    refuses to write, and control characters (a newline in a name) would
-    break the line or the terminal: both appear as escapes (``\\xNN``,
-    ``\\n``), as ``ls -b`` shows them."""
+    """``text`` as a terminal can print it, on one line, each name in it
+    unambiguous. A file name's bytes that are not UTF-8 reach Python as lone
+    surrogates, which a UTF-8 stream refuses to write, and control characters
+    (a newline in a name) would break the line or the terminal: both appear
+    as C-style escapes (``\\xNN``, ``\\n``), and a backslash as ``\\\\``, as
+    ``ls -b`` writes them (though it writes a byte in octal)."""
+    # First: the escapes made below start with backslashes of their own.
+    text = text.translate(_ESCAPES)
     try:
-        text = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
     except UnicodeEncodeError:  # a surrogate no file name decodes to
-        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
-    return text.translate(_CONTROL)
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _flat(value: Any) -> bool:
@@ -338,16 +342,17 @@ class Output:
     def stdout(self) -> Console:
         Console = _console_class()  # noqa: N806
 
-        # No markup: text in tables (a path with "[/]" in its name) is shown as it is.
-        console = Console(highlight=False, soft_wrap=False, markup=False)
+        # No markup or emoji codes: text in tables (a path with "[/]" or
+        # ":smile:" in its name) is shown as it is.
+        console = Console(highlight=False, soft_wrap=False, markup=False, emoji=False)
         if not console.is_terminal and "COLUMNS" not in os.environ:
             # Piped or captured: wide enough that tables keep one line per row.
-            console = Console(highlight=False, soft_wrap=False, markup=False, width=160)
+            console = Console(highlight=False, soft_wrap=False, markup=False, emoji=False, width=160)
         return console
 
     @cached_property
     def stderr(self) -> Console:
-        return _console_class()(stderr=True, highlight=False, markup=False)
+        return _console_class()(stderr=True, highlight=False, markup=False, emoji=False)
 
     # -- stderr -------------------------------------------------------------------
     @property

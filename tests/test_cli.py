@@ -505,6 +505,69 @@ def test_a_closed_stderr_loses_lines_not_results(tmp_path):
     assert proc.stdout.split() == [os.devnull, "2"], proc
 
 
+def test_a_line_rich_fails_to_print_still_reaches_stderr(capfd, tmp_path, monkeypatch):
+    """Rich's print failing on its own (an import refused a descriptor:
+    EMFILE) does not lose stderr: that line goes out plain, and the later
+    ones too. A stderr that is gone (EPIPE) loses its lines from there on,
+    the command going on to its result."""
+    failures = [OSError(errno.EMFILE, os.strerror(errno.EMFILE))]
+    real = Console.print
+
+    def print_failing(self, *args, **kwargs):
+        if failures and self.stderr:
+            raise failures.pop(0)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Console, "print", print_failing)
+    random_file(tmp_path / "src", 100)
+    missing = [tmp_path / "missing1", tmp_path / "missing2"]
+    (tmp_path / "dst").mkdir()
+    capfd.readouterr()
+    code = run(["copy", "--host", str(missing[0]), str(missing[1]), str(tmp_path / "src"), str(tmp_path / "dst")])
+    out, err = capfd.readouterr()
+    assert code == 1 and not failures
+    assert err.splitlines() == [f"gdscp copy: error: cannot stat '{m}': No such file or directory" for m in missing]
+    assert "failed" in out and (tmp_path / "dst" / "src").read_bytes() == (tmp_path / "src").read_bytes()
+
+    saved = os.dup(2)
+    try:
+        failures.append(BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE)))
+        code = run(["copy", "--host", str(missing[0]), str(missing[1]), str(tmp_path / "dst")])
+        out, err = capfd.readouterr()
+        assert code == 1 and not failures and err == "" and "failed" in out
+    finally:
+        os.dup2(saved, 2)  # the lost stderr was put on /dev/null
+        os.close(saved)
+
+
+def test_stderr_stays_live_when_rich_cannot_open_what_it_imports():
+    """In a real process with every descriptor it may have in use, Rich
+    cannot import its console: the lines still reach stderr, by write(2)."""
+    script = (
+        "import os, resource, sys\n"
+        "from gdscp.cli.output import Output\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (32, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))\n"
+        "held = []\n"
+        "try:\n"
+        "    while True:\n"
+        "        held.append(os.open(os.devnull, os.O_RDONLY))\n"
+        "except OSError:\n"
+        "    pass\n"
+        "out = Output('copy')\n"
+        "out.error('first')\n"
+        "out.warn('second')\n"
+        "print('rich' in ' '.join(sys.modules), flush=True)\n"
+        "for fd in held:\n"
+        "    os.close(fd)\n"
+        "out.error('third')\n"
+    )
+    for _ in range(3):
+        proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout == "False\n"  # Rich's console could not be imported before the descriptors were freed
+        assert proc.stderr == "gdscp copy: error: first\ngdscp copy: warning: second\ngdscp copy: error: third\n"
+
+
 def test_data_written_to_stdout_is_all_that_stdout_gets(tmp_path):
     """copy or write to /dev/stdout (a pipe here): stdout carries the data
     and nothing else, the table going to stderr, as dd's figures do; --json,

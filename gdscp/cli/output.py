@@ -291,6 +291,29 @@ def json_text(data: dict[str, Any]) -> str:
     return "{\n" + ",\n".join(lines) + "\n}" if lines else "{}"
 
 
+# What a write to stderr fails with once the stream itself is gone for good:
+# closed, a reader gone, a terminal hung up, a full disk or quota. Nothing of
+# the line was written (or part of it, on a full disk, which a second try
+# would repeat). Anything else (EMFILE, ENFILE, ENOMEM) comes from inside
+# Rich, before it writes: the line can still go out plain.
+_GONE = frozenset({errno.EPIPE, errno.ECONNRESET, errno.EBADF, errno.EIO, errno.ENXIO, errno.ENOSPC,
+                   errno.EDQUOT, errno.EFBIG})
+
+
+def _stream_gone(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in _GONE
+
+
+def _write_plain(text: str) -> None:
+    """``text`` to stderr with write(2) itself, past Rich and ``sys.stderr``
+    (flushed first, so that the lines keep their order)."""
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.flush()
+    view = memoryview(text.encode(getattr(sys.stderr, "encoding", None) or "utf-8", "backslashreplace"))
+    while view:
+        view = view[os.write(2, view):]
+
+
 @functools.lru_cache(maxsize=None)
 def _console_class() -> type:
     """Rich's Console, but a reader gone (a broken pipe) is an ``OSError`` for
@@ -380,21 +403,33 @@ class Output:
     def _say(self, line: str, style: str) -> None:
         """One line on stderr. A stderr that cannot be written (closed, a full
         disk, a reader gone) loses its lines, not the command: the transfer and
-        the result on stdout go on, as cp's do."""
+        the result on stdout go on, as cp's do. Rich failing on its own (a
+        module it imports on first use, refused a descriptor while a job holds
+        nearly all that ``ulimit -n`` allows) is not stderr lost: the line goes
+        out plain, by write(2), which opens nothing."""
         if self._stderr_lost or sys.stderr is None:  # None: closed before Python started
             return
         try:
             self.stderr.print(line, markup=False, style=style, soft_wrap=True)
             sys.stderr.flush()
-        except (OSError, ValueError):
-            self._stderr_lost = True
-            # What is still buffered must not fail again, with a traceback, at exit.
-            try:
-                null = os.open(os.devnull, os.O_WRONLY)
-                os.dup2(null, 2)
-                os.close(null)
-            except OSError:
-                pass
+        except (OSError, ValueError, ImportError, MemoryError) as exc:
+            if not _stream_gone(exc):
+                try:
+                    _write_plain(line + "\n")
+                    return
+                except OSError:
+                    pass
+            self._lose_stderr()
+
+    def _lose_stderr(self) -> None:
+        self._stderr_lost = True
+        # What is still buffered must not fail again, with a traceback, at exit.
+        try:
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, 2)
+            os.close(null)
+        except OSError:
+            pass
 
     # -- stdout -------------------------------------------------------------------
     def writes_data_to(self, paths: list[str]) -> None:

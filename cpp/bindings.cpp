@@ -112,9 +112,9 @@ void stream_copy(nb::handle dst, nb::handle src) {
 // a Future or the pool. -1 where the general path must take the call: another
 // buffer type, a size or offset that is not a plain non-negative int in range,
 // a larger request. Its checks and errors are then the general path's.
-// `deferred` (pread/pwrite, whose future reports the transfer's failure at
-// get()): the file is checked first, as submitting a request does, and an
-// engine error of the transfer itself is returned as the exception object
+// `deferred` (pread/pwrite, whose future reports the failure at get(), as
+// KvikIO's does): an engine error, of the file (closed, not open for the
+// transfer) or of the transfer itself, is returned as the exception object
 // instead of raised.
 nb::object transfer_inline(gdscp::Handle& h, bool write, nb::handle buf, nb::handle size, nb::handle offset,
                            const Settings& s, bool deferred) {
@@ -140,7 +140,6 @@ nb::object transfer_inline(gdscp::Handle& h, bool write, nb::handle buf, nb::han
   }
   if (n > static_cast<size_t>(LLONG_MAX - off)) return fallback;  // past the largest offset: the general path says so
   if (!gdscp::Handle::runs_inline(n, s)) return fallback;
-  if (deferred) h.check_open(write);
   const auto ptr = reinterpret_cast<uintptr_t>(view.data());
   size_t moved = 0;
   try {

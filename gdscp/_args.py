@@ -12,7 +12,7 @@ import operator
 import os
 from typing import Any
 
-from ._errors import ArgumentError
+from ._errors import ArgumentError, RangeEndError
 
 __all__ = ["FALSE_WORDS", "MAX_OFFSET", "MAX_SIZE", "TRUE_WORDS", "file_descriptor", "integer", "offset", "path",
            "shown", "size"]
@@ -94,10 +94,11 @@ def offset(value: Any, name: str = "file_offset") -> int:
 
 def file_span(value: Any, size: int) -> int:
     """A file offset (see ``offset``) from which ``size`` bytes still end
-    within the largest offset a file can have."""
+    within the largest offset a file can have; a range that ends past it is
+    a ``RangeEndError`` (an ``OverflowError`` and a ``RuntimeError``)."""
     start = offset(value)
     if size > MAX_OFFSET - start:
-        raise OverflowError(f"file_offset {start} plus size {size} is out of range (a file ends by 2**63-1)")
+        raise RangeEndError(f"file_offset {start} plus size {size} is out of range (a file ends by 2**63-1)")
     return start
 
 

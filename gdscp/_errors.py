@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["ArgumentError", "ClosedFileError", "CudaError", "CuFileError", "EnvironmentVariableError", "from_engine",
-           "from_os_error", "invalid_variable", "os_error"]
+__all__ = ["ArgumentError", "ClosedFileError", "CudaError", "CuFileError", "EnvironmentVariableError", "RangeEndError",
+           "from_engine", "from_os_error", "invalid_variable", "os_error"]
 
 # Mirrors gdscp::ErrorKind in cpp/include/gdscp/error.hpp.
 _OS, _CUDA, _CUFILE, _INVALID, _STATE, _RANGE, _CLOSED = range(7)
@@ -49,6 +49,12 @@ class ClosedFileError(ValueError, RuntimeError):
     and the ``RuntimeError`` KvikIO raises."""
 
     __module__ = "gdscp"
+
+
+class RangeEndError(OverflowError, RuntimeError):
+    """A request whose offset fits but whose range ends past the largest
+    offset a file can have (2**63-1): the ``OverflowError`` of any other
+    number out of range, and the ``RuntimeError`` KvikIO raises for it."""
 
 
 class EnvironmentVariableError(ValueError):

@@ -7,7 +7,7 @@ import weakref
 from typing import Any, Optional, Union
 
 from . import _args, _buffers, _core, _libs, _streams, defaults
-from ._errors import ArgumentError
+from ._errors import ArgumentError, ClosedFileError, RangeEndError
 
 # KvikIO defines its page cache functions in kvikio.cufile; here they live in
 # gdscp.page_cache and are found through this module too, imported when first
@@ -136,7 +136,8 @@ atexit.register(_finish_transfers_at_exit)
 
 class _Done(IOFuture):
     """The future of a small ``pread``/``pwrite`` that already ran on the
-    calling thread: the byte count, or the failure that ``get()`` raises."""
+    calling thread, or of one that failed before it started (the file closed
+    or not open for it): the byte count, or the failure that ``get()`` raises."""
 
     __slots__ = ("_result",)
 
@@ -159,6 +160,13 @@ class _Done(IOFuture):
 
     def cancelled(self) -> bool:
         return False
+
+
+# What pread/pwrite report from the future rather than the call, once the
+# arguments are checked: the file closed or not open for the transfer (an
+# OSError of the engine), a range past the largest offset. KvikIO's
+# futures report these; code written for it submits, then catches at get().
+_DEFERRED = (ClosedFileError, OSError, RangeEndError)
 
 
 class IOFutureStream:
@@ -286,11 +294,19 @@ class CuFile:
     # -- parallel I/O ----------------------------------------------------------
     def _start(self, call, buf: Any, into: bool, size, file_offset, task_size) -> IOFuture:
         """One parallel transfer through the engine's ``call`` (pread or pwrite);
-        ``into``: the engine writes into ``buf``."""
+        ``into``: the engine writes into ``buf``. The arguments are checked
+        here, and their errors raised; what the request then meets (a file
+        closed or not open for it, a range past the largest offset) comes
+        from the future's ``get()``, as KvikIO reports it."""
         b = _buffers.resolve(buf, writable=into)
         size = _request_size(size, b.nbytes, "buffer")
-        offset = _args.file_span(file_offset, size)
-        return IOFuture(call(b.ptr, b.device, size, offset, _settings(task_size)), (b.keep, self))
+        start = _args.offset(file_offset)
+        settings = _settings(task_size)
+        try:
+            offset = _args.file_span(start, size)
+            return IOFuture(call(b.ptr, b.device, size, offset, settings), (b.keep, self))
+        except _DEFERRED as exc:
+            return _Done(exc)
 
     def _now(self, now, call, buf: Any, into: bool, size, file_offset, task_size) -> int:
         """A transfer whose result the caller waits for: a request small enough
@@ -313,7 +329,9 @@ class CuFile:
     ) -> IOFuture:
         """Start reading ``size`` bytes (default: the whole buffer) at
         ``file_offset`` into ``buf``, device or host memory, in parallel.
-        The future's ``get()`` gives the bytes read: fewer only at end of file."""
+        The future's ``get()`` gives the bytes read: fewer only at end of file.
+        A bad argument raises here; a file closed or not open for reading
+        raises from ``get()``, as in KvikIO."""
         if task_size is None:
             done = self._handle.read_inline(buf, size, file_offset, defaults._settings, True)
             if done.__class__ is not int or done >= 0:  # -1: not taken here
@@ -328,7 +346,8 @@ class CuFile:
         task_size: Optional[int] = None,
     ) -> IOFuture:
         """Start writing ``size`` bytes (default: the whole buffer) of ``buf`` to
-        the file at ``file_offset``, in parallel."""
+        the file at ``file_offset``, in parallel. A bad argument raises here;
+        a file closed or not open for writing raises from ``get()``."""
         if task_size is None:
             done = self._handle.write_inline(buf, size, file_offset, defaults._settings, True)
             if done.__class__ is not int or done >= 0:  # -1: not taken here

@@ -36,7 +36,8 @@ instead of pread; False: always pread).
 Values are checked as KvikIO checks them, with the same exception types: a
 count or size of 0 where it must be positive is a ``ValueError``, a negative
 or too large one an ``OverflowError``, a value of the wrong type (a string,
-None) a ``TypeError``; a float is truncated to an integer, as KvikIO does.
+None) a ``TypeError``; any other number goes through ``int()``, as in KvikIO's
+binding (a float, ``Decimal`` or ``Fraction`` is truncated).
 ``num_threads`` above ``MAX_NUM_THREADS`` (4096) is a ``ValueError`` where
 KvikIO would try to start that many threads.
 gdscp also takes "ON", "off", "auto"... for ``compat_mode``. KvikIO's remote
@@ -45,8 +46,6 @@ file settings (``http_*``, ``remote_io_*``) raise ``NotImplementedError``
 """
 
 import enum as _enum
-import numbers as _numbers
-import operator as _operator
 import os as _os
 import threading as _threading
 import typing as _typing
@@ -101,23 +100,34 @@ _TRUE = _args.TRUE_WORDS
 _FALSE = _args.FALSE_WORDS
 
 
+def _is_number(value: _typing.Any) -> bool:
+    """Whether Python's C API counts ``value`` as a number (``PyNumber_Check``:
+    its type fills the int, index or float slot, or it is complex): what
+    KvikIO's binding asks before it converts. Not a ``hasattr`` test, which
+    numpy's string scalars pass."""
+    import ctypes  # noqa: PLC0415 - only for values that are not plain ints
+
+    return bool(ctypes.pythonapi.PyNumber_Check(ctypes.py_object(value)))
+
+
 def _whole(name: str, value: _typing.Any) -> int:
-    """A number as KvikIO's binding converts it: integers (bools too) as they
-    are, other real numbers truncated; anything else is a TypeError."""
+    """A number as KvikIO's binding converts it: an object Python counts as a
+    number goes through ``int()``, so floats, ``Decimal`` and ``Fraction`` are
+    truncated and ``__int__`` comes before ``__index__``; anything else (a
+    string, bytes, None) is a TypeError, as is a number ``int()`` refuses."""
+    if type(value) is int:
+        return value
+    kind = type(value).__name__
+    if not _is_number(value):
+        raise TypeError(f"{name} must be an integer, not {kind}")
     try:
-        return _operator.index(value)
+        return int(value)
     except TypeError:
-        pass
-    if isinstance(value, _numbers.Real):
-        try:
-            return int(value)
-        except ValueError:
-            raise ValueError(f"{name} must be a whole number, not {value!r}") from None
-        except OverflowError:
-            raise OverflowError(f"{name} {value!r} is out of range") from None
-    if type(value).__module__ == "numpy" and type(value).__name__ in ("bool", "bool_"):  # numpy's bool, as bool
-        return int(bool(value))
-    raise TypeError(f"{name} must be an integer, not {type(value).__name__}")
+        raise TypeError(f"{name} must be an integer, not {kind}") from None
+    except ValueError:
+        raise ValueError(f"{name} must be a whole number, not {value!r}") from None
+    except OverflowError:
+        raise OverflowError(f"{name} {value!r} is out of range") from None
 
 
 def _integer(minimum: int, maximum: int, type_max: int) -> _typing.Callable[[str, _typing.Any], int]:

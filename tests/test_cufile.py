@@ -266,7 +266,7 @@ def test_default_flag_is_read_only(tmp_file):
     with gdscp.CuFile(path) as f:
         assert f.open_flags() & os.O_ACCMODE == os.O_RDONLY
         with pytest.raises(OSError):
-            f.pwrite(np.zeros(10, np.uint8))
+            f.pwrite(np.zeros(10, np.uint8)).get()
 
 
 def test_flag_w_truncates_creates_and_refuses_reads(tmp_file, tmp_path):
@@ -869,15 +869,16 @@ def test_direct_io_support_of_a_closed_file_is_false(tmp_file):
     [
         lambda f, b: f.read(b),
         lambda f, b: f.write(b),
-        lambda f, b: f.pread(b),
-        lambda f, b: f.pwrite(b),
+        lambda f, b: f.pread(b).get(),
+        lambda f, b: f.pwrite(b).get(),
         lambda f, b: f.open_flags(),
     ],
     ids=["read", "write", "pread", "pwrite", "open_flags"],
 )
 def test_io_on_closed_file(tmp_file, call):
     """The error is a ValueError, as Python's file objects raise, and a
-    RuntimeError, as KvikIO raises; it names the file. Nothing is written."""
+    RuntimeError, as KvikIO raises; it names the file. Nothing is written.
+    pread/pwrite report it from the future's get(), as KvikIO's do."""
     path, data = tmp_file(10)
     f = gdscp.CuFile(path, "r+")
     f.close()
@@ -888,6 +889,65 @@ def test_io_on_closed_file(tmp_file, call):
     assert "closed" in str(info.value)
     assert path in str(info.value)
     assert not buf.any() and file_bytes(path) == data
+
+
+def _failed_future(future: object) -> BaseException:
+    """The exception a future that failed before it started raises: it is
+    done, has moved nothing, and raises the same at every get()."""
+    assert isinstance(future, gdscp.IOFuture) and future.done()
+    assert future.progress() == 0 and future.cancel() is None and future.cancelled() is False
+    with pytest.raises(RuntimeError) as first:
+        future.get()
+    with pytest.raises(RuntimeError) as again:
+        future.get()
+    assert type(again.value) is type(first.value)
+    return first.value
+
+
+@pytest.mark.parametrize("task_size", [None, MiB])  # a small request, and the pool's path
+@pytest.mark.parametrize("size", [10, 3 * MiB + 5])
+def test_pread_and_pwrite_report_the_file_from_the_future(tmp_file, tmp_path, task_size, size):
+    """As KvikIO's: pread/pwrite on a file not open for them, or closed,
+    return a future whose get() raises; code that submits every request first
+    and catches RuntimeError at get() sees each failure there. What KvikIO
+    refuses at the call (a size larger than the buffer, a negative number, an
+    argument of the wrong type) is refused there still, as is a read-only
+    buffer to read into. Nothing moves."""
+    path, data = tmp_file(100)
+    src = np.full(size, 7, np.uint8)
+    dst = np.zeros(size, np.uint8)
+    ro = np.zeros(size, np.uint8)
+    ro.flags.writeable = False
+    written = str(tmp_path / "written.bin")
+
+    def refused_at_the_call(f: gdscp.CuFile) -> None:
+        for call, buf in ((f.pread, dst), (f.pwrite, src)):
+            with pytest.raises(ValueError):
+                call(buf, size + 1, 0, task_size)
+            with pytest.raises(OverflowError):
+                call(buf, size, -1, task_size)
+            with pytest.raises(TypeError):
+                call(buf, size, "0", task_size)
+            with pytest.raises(OverflowError):
+                call(buf, size, 0, -1)
+        with pytest.raises(ValueError, match="read-only"):
+            f.pread(ro, None, 0, task_size)
+
+    with gdscp.CuFile(path, "r") as r, gdscp.CuFile(written, "w") as w:
+        futures = [r.pwrite(src, None, 0, task_size), w.pread(dst, None, 0, task_size)]
+        errors = [_failed_future(future) for future in futures]
+        for exc in errors:
+            assert isinstance(exc, OSError) and exc.errno == errno.EBADF
+        assert path in str(errors[0]) and written in str(errors[1])
+        refused_at_the_call(r)
+        refused_at_the_call(w)
+    closed = [r.pread(dst, None, 0, task_size), r.pwrite(src, None, 0, task_size)]
+    for future in closed:
+        exc = _failed_future(future)
+        assert isinstance(exc, gdscp.ClosedFileError) and path in str(exc)
+    refused_at_the_call(r)
+    assert not dst.any()
+    assert file_bytes(path) == data and file_bytes(written) == b""
 
 
 def test_fileno_of_a_closed_file_is_minus_one(tmp_file):
@@ -1047,8 +1107,14 @@ def test_a_range_past_the_largest_offset_is_refused(tmp_file, size):
         for call in (f.read, f.write, lambda b, n, o: f.pread(b, n, o).get(), lambda b, n, o: f.pwrite(b, n, o).get()):
             with pytest.raises(OverflowError) as info:
                 call(buf, size, start)
+            # The offset itself out of range (size 1) is an argument error; a
+            # range that ends past 2**63-1 also the RuntimeError KvikIO raises.
+            assert isinstance(info.value, RuntimeError) == (start < 2**63)
             assert str(start) in str(info.value) and str(size) in str(info.value)
         assert f.read(buf[:0], 0, 2**63 - 1) == 0
+        if start < 2**63:  # pread/pwrite report it from the future, as KvikIO's do
+            for future in (f.pread(buf, size, start), f.pwrite(buf, size, start)):
+                assert isinstance(_failed_future(future), OverflowError)
     assert not buf.any() and file_bytes(path) == data
 
 

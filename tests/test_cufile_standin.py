@@ -208,6 +208,11 @@ def test_small_synchronous_calls_into_device_memory(go, compat):
     go(scenario_small_synchronous, compat=compat)
 
 
+@pytest.mark.parametrize("compat", ["on", "off"])
+def test_device_preads_report_the_file_from_the_future(go, compat):
+    go(scenario_device_futures_report_the_file, compat=compat)
+
+
 def test_mmap_into_device_memory(go):
     go(scenario_mmap)
 
@@ -2407,6 +2412,40 @@ def scenario_small_synchronous(folder, compat):
                 assert file_bytes(path) == expect, (size, offset)
                 with open(path, "r+b") as raw:
                     raw.write(data)
+
+
+def scenario_device_futures_report_the_file(folder, compat):
+    """pread/pwrite of device memory on a file not open for them, or closed,
+    return a future whose get() raises, as on host memory and in KvikIO:
+    small requests and ones split among the workers alike. Nothing moves: no
+    cuFile transfer and no copy to or from the GPU."""
+    import gdscp
+
+    data = random_bytes(MiB + 5, seed=71)
+    path = new_file(folder, "f.bin", data)
+    written = os.path.join(folder, "w.bin")
+    for size, task_size in ((100, None), (MiB, 64 * KiB)):
+        dst = poisoned(size)
+        src = standin.cuda.alloc(size).fill(7)
+        with settings(compat_mode=compat):
+            r = gdscp.CuFile(path, "r")
+            w = gdscp.CuFile(written, "w")
+        m = mark()
+        futures = [r.pwrite(src, None, 0, task_size), w.pread(dst, None, 0, task_size)]
+        r.close()
+        w.close()
+        futures += [r.pread(dst, None, 0, task_size), w.pwrite(src, None, 0, task_size)]
+        for future, kind in zip(futures, (OSError, OSError, gdscp.ClosedFileError, gdscp.ClosedFileError)):
+            assert isinstance(future, gdscp.IOFuture) and future.done()
+            with pytest.raises(kind) as info:
+                future.get()
+            assert isinstance(info.value, RuntimeError)
+            if kind is OSError:
+                assert info.value.errno == errno.EBADF
+        assert since(m, "cuFileRead", "cuFileWrite") == []
+        assert since(m, "cuMemcpyHtoDAsync", "cuMemcpyDtoHAsync", "cuMemcpyHtoD", "cuMemcpyDtoH", lib="cuda") == []
+        assert dst.bytes() == bytes([POISON]) * size
+    assert file_bytes(path) == data and file_bytes(written) == b""
 
 
 def scenario_mmap(folder):

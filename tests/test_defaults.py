@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import datetime
 import os
 import subprocess
 import sys
 import threading
 import warnings
+from decimal import Decimal
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -255,6 +258,91 @@ def test_values_kvikio_accepts(name, value, expect):
     with defaults.set(name, value):
         got = defaults.get(name)
         assert got == expect and type(got) is type(expect)
+
+
+class _Number:
+    def __init__(self, n: int):
+        self.n = n
+
+
+class _IntOnly(_Number):
+    def __int__(self) -> int:
+        return self.n
+
+
+class _IndexOnly(_Number):
+    def __index__(self) -> int:
+        return self.n
+
+
+class _IntAndIndex(_IntOnly):
+    def __index__(self) -> int:
+        return self.n + 1000  # int() asks __int__ first, as KvikIO's binding does
+
+
+class _FloatOnly(_Number):
+    def __float__(self) -> float:
+        return float(self.n)
+
+
+class _TruncOnly(_Number):
+    def __trunc__(self) -> int:
+        return self.n
+
+
+@pytest.mark.parametrize("name, n", [("num_threads", 3), ("task_size", 8192), ("gds_threshold", 8192),
+                                     ("bounce_buffer_size", 8192), ("min_task_size", 8192)])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda n: Decimal(n) + Decimal("0.5"),
+        lambda n: Fraction(2 * n + 1, 2),
+        _IntOnly,
+        _IndexOnly,
+        _IntAndIndex,
+        lambda n: np.float32(n),
+        lambda n: np.timedelta64(n),
+        lambda n: np.array(n),
+    ],
+    ids=["Decimal", "Fraction", "__int__", "__index__", "__int__-and-__index__", "numpy-float32",
+         "numpy-timedelta64", "numpy-0d-array"],
+)
+def test_numbers_go_through_int_as_in_kvikio(name, n, make):
+    """KvikIO's binding takes any object Python counts as a number and
+    converts it with int(): Decimal and Fraction are truncated, an object
+    with only __int__ (or only __index__) is taken, __int__ before __index__."""
+    with defaults.set(name, make(n)):
+        got = defaults.get(name)
+        assert got == n and type(got) is int
+        if name != "num_threads":
+            assert getattr(defaults._settings, name) == max(n, defaults._ENGINE_MINIMUM.get(name, 0))
+
+
+@pytest.mark.parametrize(
+    "value, error",
+    [
+        (Decimal("NaN"), ValueError),
+        (Decimal("Infinity"), OverflowError),
+        (Decimal("-1.5"), OverflowError),
+        (Decimal("0.5"), ValueError),  # int() makes it 0, which task_size refuses
+        (_IntOnly(-5), OverflowError),
+        (_FloatOnly(8192), TypeError),  # a number, but int() refuses it
+        (_TruncOnly(8192), TypeError),  # not a number to Python's C API
+        (8192 + 0j, TypeError),
+        (np.str_("8192"), TypeError),
+        (np.bytes_(b"8192"), TypeError),
+        (np.datetime64(8192, "s"), TypeError),
+        (np.array([8192]), TypeError),
+        (datetime.timedelta(1), TypeError),
+        (bytearray(b"8192"), TypeError),
+    ],
+    ids=lambda v: type(v).__name__ if not isinstance(v, type) else v.__name__,
+)
+def test_values_kvikios_binding_refuses(value, error):
+    before = defaults.get("task_size")
+    with pytest.raises(error, match="task_size"):
+        defaults.set("task_size", value)
+    assert defaults.get("task_size") == before
 
 
 def test_sizes_below_a_page_are_kept_and_the_engine_gets_a_page():

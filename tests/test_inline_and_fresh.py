@@ -274,8 +274,8 @@ def test_large_read_only_destinations_are_refused(big_file):
 @pytest.mark.parametrize("task_size", [None, 1 << 20])  # the inline path, and the pool's
 def test_small_preads_are_futures_that_fail_where_parallel_ones_do(data_file, task_size):
     """pread/pwrite of a small request run at once but keep the future's
-    contract: bytes and failures come from get(); a closed file or a file not
-    open for the transfer is refused by the call itself."""
+    contract: bytes and failures come from get(), a closed file's or a file's
+    not open for the transfer too."""
     import errno
 
     path, data = data_file
@@ -294,11 +294,15 @@ def test_small_preads_are_futures_that_fail_where_parallel_ones_do(data_file, ta
         with pytest.raises(OSError) as err:
             fut.get()
         assert err.value.errno == errno.EIO and path in str(err.value)
+        fut = f.pwrite(b"abc", task_size=task_size)  # opened for reading only: refused by get()
+        assert fut.done()
         with pytest.raises(OSError) as err:
-            f.pwrite(b"abc", task_size=task_size)  # opened for reading only: refused at once
+            fut.get()
         assert err.value.errno == errno.EBADF
+    fut = f.pread(buf, task_size=task_size)
+    assert fut.done()
     with pytest.raises(ValueError, match="closed"):
-        f.pread(buf, task_size=task_size)
+        fut.get()
     with gdscp.CuFile(path, "r+") as f:
         fut = f.pwrite(np.frombuffer(b"xyz", np.uint8), 3, 4097, task_size=task_size)
         assert isinstance(fut, gdscp.IOFuture) and fut.get() == 3

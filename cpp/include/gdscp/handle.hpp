@@ -41,10 +41,6 @@ class Handle {
   std::unique_ptr<Future> pread(uintptr_t buf, bool device, size_t size, int64_t file_offset, const Settings& s);
   std::unique_ptr<Future> pwrite(uintptr_t buf, bool device, size_t size, int64_t file_offset, const Settings& s);
 
-  // Throws what pread (`write` false) or pwrite would throw before submitting
-  // anything: a closed file, a file not open for that.
-  void check_open(bool write) const { open_for(write); }
-
   // Whether a request of `size` bytes runs as one task of one chunk: below
   // `gds_threshold` and no larger than `task_size`. Such a request runs on the
   // calling thread whichever way it is made, so read_now/write_now may take it.

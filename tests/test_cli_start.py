@@ -247,12 +247,15 @@ def test_the_options_that_take_a_value_are_the_commands_own():
     (["write", "-s", "-h", "f"], False),
     (["write", "-s-h", "f"], False),
     (["copy", "a", "--", "-h"], False),  # after "--", a file's name
+    (["--", "read", "-h"], True),  # "--" before the command ends only gdscp's own options
+    (["--", "read", "f", "--json"], False),
+    (["--", "read", "--", "-h"], False),
 ])
 def test_help_is_asked_for_as_click_reads_the_line(args, help_asked):
     from gdscp.cli.exits import asks_for_help, json_asked
 
     assert asks_for_help(args) is help_asked
-    assert json_asked(args) is (args[-1] == "--json")
+    assert json_asked(args) is (args[-1] == "--json" and "--" not in args[1:])
     assert not json_asked(["benchmark", "--dir", "--json"])  # a directory named "--json"
 
 
@@ -292,6 +295,18 @@ def test_shell_completion_despite_a_bad_environment_variable():
     assert shown.stdout == _gdscp_with({}, "--show-completion", "bash").stdout
     assert "_gdscp_completion" in shown.stdout
     assert shown.stderr.startswith("gdscp: warning: GDSCP_NUM_THREADS='abc' is not valid"), shown.stderr
+
+
+@pytest.mark.parametrize("instruction", ["bash_complete", "zsh_complete", "x"])
+def test_a_completion_instruction_not_understood_is_said_as_such(instruction):
+    """An instruction the completion does not know (Click's newer
+    ``bash_complete``) is said by the completion itself, exit 1, and is
+    not taken for help that could not be written."""
+    done = _gdscp_with({"_GDSCP_COMPLETE": instruction, "COMP_WORDS": "gdscp re", "COMP_CWORD": "1"})
+    assert done.returncode == 1, done.stderr
+    assert done.stdout == ""
+    said = "Invalid completion instruction" if instruction == "x" else "Shell complete not supported"
+    assert said in done.stderr and "cannot write the help" not in done.stderr, done.stderr
 
 
 @pytest.mark.parametrize("args, code", [(["--version"], 0), (["-V"], 0), ([], 2)])
@@ -408,6 +423,43 @@ def test_the_gpu_named_for_the_early_context():
     # "--device" as the value of an option, or after "--", names no GPU:
     assert _named_device(["write", "--pattern", "--device", "7", "a"]) is None
     assert _named_device(["read", "--", "--device", "3"]) is None
+    assert _named_device(["--", "read", "--device", "3"]) == 3
+    # digits int() does not read (superscripts) name no GPU; Click refuses them
+    assert _named_device(["read", "--device", "\u00b2", "a"]) is False
+    assert _named_device(["read", "--device", "\u0663", "a"]) == 3  # Arabic-Indic 3, as int() reads it
+
+
+@pytest.mark.parametrize("argv", [["read", "--device", "\u00b2", "f"], ["write", "--json", "--device=\u00b3", "f"],
+                                  ["copy", "--device", "\u00b2", "a", "b"]])
+def test_a_device_number_int_cannot_read_is_a_usage_error(tmp_path, argv):
+    """``--device ²`` (a digit to str.isdigit, not to int()) is refused as
+    Click refuses any other bad number: exit 2, one line, with --json a
+    document; nothing written."""
+    (tmp_path / "a").write_bytes(b"abc")
+    done = subprocess.run([sys.executable, "-m", "gdscp", *argv], capture_output=True, text=True, timeout=120,
+                          cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr and "--device" in done.stderr, done.stderr
+    if "--json" in argv:
+        doc = json.loads(done.stdout)
+        assert doc["ok"] is False and doc["exit_code"] == 2
+    assert sorted(os.listdir(tmp_path)) == ["a"]
+
+
+@pytest.mark.parametrize("bad", [{}, {"GDSCP_TASK_SIZE": "zz"}])
+def test_dashes_before_the_command_change_nothing(tmp_path, bad):
+    """``gdscp -- read ...`` is ``gdscp read ...`` to Click: its --json gives
+    the document, its --help the help (despite a bad variable, as without
+    the dashes)."""
+    (tmp_path / "f").write_bytes(b"x" * 10)
+    plain = _gdscp_with(bad, "read", "--json", "--offset", "zz", str(tmp_path / "f"))
+    dashed = _gdscp_with(bad, "--", "read", "--json", "--offset", "zz", str(tmp_path / "f"))
+    assert dashed.returncode == plain.returncode == 2, dashed.stderr
+    assert json.loads(dashed.stdout) == json.loads(plain.stdout)
+    assert dashed.stderr == plain.stderr
+    helped = _gdscp_with(bad, "--", "read", "--help")
+    assert helped.returncode == 0, helped.stderr
+    assert helped.stdout == _gdscp_with({}, "read", "--help").stdout
 
 
 # The end of a command: _leave(code) with a thread still running, an atexit

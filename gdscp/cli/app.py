@@ -21,7 +21,7 @@ import typer
 import gdscp
 
 from .exits import (COMMANDS, EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, INTERRUPTED, STDOUT_CLOSED, Documents,
-                    asks_for_help, early_result, json_asked)
+                    asks_for_help, command_first, early_result, json_asked)
 
 __all__ = ["JOINING", "Running", "app", "asks_for_help", "interrupted_rank", "joins", "load", "run"]
 
@@ -139,13 +139,13 @@ class Running:
 
 def run(argv: Optional[Sequence[str]] = None) -> int:
     """Run the gdscp command line on ``argv`` (default: ``sys.argv[1:]``); the exit code."""
-    args = list(sys.argv[1:] if argv is None else argv)
+    args = command_first(list(sys.argv[1:] if argv is None else argv))
     Running.args = args
     Documents.written = False
     load(args)
     # Help (asked for, or shown for a bare `gdscp`) that cannot be written, its
     # stdout closed or full, is a failure said in one line, as cp's is.
-    help_shown = not args or asks_for_help(args)
+    help_shown = (not args and not os.environ.get("_GDSCP_COMPLETE")) or asks_for_help(args)
     help_failed = EXIT_FAILURE if args else EXIT_USAGE
     if help_shown and sys.stdout is None:
         sys.stderr.write(f"gdscp: error: cannot write the help: {STDOUT_CLOSED}\n")

@@ -57,7 +57,8 @@ def options_given(args: "list[str]") -> "list[tuple[str, object]]":
     flag (and for an option whose value is missing at the end). A command's
     option that takes a value takes the next argument whatever it is
     (``TAKING_VALUES``); short flags may run together (``-rq``), a short
-    option's value may follow it (``-s1K``); ``--`` ends the options."""
+    option's value may follow it (``-s1K``); ``--`` ends the options (before
+    the command's name, only those of ``gdscp`` itself)."""
     given: list = []
     taking: tuple = ()
     command = False
@@ -65,8 +66,14 @@ def options_given(args: "list[str]") -> "list[tuple[str, object]]":
     while i < len(args):
         arg = args[i]
         i += 1
-        if arg == "--":
-            break
+        if arg == "--":  # before the command's name, it ends gdscp's own options
+            if command:
+                break
+            if i < len(args):
+                command = True
+                taking = TAKING_VALUES.get(args[i], ())
+                i += 1
+            continue
         if arg.startswith("--"):
             name, eq, value = arg.partition("=")
             if eq:
@@ -92,6 +99,16 @@ def options_given(args: "list[str]") -> "list[tuple[str, object]]":
             command = True
             taking = TAKING_VALUES.get(arg, ())
     return given
+
+
+def command_first(args: "list[str]") -> "list[str]":
+    """``args`` (after ``gdscp``) with a ``--`` before the command's name left
+    out, which changes nothing for Click there (``gdscp -- read F`` runs
+    ``gdscp read F``) and puts the command's name first, where the rest of
+    the command line looks for it."""
+    if len(args) > 1 and args[0] == "--" and not args[1].startswith("-"):
+        return args[1:]
+    return args
 
 
 def named(args: "list[str]") -> "set[str]":

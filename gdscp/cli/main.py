@@ -36,7 +36,7 @@ import sys
 
 from .._errors import EnvironmentVariableError
 from .exits import (COMMANDS, EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, INTERRUPTED,
-                    asks_only_to_print, early_result, named, options_given)
+                    asks_only_to_print, command_first, early_result, named, options_given)
 
 __all__ = ["main"]
 
@@ -192,7 +192,7 @@ def _named_device(args: list[str]) -> object:
         if name == "--devices":
             return False
         if name == "--device":
-            return int(value) if value is not None and value.isdigit() else False
+            return int(value) if value is not None and value.isdecimal() else False
     return None
 
 
@@ -548,6 +548,7 @@ def _on_signals(handler: object) -> None:
 
 def main() -> None:
     """The ``gdscp`` console script."""
+    sys.argv[1:] = command_first(sys.argv[1:])
     _hold_standard_descriptors()
     _one_blas_thread()
     code = _run()

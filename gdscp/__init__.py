@@ -21,7 +21,8 @@ import importlib as _importlib
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # what the lazy names are, for type checkers
     from . import buffer, cufile, defaults, mmap, remote_file, stream
-    from ._errors import ArgumentError, ClosedFileError, CudaError, CuFileError, EnvironmentVariableError
+    from ._errors import (ArgumentError, ClosedFileError, CudaError, CuFileError, EnvironmentVariableError,
+                          RangeEndError)
     from .buffer import bounce_buffer_free, memory_deregister, memory_register, prepare
     from .bulk import BulkJob, copy_files, read_files, replicate, write_files
     from .cufile import CuFile, IOFuture, IOFutureStream
@@ -46,6 +47,7 @@ _HOME = {
     "IOFuture": "cufile",
     "IOFutureStream": "cufile",
     "Mmap": "mmap",
+    "RangeEndError": "_errors",
     "RemoteFile": "remote_file",
     "bounce_buffer_free": "buffer",
     "clear_page_cache": "page_cache",

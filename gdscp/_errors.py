@@ -56,6 +56,8 @@ class RangeEndError(OverflowError, RuntimeError):
     offset a file can have (2**63-1): the ``OverflowError`` of any other
     number out of range, and the ``RuntimeError`` KvikIO raises for it."""
 
+    __module__ = "gdscp"
+
 
 class EnvironmentVariableError(ValueError):
     """A ``GDSCP_*`` environment variable holds a value its setting does not

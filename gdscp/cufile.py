@@ -2,6 +2,7 @@
 GPU or host memory, call-compatible with ``kvikio.CuFile``."""
 
 import atexit
+import copy
 import pathlib
 import weakref
 from typing import Any, Optional, Union
@@ -137,16 +138,23 @@ atexit.register(_finish_transfers_at_exit)
 class _Done(IOFuture):
     """The future of a small ``pread``/``pwrite`` that already ran on the
     calling thread, or of one that failed before it started (the file closed
-    or not open for it): the byte count, or the failure that ``get()`` raises."""
+    or not open for it): the byte count, or the failure that ``get()`` raises.
+    The failure is kept without its traceback, whose frames would hold the
+    buffer and the file, and each ``get()`` raises a copy of it, as a future
+    whose transfer ran raises a new error each time: raising one object
+    again would add to its traceback at every call."""
 
     __slots__ = ("_result",)
 
     def __init__(self, result: Any):
+        if isinstance(result, BaseException):
+            result = result.with_traceback(None)
+            result.__context__ = None
         self._result = result
 
     def get(self) -> int:
         if isinstance(self._result, BaseException):
-            raise self._result
+            raise copy.copy(self._result)
         return self._result
 
     def done(self) -> bool:

@@ -120,6 +120,12 @@ def _whole(name: str, value: _typing.Any) -> int:
     kind = type(value).__name__
     if not _is_number(value):
         raise TypeError(f"{name} must be an integer, not {kind}")
+    import decimal  # noqa: PLC0415 - only for values that are not plain ints
+
+    # int() of a Decimal such as 1E+1000000 takes minutes: one that has more
+    # digits before its point than any setting could hold is out of range.
+    if isinstance(value, decimal.Decimal) and value.is_finite() and value.adjusted() >= 40:
+        raise OverflowError(f"{name} {value!r} is out of range")
     try:
         return int(value)
     except TypeError:

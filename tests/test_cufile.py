@@ -12,7 +12,9 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 import warnings
+import weakref
 
 import numpy as np
 import pytest
@@ -900,8 +902,28 @@ def _failed_future(future: object) -> BaseException:
         future.get()
     with pytest.raises(RuntimeError) as again:
         future.get()
-    assert type(again.value) is type(first.value)
+    assert type(again.value) is type(first.value) and str(again.value) == str(first.value)
+    # each get() raises an error of its own, as a transfer that ran does: one
+    # object raised again would carry a longer traceback at every call
+    assert again.value is not first.value
+    assert len(traceback.extract_tb(again.value.__traceback__)) == len(traceback.extract_tb(first.value.__traceback__))
     return first.value
+
+
+@pytest.mark.parametrize("size", [10, 3 * MiB + 5])
+def test_a_failed_future_holds_neither_the_buffer_nor_the_file(tmp_file, size):
+    """The future of a pread on a closed file keeps its error, not the frames
+    of the call that made it: the buffer is freed once its owner drops it."""
+    path, _ = tmp_file(10)
+    f = gdscp.CuFile(path, "r+")
+    f.close()
+    buf = np.zeros(size, np.uint8)
+    held = weakref.ref(buf)
+    future = f.pread(buf, None, 0, MiB)
+    del buf
+    assert held() is None
+    with pytest.raises(gdscp.ClosedFileError):
+        future.get()
 
 
 @pytest.mark.parametrize("task_size", [None, MiB])  # a small request, and the pool's path
@@ -1110,6 +1132,7 @@ def test_a_range_past_the_largest_offset_is_refused(tmp_file, size):
             # The offset itself out of range (size 1) is an argument error; a
             # range that ends past 2**63-1 also the RuntimeError KvikIO raises.
             assert isinstance(info.value, RuntimeError) == (start < 2**63)
+            assert isinstance(info.value, gdscp.RangeEndError) == (start < 2**63)
             assert str(start) in str(info.value) and str(size) in str(info.value)
         assert f.read(buf[:0], 0, 2**63 - 1) == 0
         if start < 2**63:  # pread/pwrite report it from the future, as KvikIO's do

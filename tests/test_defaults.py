@@ -318,11 +318,21 @@ def test_numbers_go_through_int_as_in_kvikio(name, n, make):
             assert getattr(defaults._settings, name) == max(n, defaults._ENGINE_MINIMUM.get(name, 0))
 
 
+class _Huge(Decimal):
+    """A Decimal too large for any setting, whose int() (hours for 1e100000000)
+    must not be asked for."""
+
+    def __int__(self) -> int:
+        raise AssertionError("int() of a Decimal out of every range")
+
+
 @pytest.mark.parametrize(
     "value, error",
     [
         (Decimal("NaN"), ValueError),
         (Decimal("Infinity"), OverflowError),
+        (_Huge("1e100000000"), OverflowError),  # refused before int(), which would take hours
+        (_Huge("-1e100000000"), OverflowError),
         (Decimal("-1.5"), OverflowError),
         (Decimal("0.5"), ValueError),  # int() makes it 0, which task_size refuses
         (_IntOnly(-5), OverflowError),

@@ -24,18 +24,26 @@ __all__ = ["bounce_buffer_free", "memory_deregister", "memory_register", "prepar
 def _check_buffer(buf: Any) -> None:
     """``buf`` is memory, in any layout (KvikIO registers a strided array's
     first byte): device memory through ``__cuda_array_interface__`` or DLPack,
-    host memory through the buffer protocol. TypeError otherwise."""
-    if getattr(buf, "__cuda_array_interface__", None) is not None:
+    host memory through the buffer protocol. TypeError otherwise, or the
+    error that names what a malformed interface lacks, as a transfer gives."""
+    cai = getattr(buf, "__cuda_array_interface__", None)
+    if cai is not None:
+        _core.cuda_array_layout(cai)  # raises for an interface that describes no array
         return
     try:
         memoryview(buf).release()
         return
     except TypeError:
         pass
-    if not hasattr(buf, "__dlpack__"):
-        raise TypeError(
-            f"expected a buffer (buffer protocol, __cuda_array_interface__ or __dlpack__), got {type(buf).__name__}"
-        )
+    dlpack = getattr(buf, "__dlpack__", None)
+    if callable(dlpack) and callable(getattr(buf, "__dlpack_device__", None)):
+        return
+    if dlpack is not None:
+        raise TypeError(f"{type(buf).__name__} has __dlpack__ but is no DLPack tensor (a tensor's __dlpack__ and "
+                        "__dlpack_device__ are methods)")
+    raise TypeError(
+        f"expected a buffer (buffer protocol, __cuda_array_interface__ or __dlpack__), got {type(buf).__name__}"
+    )
 
 
 def memory_register(buf: Any) -> None:

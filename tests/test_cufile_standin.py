@@ -1523,6 +1523,18 @@ def scenario_per_thread_stream_future(folder, op):
             assert buf.bytes() == data[4096 : 4096 + 8192]
         else:
             assert file_bytes(path) == data[:4096] + src.bytes() + data[4096 + 8192 :]
+        # Where the event cannot be recorded, the submitting thread waits for
+        # the transfer itself: asked from another thread, the count is its.
+        expect = file_bytes(path)[4096 : 4096 + 8192]
+        buf.fill(POISON)
+        standin.cuda.fail("cuEventRecord", 2)
+        future = f.raw_read_async(buf, per_thread, 8192, 4096)
+        assert standin.cuda.pending() == 0
+        t = threading.Thread(target=other)
+        t.start()
+        t.join(30)
+        assert got["n"] == 8192, got
+        assert buf.bytes() == expect
         # Dropped on another thread, the file closed meanwhile.
         expect = file_bytes(path)[:8192]
         buf.fill(POISON)

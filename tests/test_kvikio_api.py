@@ -794,11 +794,23 @@ def test_memory_and_stream_registration_check_their_arguments():
     for buf in (np.zeros(10, np.uint8), bytearray(10), memoryview(bytearray(3))):
         assert gdscp.memory_register(buf) is None
         assert gdscp.memory_deregister(buf) is None
-    for bad in (5, None, "text"):
-        with pytest.raises(TypeError):
+    def claiming(**attributes: object) -> object:
+        return type("Claiming", (), attributes)()
+
+    # An interface that describes no array is refused, as a transfer refuses it.
+    malformed = [claiming(__cuda_array_interface__=5), claiming(__cuda_array_interface__="x"),
+                 claiming(__cuda_array_interface__={}), claiming(__cuda_array_interface__={"data": (1 << 40, False)}),
+                 claiming(__dlpack__=None), claiming(__dlpack__=5), claiming(__dlpack__=lambda self: None)]
+    for bad in (5, None, "text", *malformed):
+        with pytest.raises((TypeError, ValueError)) as registered:
             gdscp.memory_register(bad)
-        with pytest.raises(TypeError):
+        with pytest.raises((TypeError, ValueError)) as deregistered:
             gdscp.memory_deregister(bad)
+        assert type(registered.value) is type(deregistered.value)
+        if bad is not None:
+            with pytest.raises(type(registered.value)):
+                with gdscp.CuFile(__file__) as f:
+                    f.read(bad)
     # As in KvikIO, whatever the layout or the items: memory that no transfer
     # could take is still memory to register.
     strided_device = type("StridedDeviceArray", (), {"__cuda_array_interface__": {

@@ -156,7 +156,12 @@ std::unique_ptr<StreamFuture> raw_async_at(const std::shared_ptr<const OpenFile>
       throw;
     }
     if (queued) {
-      if (done && drv.cuEventRecord(done, cu_stream) != CUDA_SUCCESS) drop_event();  // the stream's sync it is
+      if (done && drv.cuEventRecord(done, cu_stream) != CUDA_SUCCESS) {
+        // No event to find the transfer by from another thread, whose own
+        // per-thread stream is another: wait for it here, on this thread's.
+        drop_event();
+        drv.cuStreamSynchronize(cu_stream);
+      }
       return std::make_unique<StreamFuture>(st, &backend, cu_stream, mem.ctx, 0, std::move(op), done);
     }
     drop_event();

@@ -117,6 +117,9 @@ void define_testing(nb::module_& core) {
   t.def("arm_worker_limit", &detail::fault::arm_worker_limit, "n"_a,
         "The thread pool's workers from index `n` on cannot start, refused their thread as by a system out of "
         "threads (EAGAIN); a negative `n` (or disarm_fault()) lifts the limit.");
+  t.def("arm_source_swap", &detail::fault::arm_source_swap, "replacement"_a,
+        "The next bulk source read as a file handle (1 MiB or more, or through device memory) has `replacement` "
+        "renamed over its path once it is opened and measured, before that handle is made; disarm_fault() drops it.");
   t.def("unmap_held", &detail::fault::unmap_held, "Whether a mapped file waits at its munmap now.");
   t.def("mapped_read_bytes", &detail::mapped_read_bytes, "Bytes copied by mapped reads since the process started.");
   t.def("pinned_bytes", [] { return detail::BufferPool::pinned().bytes_allocated(); },

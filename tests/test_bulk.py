@@ -389,6 +389,84 @@ def test_copies_verified_refuse_a_bad_copy(tmp_path):
     assert not os.path.exists(bad.destination) and temporaries(tmp_path) == []
 
 
+def read_or_copy_swapped(where: Path, kind: str, direct_io: str = "auto") -> tuple[bytes, bytes]:
+    """A 2 MiB source read or copied with a 3 MiB file renamed over its path
+    once it is opened and measured, before it is read (the fault hook, every
+    time): its bytes and what the job gave, which must be the same."""
+    src, other, dst = where / "src", where / "other", where / "dst"
+    first, second = random_bytes(2 * MiB, 11), random_bytes(3 * MiB, 12)
+    src.write_bytes(first)
+    other.write_bytes(second)
+    buf = np.zeros(2 * MiB + 5, dtype=np.uint8)
+    _core.testing.arm_source_swap(str(other))
+    try:
+        with gdscp.defaults.set("direct_io", direct_io):
+            job = gdscp.copy_files([(src, dst)]) if kind == "copy" else gdscp.read_files([src], [buf])
+            (r,) = job.results()
+    finally:
+        _core.testing.disarm_fault()
+    assert not other.exists() and src.read_bytes() == second  # the swap happened
+    assert r.status == "done" and r.bytes == 2 * MiB, r
+    assert temporaries(where) == []
+    if kind == "read":
+        assert not buf[2 * MiB:].any()
+        return first, buf[: 2 * MiB].tobytes()
+    return first, dst.read_bytes()
+
+
+@pytest.mark.parametrize("kind", ["copy", "read"])
+def test_a_source_renamed_over_mid_transfer_is_read_as_it_was_opened(tmp_path, kind):
+    """A source of 1 MiB or more is opened, measured, then read through a file
+    handle. Another file renamed over its path in between: what is read is
+    the file measured, whole, never the other one for its size nor a mix of
+    the two, as cp reads the file it opened."""
+    first, got = read_or_copy_swapped(tmp_path, kind)
+    assert got == first
+
+
+@pytest.mark.parametrize("kind", ["copy", "read"])
+def test_a_source_renamed_over_is_read_as_it_was_opened_with_o_direct(folder, kind):
+    """As above, through O_DIRECT (direct_io "on", on a filesystem that takes
+    it): the file handle's O_DIRECT descriptor is of the file measured too."""
+    first, got = read_or_copy_swapped(Path(folder), kind, "on")
+    assert got == first
+
+
+def scenario_swapped_source_through_cufile(folder):
+    """read_files into device memory and copy_files through it, over cuFile
+    (compat_mode off, which reads through the O_DIRECT descriptor): a file
+    renamed over the source once measured is not what is read."""
+    import gdscp
+    from gdscp import _core
+
+    src, other, dst = (os.path.join(folder, n) for n in ("src", "other", "dst"))
+    first = random_bytes(2 * MiB, 21)
+    for kind in ("read", "copy"):
+        with open(src, "wb") as f:
+            f.write(first)
+        with open(other, "wb") as f:
+            f.write(random_bytes(3 * MiB, 22))
+        buf = poisoned(2 * MiB)
+        _core.testing.arm_source_swap(other)
+        try:
+            with gdscp.defaults.set({"compat_mode": "off"}):
+                job = gdscp.read_files([src], [buf]) if kind == "read" else gdscp.copy_files([(src, dst)], device=0)
+                (r,) = job.results()
+        finally:
+            _core.testing.disarm_fault()
+        assert not os.path.exists(other), kind
+        assert r.status == "done" and r.bytes == 2 * MiB and r.read_backend == "cufile", (kind, r)
+        if kind == "read":
+            assert buf.bytes() == first
+        else:
+            with open(dst, "rb") as f:
+                assert f.read() == first
+
+
+def test_a_source_renamed_over_is_read_as_it_was_opened_through_cufile(go):
+    go(scenario_swapped_source_through_cufile)
+
+
 @pytest.mark.parametrize("size", [0, 1, PAGE + 1, 3 * MiB + 17])
 def test_writes_verified_before_they_take_the_name(tmp_path, size):
     """write_files(verify=True) reads each file back from storage and compares

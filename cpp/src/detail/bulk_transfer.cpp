@@ -48,14 +48,19 @@ int open_plain(const std::string& path, int flags, mode_t mode = 0) {
   return fd;
 }
 
-// The file and its backend for memory `mem`: device memory by compat_mode
+// The backend of `file` for memory `mem`: device memory by compat_mode
 // (cuFile where it works), host memory always the POSIX path.
-void open_file(const TransferContext& cx, const std::string& path, const char* mode, const MemoryTarget& mem,
-               std::shared_ptr<File>& file, Backends& backends, Backend*& backend) {
-  file = std::make_shared<File>(path, mode);
+void choose_backend(const TransferContext& cx, const std::shared_ptr<File>& file, const MemoryTarget& mem,
+                    Backends& backends, Backend*& backend) {
   backends = choose_backends(file, mem.device ? cx.s.compat_mode : CompatMode::on, cx.opt.cufile_library);
   if (!mem.device) backends.reason = "host memory always takes the POSIX path";
   backend = mem.device ? backends.device.get() : backends.host.get();
+}
+
+void open_file(const TransferContext& cx, const std::string& path, const char* mode, const MemoryTarget& mem,
+               std::shared_ptr<File>& file, Backends& backends, Backend*& backend) {
+  file = std::make_shared<File>(path, mode);
+  choose_backend(cx, file, mem, backends, backend);
 }
 
 // Waits until `fd` is ready for `events` (POLLIN: something to read, data or
@@ -165,8 +170,16 @@ void open_source(const TransferContext& cx, Transfer& t, const std::string& path
     t.offset = 0;
     t.size = t.src_sized ? length : -1;
   }
-  if (t.src_sized && (t.mem.device || t.size >= kFileMin))
-    open_file(cx, path, "r", t.mem, t.src_file, t.src_backends, t.src_backend);
+  if (t.src_sized && (t.mem.device || t.size >= kFileMin)) {
+    // A File of the descriptor measured above, not of the path opened again:
+    // a file renamed over the path meanwhile would be read for the size of
+    // this one, or in part, its bytes mixed with this one's.
+    fault::source_measured(path);
+    const int fd = ::fcntl(t.src_fd, F_DUPFD_CLOEXEC, 0);
+    if (fd < 0) throw_os_error(errno, "cannot open", path);
+    t.src_file = std::make_shared<File>(path, fd);
+    choose_backend(cx, t.src_file, t.mem, t.src_backends, t.src_backend);
+  }
 }
 
 // Opens a FIFO for writing without blocking forever on a missing reader: the

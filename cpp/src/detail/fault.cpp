@@ -2,7 +2,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <initializer_list>
+#include <mutex>
 #include <thread>
 
 namespace gdscp::detail::fault {
@@ -23,6 +25,9 @@ std::atomic<bool> progress_armed{false};
 std::atomic<bool> unmap_armed{false};
 std::atomic<bool> unmap_holding{false};
 std::atomic<long> worker_limit{-1};
+std::atomic<bool> swap_armed{false};
+std::mutex swap_mutex;
+std::string swap_from;  // under swap_mutex
 }  // namespace
 
 void arm(Op op, long skip, long count, int err) noexcept {
@@ -40,6 +45,7 @@ void disarm() noexcept {
   unmap_armed = false;
   unmap_holding = false;
   worker_limit = -1;
+  swap_armed = false;
 }
 
 void arm_hold(long skip) noexcept {
@@ -89,6 +95,19 @@ void arm_worker_limit(long n) noexcept { worker_limit = n < 0 ? -1 : n; }
 bool worker_refused(unsigned index) noexcept {
   const long limit = worker_limit.load(std::memory_order_relaxed);
   return limit >= 0 && static_cast<long>(index) >= limit;
+}
+
+void arm_source_swap(const std::string& replacement) {
+  std::lock_guard<std::mutex> lock(swap_mutex);
+  swap_from = replacement;
+  swap_armed = true;
+}
+
+void source_measured(const std::string& path) noexcept {
+  if (!swap_armed.load(std::memory_order_relaxed)) return;
+  std::lock_guard<std::mutex> lock(swap_mutex);
+  if (!swap_armed.exchange(false)) return;
+  std::rename(swap_from.c_str(), path.c_str());
 }
 
 bool io_armed() noexcept {

@@ -61,6 +61,22 @@ OpenMode parse_open_mode(std::string_view mode) {
   return m;
 }
 
+namespace {
+
+// The flags of a descriptor opened again beside the first: it must not
+// create or truncate again, and it writes at the offsets it is given.
+int again_flags(const OpenMode& mode) { return mode.flags & ~(O_CREAT | O_TRUNC | O_EXCL | O_APPEND); }
+
+// Whether `fd` is of the file whose fstat is `st`. A descriptor opened by
+// the path again must be: one renamed over the path (or a link redirected)
+// between the opens would get some of the bytes.
+bool same_file(int fd, const struct stat& st) {
+  struct stat other{};
+  return ::fstat(fd, &other) == 0 && other.st_dev == st.st_dev && other.st_ino == st.st_ino;
+}
+
+}  // namespace
+
 File::File(std::string path, std::string_view mode, bool deferred)
     : path_(std::move(path)), mode_(parse_open_mode(mode)) {
   // Without blocking: a FIFO would wait here for its other end, in a call no
@@ -125,26 +141,12 @@ File::File(std::string path, std::string_view mode, bool deferred)
   // the status flags it was asked for (F_SETFL takes those of mode_.flags,
   // O_APPEND among them, and ignores the rest).
   ::fcntl(fd_, F_SETFL, mode_.flags);
-  // The other descriptors must not create or truncate again, and write at
-  // the offsets they are given. Opened by the path again, they must be of
-  // the same file: one renamed over the path (or a link redirected) between
-  // the opens would get some of the bytes.
-  const int again = mode_.flags & ~(O_CREAT | O_TRUNC | O_EXCL | O_APPEND);
-  auto same_file = [&st](int fd) {
-    struct stat other{};
-    return ::fstat(fd, &other) == 0 && other.st_dev == st.st_dev && other.st_ino == st.st_ino;
-  };
-  direct_fd_ = ::open(path_.c_str(), again | O_DIRECT);
-  if (direct_fd_ >= 0 && !same_file(direct_fd_)) {
-    ::close(direct_fd_);
-    direct_fd_ = -1;
-  }
-  if (direct_fd_ < 0) direct_fd_ = -1;  // tmpfs and friends (or a file replaced meanwhile): buffered I/O only
+  open_direct(path_, st);
   write_fd_ = fd_;
   if (mode_.append) {
-    write_fd_ = ::open(path_.c_str(), again);
+    write_fd_ = ::open(path_.c_str(), again_flags(mode_));
     const int err = errno;
-    const bool replaced = write_fd_ >= 0 && !same_file(write_fd_);
+    const bool replaced = write_fd_ >= 0 && !same_file(write_fd_, st);
     if (write_fd_ < 0 || replaced) {
       if (write_fd_ >= 0) ::close(write_fd_);
       write_fd_ = -1;
@@ -156,6 +158,37 @@ File::File(std::string path, std::string_view mode, bool deferred)
       throw_os_error(err, "cannot open", path_);
     }
   }
+}
+
+File::File(std::string path, int fd) : path_(std::move(path)), mode_(parse_open_mode("r")), fd_(fd) {
+  struct stat st{};
+  if (::fstat(fd_, &st) != 0) {
+    const int err = errno;
+    ::close(fd_);
+    fd_ = -1;
+    throw_os_error(err, "cannot stat", path_);
+  }
+  if (!S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode)) {
+    ::close(fd_);
+    fd_ = -1;
+    throw_os_error(EINVAL, "not a regular file or block device:", path_);
+  }
+  ::fcntl(fd_, F_SETFL, mode_.flags);
+  // /proc/self/fd/N opens the file the descriptor is, renamed or not; only
+  // where /proc is not mounted is the path tried (and kept if the same file).
+  open_direct("/proc/self/fd/" + std::to_string(fd_), st);
+  if (direct_fd_ < 0 && errno == ENOENT) open_direct(path_, st);
+  write_fd_ = fd_;
+}
+
+void File::open_direct(const std::string& name, const struct stat& st) {
+  direct_fd_ = ::open(name.c_str(), again_flags(mode_) | O_DIRECT);
+  if (direct_fd_ >= 0 && !same_file(direct_fd_, st)) {
+    ::close(direct_fd_);
+    direct_fd_ = -1;
+    errno = ESTALE;  // another file: not ENOENT, which would have the path tried
+  }
+  if (direct_fd_ < 0) direct_fd_ = -1;  // tmpfs and friends (or a file replaced meanwhile): buffered I/O only
 }
 
 void File::refuse_unseekable(const struct stat& st) const {

@@ -4,11 +4,13 @@
 // be sent while a transfer is certainly in flight; or hold a mapped file's
 // munmap, so that calls can be made while a close() is certainly unmapping;
 // or refuse the thread pool its workers past a count, as a system out of
-// threads (a pids limit, RLIMIT_NPROC, RLIMIT_AS) does. Disarmed, a check is
+// threads (a pids limit, RLIMIT_NPROC, RLIMIT_AS) does; or rename another
+// file over a bulk job's source once it is measured. Disarmed, a check is
 // one relaxed atomic load.
 #pragma once
 
 #include <atomic>
+#include <string>
 
 namespace gdscp::detail::fault {
 
@@ -67,5 +69,13 @@ void arm_worker_limit(long n) noexcept;
 // Called before a worker's thread starts (thread_pool.cpp): whether the
 // worker of index `index` is refused its thread.
 bool worker_refused(unsigned index) noexcept;
+
+// The next bulk source read as a File (1 MiB or more, or through device
+// memory) has `replacement` renamed over its path once it is opened and
+// measured, just before its File is made: a source replaced in the middle of
+// the transfer, every time. disarm() drops it.
+void arm_source_swap(const std::string& replacement);
+// Called once a bulk source is measured, before its File is made (bulk_transfer.cpp).
+void source_measured(const std::string& path) noexcept;
 
 }  // namespace gdscp::detail::fault

@@ -37,6 +37,11 @@ class File {
   // next), so "w" does not truncate yet, and a file the open creates is
   // noted: commit() then truncates, discard() removes the created file.
   File(std::string path, std::string_view mode, bool deferred = false);
+  // Read-only, of `fd` (which it takes): a regular file or block device
+  // opened already as `path`. Its O_DIRECT twin is opened through the
+  // descriptor, not the path, so the File reads the file `fd` is, whatever
+  // has been renamed over `path` since.
+  File(std::string path, int fd);
   ~File();
   File(const File&) = delete;
   File& operator=(const File&) = delete;
@@ -105,6 +110,9 @@ class File {
  private:
   // A FIFO or socket has no offsets: refused (ESPIPE) as it is opened.
   [[noreturn]] void refuse_unseekable(const struct stat& st) const;
+  // The O_DIRECT twin of fd_ (`st` its fstat), opened as `name`: kept only
+  // if it is of the same file, else (or where refused) -1.
+  void open_direct(const std::string& name, const struct stat& st);
   // Under the AppendLock: [start, start + n) is given back; the file is cut
   // while it ends where a range given back does. Throws where fstat fails.
   void give_back(int64_t start, size_t n) const;

@@ -193,11 +193,18 @@ void define_bulk(nb::module_& m) {
       .def(
           "__init__",
           [](HeldJob* self, const std::vector<ItemTuple>& items, const BulkOptions& options, const Settings& s,
-             const std::vector<std::pair<size_t, std::vector<uintptr_t>>>& replicas, nb::handle keep) {
+             const std::vector<std::pair<size_t, std::vector<uintptr_t>>>& replicas, nb::handle keep,
+             const std::vector<std::tuple<size_t, uint64_t, uint64_t>>& source_ids) {
             std::vector<BulkItem> converted = to_items(items);
             for (const auto& [i, ptrs] : replicas) {
               if (i >= converted.size()) throw nb::index_error("replicas name an item that does not exist");
               converted[i].replicas = ptrs;
+            }
+            for (const auto& [i, dev, ino] : source_ids) {
+              if (i >= converted.size()) throw nb::index_error("source_ids name an item that does not exist");
+              converted[i].has_src_id = true;
+              converted[i].src_dev = dev;
+              converted[i].src_ino = ino;
             }
             std::unique_ptr<BulkJob> job;
             {
@@ -206,7 +213,8 @@ void define_bulk(nb::module_& m) {
             }
             new (self) HeldJob{nb::borrow(keep), Held<BulkJob>(std::move(job))};
           },
-          "items"_a, "options"_a, "settings"_a, "replicas"_a, "keep"_a.none())
+          "items"_a, "options"_a, "settings"_a, "replicas"_a, "keep"_a.none(),
+          "source_ids"_a = std::vector<std::tuple<size_t, uint64_t, uint64_t>>())
       .def(
           "wait",
           [](HeldJob& h, double timeout) {

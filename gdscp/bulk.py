@@ -124,14 +124,15 @@ class BulkJob:
     can be resized, and a buffer its owner drops is freed (``arrays`` stay)."""
 
     def __init__(self, items: list[tuple], options: Any, keep: Any = None, arrays: Optional[list] = None,
-                 replicas: Optional[list[tuple[int, list[int]]]] = None):
+                 replicas: Optional[list[tuple[int, list[int]]]] = None,
+                 source_ids: Optional[list[tuple[int, int, int]]] = None):
         self._items = items
         self.arrays = arrays
         self.devices: Optional[list[int]] = list(options.devices) or None
         # The engine's job holds `keep` (the buffers and staging) while its
         # workers may use it, even when this object is dropped while it runs,
         # and lets it go once a call here sees the job finished.
-        self._job = _core.BulkJob(items, options, defaults._settings, replicas or [], keep)
+        self._job = _core.BulkJob(items, options, defaults._settings, replicas or [], keep, source_ids or [])
 
     def wait(self, timeout: Optional[float] = None) -> bool:
         """Wait until every file has ended (or ``timeout`` seconds); True once
@@ -630,6 +631,7 @@ def copy_files(
     staging: Any = None,
     ranges: Optional[Sequence[Optional[tuple[int, int]]]] = None,
     clean: bool = True,
+    _source_ids: Optional[Sequence[Optional[tuple[int, int]]]] = None,
 ) -> BulkJob:
     """Copy each ``(src, dst)`` file, through GPU ``device``'s memory (storage
     -> GPU -> storage) or, with None, host memory; ``staging_size`` bytes of
@@ -654,11 +656,18 @@ def copy_files(
     several processes copying a large file share one temporary file this way
     (gdscp.mpi). ``clean``: remove dead runs' temporary files from each
     destination directory first."""
+    # _source_ids (gdscp copy -r): per pair, None or the (st_dev, st_ino) of
+    # the regular file its walk's lstat found: opened without following a
+    # link, a source that is no longer that file fails its pair, "'src' was
+    # replaced while being copied", as cp's does.
     pairs = _pairs(pairs)
     if sizes is not None and len(sizes) != len(pairs):
         raise ValueError(f"{len(pairs)} pairs but {len(sizes)} sizes")
     if ranges is not None and len(ranges) != len(pairs):
         raise ValueError(f"{len(pairs)} pairs but {len(ranges)} ranges")
+    if _source_ids is not None and len(_source_ids) != len(pairs):
+        raise ValueError(f"{len(pairs)} pairs but {len(_source_ids)} source ids")
+    ids = [(i, found[0], found[1]) for i, found in enumerate(_source_ids or ()) if found is not None]
     # Ranges of one file may share their destination; whole files may not.
     whole = [i for i in range(len(pairs)) if ranges is None or ranges[i] is None]
     _distinct_destinations((i, pairs[i][1]) for i in whole)
@@ -687,7 +696,7 @@ def copy_files(
     options.clean = clean
     if spread is not None:
         keep = _spread_staging(spread, staging_size, options)
-    return BulkJob(items, options, keep)
+    return BulkJob(items, options, keep, source_ids=ids)
 
 
 def clean_temporaries(directory: PathLike, keep: Iterable[PathLike] = ()) -> int:

@@ -467,6 +467,45 @@ def test_a_source_renamed_over_is_read_as_it_was_opened_through_cufile(go):
     go(scenario_swapped_source_through_cufile)
 
 
+@pytest.mark.parametrize("size", [5000, 2 * MiB])
+@pytest.mark.parametrize("swapped", ["link", "fifo", "file"])
+def test_a_copy_given_its_sources_ids_reads_only_those_files(tmp_path, size, swapped):
+    """copy_files(_source_ids=...), as gdscp copy -r calls it: a source that
+    is no longer the file found (a symbolic link to a file elsewhere, a FIFO,
+    another file in its place) fails, naming it, at once (a FIFO is not
+    waited on) and with the old destination as it was; the other pairs are
+    copied as usual."""
+    (a, da), (b, db) = files_of(tmp_path, [size, size])
+    found = os.lstat(a)
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"not to be copied")
+    new = tmp_path / "new"
+    if swapped == "link":
+        os.symlink(secret, new)
+    elif swapped == "fifo":
+        os.mkfifo(new)
+    else:
+        new.write_bytes(da)  # the same bytes in another file (made while the first holds its inode)
+    os.replace(new, a)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "a").write_bytes(b"old")
+    job = gdscp.copy_files([(a, out / "a"), (b, out / "b")], _source_ids=[(found.st_dev, found.st_ino), None])
+    if not job.wait(20):  # a writer come and gone lets the read end, and the job with it
+        os.close(os.open(a, os.O_WRONLY | os.O_NONBLOCK))
+        job.wait(60)
+        pytest.fail("the copy waited on the FIFO")
+    r1, r2 = job.results()
+    assert r1.status == "failed" and r1.error == f"'{a}' was replaced while being copied", r1
+    assert (out / "a").read_bytes() == b"old"
+    assert r2.status == "done" and (out / "b").read_bytes() == db
+    assert temporaries(tmp_path) == []
+    # The file found is copied as usual.
+    found_b = os.lstat(b)
+    (r,) = gdscp.copy_files([(b, out / "c")], _source_ids=[(found_b.st_dev, found_b.st_ino)]).results()
+    assert r.status == "done" and (out / "c").read_bytes() == db
+
+
 @pytest.mark.parametrize("size", [0, 1, PAGE + 1, 3 * MiB + 17])
 def test_writes_verified_before_they_take_the_name(tmp_path, size):
     """write_files(verify=True) reads each file back from storage and compares

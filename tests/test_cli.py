@@ -315,6 +315,50 @@ def test_copy_into_a_tree_does_not_follow_a_link_inside_it(capsys, tmp_path):
     assert (outside / "sub" / "victim").read_bytes() == b"new"
 
 
+@pytest.mark.parametrize("swapped", ["link", "fifo", "file"])
+def test_copy_r_does_not_read_what_replaced_a_file_after_it_was_planned(capsys, tmp_path, monkeypatch, swapped):
+    """A file of the tree swapped, once the tree is walked, for a symbolic
+    link to a file outside it, a FIFO or another file: as cp, that file
+    fails, named as replaced (the link's target is not copied, the FIFO not
+    waited on), and the command exits 1; the other files are copied, and no
+    temporary file is left."""
+    from gdscp.cli import copy as copy_command
+
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    src.mkdir()
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"outside the tree")
+    data = {name: random_file(src / name, size, seed) for seed, (name, size) in
+            enumerate([("a", 5000), ("b", 2 * MiB), ("c", 3 * MiB + 1)])}
+    real_run = copy_command._Copier.run
+
+    def swap_then_run(self, jobs, progress):
+        os.rename(src / "b", tmp_path / "b.moved")
+        if swapped == "link":
+            (src / "b").symlink_to(secret)
+        elif swapped == "fifo":
+            os.mkfifo(src / "b")
+        else:
+            (src / "b").write_bytes(secret.read_bytes())
+        return real_run(self, jobs, progress)
+
+    monkeypatch.setattr(copy_command._Copier, "run", swap_then_run)
+    result: list = []
+    runner = threading.Thread(target=lambda: result.append(cli(capsys, "copy", "-r", src, dst)), daemon=True)
+    runner.start()
+    runner.join(20)
+    if runner.is_alive():  # a writer come and gone lets the read end, and the command with it
+        os.close(os.open(src / "b", os.O_WRONLY | os.O_NONBLOCK))
+        runner.join(60)
+        pytest.fail("the copy waited on the FIFO")
+    code, _, err = result[0]
+    assert code == 1, err
+    assert error_lines(err) and all(f"'{src / 'b'}' was replaced while being copied" in line
+                                    for line in error_lines(err)), err
+    assert not (dst / "b").exists() and temp_files(dst) == []
+    assert (dst / "a").read_bytes() == data["a"] and (dst / "c").read_bytes() == data["c"]
+
+
 @pytest.mark.parametrize("target", ["/", ".."])
 def test_a_directory_that_cannot_be_made_takes_only_its_own_contents(capsys, tmp_path, target):
     """A link in DST where the tree has a directory, pointing at / or at an

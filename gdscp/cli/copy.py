@@ -383,6 +383,10 @@ class _Copier:
             fail_fast=self.fail_fast,
             staging_size=self.staging_size,
             sizes=[j.st.st_size for j, _ in files],
+            # With -r each file is the one lstat found (a link met is copied
+            # as a link): one swapped for a link or a FIFO since is not read.
+            _source_ids=[(j.st.st_dev, j.st.st_ino) if self.recursive and stat.S_ISREG(j.st.st_mode) else None
+                         for j, _ in files],
         )
 
         def failed(result: FileResult) -> None:

@@ -50,6 +50,13 @@ struct BulkItem {
   // alone; the range made durable with the file's own fsync. A copy reads the
   // same range of `src`, which must hold all of it.
   bool part = false;
+  // read, copy: `src` must still be the file a caller found there (a tree's
+  // walk): opened without following a symbolic link, it must be a regular
+  // file of device `src_dev` and inode `src_ino`, else the item fails, the
+  // source "replaced while being copied" (as cp says), with nothing written.
+  bool has_src_id = false;
+  uint64_t src_dev = 0;
+  uint64_t src_ino = 0;
 };
 
 // When data is made durable. file: each file fsynced on its worker. group: one

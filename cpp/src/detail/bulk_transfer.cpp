@@ -102,16 +102,32 @@ bool size_is_made_up(int fd, const struct stat& st) {
   }
 }
 
+// The source is not the file the caller found (a tree's walk): another took
+// its name. As cp, the item fails; nothing is written.
+[[noreturn]] void replaced(const Transfer& t, const std::string& path) {
+  fail_state("'" + path + "' was replaced while being " + (t.item->kind == BulkKind::copy ? "copied" : "read"),
+             path);
+}
+
 // The source of a read or copy: opened, its size found, the way to read it chosen.
 void open_source(const TransferContext& cx, Transfer& t, const std::string& path) {
+  const BulkItem& item = *t.item;
   // Non-blocking, so that a FIFO without a writer does not hold the worker in
   // open(2) where no cancel reaches it. Files and block devices then block as
   // usual; anything else keeps O_NONBLOCK, and read_some waits for it in
-  // slices (a terminal, a FIFO whose writer is slow).
-  t.src_fd = open_plain(path, O_RDONLY | O_NONBLOCK);
-  if (t.src_fd < 0) throw_os_error(errno, "cannot open", path);
+  // slices (a terminal, a FIFO whose writer is slow). A source whose file the
+  // caller found (BulkItem::has_src_id) is not opened through a link put in
+  // its place.
+  t.src_fd = open_plain(path, O_RDONLY | O_NONBLOCK | (item.has_src_id ? O_NOFOLLOW : 0));
+  if (t.src_fd < 0) {
+    if (item.has_src_id && errno == ELOOP) replaced(t, path);
+    throw_os_error(errno, "cannot open", path);
+  }
   struct stat& st = t.src_stat;
   if (::fstat(t.src_fd, &st) != 0) throw_os_error(errno, "cannot stat", path);
+  if (item.has_src_id && (!S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_dev) != item.src_dev ||
+                           static_cast<uint64_t>(st.st_ino) != item.src_ino))
+    replaced(t, path);
   if (S_ISDIR(st.st_mode)) throw_os_error(EISDIR, "cannot read", path);
   if (cx.opt.verify && (S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode)))
     fail_state("cannot verify what was read from '" + path + "': a FIFO or character device cannot be read again",
@@ -123,7 +139,6 @@ void open_source(const TransferContext& cx, Transfer& t, const std::string& path
     // for one (its first bytes, or its close) as a blocking open would.
     wait_ready(t.src_fd, POLLIN, cx.cancelled);
   }
-  const BulkItem& item = *t.item;
   // A range of the file, not all of it from its start.
   const bool ranged = item.part || item.exact || item.offset > 0;
   int64_t length = -1;  // -1: no size to go by (FIFOs none, procfs 0 for files with content)

@@ -120,6 +120,11 @@ void define_testing(nb::module_& core) {
   t.def("arm_source_swap", &detail::fault::arm_source_swap, "replacement"_a,
         "The next bulk source read as a file handle (1 MiB or more, or through device memory) has `replacement` "
         "renamed over its path once it is opened and measured, before that handle is made; disarm_fault() drops it.");
+  t.def("arm_descriptor_shortage", &detail::fault::arm_descriptor_shortage, "workers"_a,
+        "The next bulk job's `workers` workers (all it has) find the process out of descriptors together: each "
+        "one's first file fails to open (EMFILE) once all have taken off, and they ration the job in step, every "
+        "file aborted before any rations and every one rationed before any goes on (or disarm_fault(), or a "
+        "minute).");
   t.def("unmap_held", &detail::fault::unmap_held, "Whether a mapped file waits at its munmap now.");
   t.def("mapped_read_bytes", &detail::mapped_read_bytes, "Bytes copied by mapped reads since the process started.");
   t.def("pinned_bytes", [] { return detail::BufferPool::pinned().bytes_allocated(); },

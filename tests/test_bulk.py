@@ -668,6 +668,50 @@ def test_a_job_short_of_descriptors_has_fewer_files_in_flight(tmp_path, spare):
     assert temporaries(tmp_path) == []
 
 
+ONE_AT_A_TIME = r"""
+import os, sys
+import gdscp
+from gdscp import _core
+
+src, dst, workers = sys.argv[1], sys.argv[2], int(sys.argv[3])
+names = sorted(os.listdir(src))
+gdscp.defaults.set("num_threads", workers)
+# Every worker's first file fails to open for want of descriptors, all of
+# them together: the job goes one file at a time from then on.
+_core.testing.arm_descriptor_shortage(workers)
+job = gdscp.copy_files([(f"{src}/{n}", f"{dst}/{n}") for n in names])
+ended = job.wait(20)
+if not ended:
+    job.cancel()
+    job.wait(30)
+print("ended" if ended else "hung", sorted({r.status for r in job.results()}))
+"""
+
+
+@pytest.mark.parametrize("workers", [2, 4])
+def test_a_job_gone_one_file_at_a_time_commits_each_file_it_waits_for(tmp_path, workers):
+    """Where every worker's first file fails to open for want of descriptors
+    at once, none of the job's files open, the job goes one file at a time:
+    each file written then holds the only place in flight until it is
+    committed, so it is committed at once, and every file arrives whole.
+    Left for a batch of more to fill, the last file written waited for it,
+    holding that place, while the other workers, each with a file claimed,
+    waited for the place (a recursive copy under ulimit -n 8 hung now and
+    then)."""
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    src.mkdir()
+    dst.mkdir()
+    for i in range(40):
+        (src / f"f{i:02d}").write_bytes(random_bytes(1 + i * 97, seed=i))
+    proc = subprocess.run([sys.executable, "-c", ONE_AT_A_TIME, str(src), str(dst), str(workers)],
+                          capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "ended ['done']", proc.stdout
+    for i in range(40):
+        assert (dst / f"f{i:02d}").read_bytes() == random_bytes(1 + i * 97, seed=i)
+    assert temporaries(tmp_path) == []
+
+
 NO_DESCRIPTOR_LEFT = r"""
 import errno, os, resource, sys
 import gdscp

@@ -376,13 +376,20 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
   // was alone (nothing of the job's own to wait for), or the job was cancelled.
   bool wait_for_descriptors(BulkWorker& w, const Flight::Mark& mark) {
     if (w.ring) w.ring->drain();
-    bool retry = false;
-    const size_t most = flight.ration(mark, retry);
-    if (most == 0) return retry && !cancelled.load();
+    fault::shortage_step();  // tests only: disarmed, one relaxed load
+    const Flight::Ration ration = flight.ration(mark);
+    fault::shortage_step();
     {
+      // Whichever way the ration came (one at a time too, set where none of
+      // the job's files was open), a batch is half its places or fewer: each
+      // file waiting for its batch holds a place, and a batch that could
+      // take them all would keep the last file written waiting for it (a
+      // worker with nothing left to start commits nothing) while every
+      // other worker waited for a place.
       std::lock_guard<std::mutex> batch(commit_mutex);
-      commit_files = std::max<size_t>(1, std::min(commit_files, most / 2));
+      commit_files = std::max<size_t>(1, std::min(commit_files, ration.most / 2));
     }
+    if (ration.none_in_flight) return ration.retry && !cancelled.load();
     commit_waiting();
     return flight.wait_for_landing(mark, cancelled);
   }
@@ -497,12 +504,19 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
       commit_cv.wait(lock, [&] { return !committing || pending.size() < commit_files; });
       pending.push_back(t);
       pending_bytes += t->bytes.load();
-      commit_now = !committing && (pending.size() >= commit_files || pending_bytes >= kCommitBytes);
+      commit_now = !committing && batch_full();
     }
     if (commit_now) commit(false);
   }
 
+  // Whether the files waiting make a batch. Under commit_mutex.
+  bool batch_full() const { return pending.size() >= commit_files || pending_bytes >= kCommitBytes; }
+
   // -- a batch: data durable, then the names, then the directories --------------
+  // A batch that fills while another commits is committed next by the same
+  // worker: the worker that filled it left it to the commit under way, and
+  // may have nothing left to start. So no full batch waits with no commit
+  // under way, and a rationed job's files waiting never fill its places.
   void commit(bool last) {
     std::vector<std::shared_ptr<Transfer>> batch;
     {
@@ -512,6 +526,24 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
       pending_bytes = 0;
       committing = true;
     }
+    for (;;) {
+      commit_batch(batch);
+      {
+        std::lock_guard<std::mutex> lock(commit_mutex);
+        if (!batch_full()) {
+          committing = false;
+          break;
+        }
+        batch.swap(pending);
+        pending_bytes = 0;
+      }
+      commit_cv.notify_all();  // room for the next batch
+    }
+    commit_cv.notify_all();
+  }
+
+  // One batch committed; its files close as it is cleared.
+  void commit_batch(std::vector<std::shared_ptr<Transfer>>& batch) {
     const bool sync = opt.sync != BulkSync::none;
     std::vector<std::shared_ptr<Transfer>> unsynced;
     // Once cancelled, place_all removes every file of the batch: none to sync.
@@ -521,11 +553,6 @@ struct BulkState : std::enable_shared_from_this<BulkState> {
     place_all(batch);
     if (sync) sync_dirs(batch);
     batch.clear();  // closes the descriptors and drops their locks
-    {
-      std::lock_guard<std::mutex> lock(commit_mutex);
-      committing = false;
-    }
-    commit_cv.notify_all();
   }
 
   // Makes the files' data durable: their own fsyncs for a few, else one syncfs

@@ -118,6 +118,7 @@ void open_source(const TransferContext& cx, Transfer& t, const std::string& path
   // slices (a terminal, a FIFO whose writer is slow). A source whose file the
   // caller found (BulkItem::has_src_id) is not opened through a link put in
   // its place.
+  if (const int err = fault::short_of_descriptors()) throw_os_error(err, "cannot open", path);  // tests only
   t.src_fd = open_plain(path, O_RDONLY | O_NONBLOCK | (item.has_src_id ? O_NOFOLLOW : 0));
   if (t.src_fd < 0) {
     if (item.has_src_id && errno == ELOOP) replaced(t, path);

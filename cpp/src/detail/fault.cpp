@@ -1,6 +1,7 @@
 #include "gdscp/detail/fault.hpp"
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <initializer_list>
@@ -28,6 +29,25 @@ std::atomic<long> worker_limit{-1};
 std::atomic<bool> swap_armed{false};
 std::mutex swap_mutex;
 std::string swap_from;  // under swap_mutex
+std::atomic<bool> shortage_armed{false};
+std::atomic<long> shortage_workers{0};
+std::atomic<long> shortage_arrived{0};  // steps taken since armed, by all workers
+
+// A worker's step of a descriptor shortage: its open (0), before its ration
+// (1), after it (2). The workers take each step together: a worker waits
+// until all have come to it (or the shortage is disarmed, or a minute has
+// passed). -1 once every step is taken, and while disarmed.
+long shortage_step_taken() noexcept {
+  if (!shortage_armed.load(std::memory_order_relaxed)) return -1;
+  const long workers = shortage_workers.load();
+  const long i = shortage_arrived.fetch_add(1);
+  if (i >= 3 * workers) return -1;
+  const long all_there = (i / workers + 1) * workers;
+  const auto limit = std::chrono::steady_clock::now() + std::chrono::minutes(1);
+  while (shortage_armed.load() && shortage_arrived.load() < all_there && std::chrono::steady_clock::now() < limit)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  return i / workers;
+}
 }  // namespace
 
 void arm(Op op, long skip, long count, int err) noexcept {
@@ -46,6 +66,7 @@ void disarm() noexcept {
   unmap_holding = false;
   worker_limit = -1;
   swap_armed = false;
+  shortage_armed = false;
 }
 
 void arm_hold(long skip) noexcept {
@@ -109,6 +130,16 @@ void source_measured(const std::string& path) noexcept {
   if (!swap_armed.exchange(false)) return;
   std::rename(swap_from.c_str(), path.c_str());
 }
+
+void arm_descriptor_shortage(long workers) noexcept {
+  shortage_workers = workers < 1 ? 1 : workers;
+  shortage_arrived = 0;
+  shortage_armed = true;
+}
+
+int short_of_descriptors() noexcept { return shortage_step_taken() == 0 ? EMFILE : 0; }
+
+void shortage_step() noexcept { (void)shortage_step_taken(); }
 
 bool io_armed() noexcept {
   for (Op op : {Op::pread, Op::pwrite, Op::land})

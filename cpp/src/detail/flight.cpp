@@ -51,19 +51,22 @@ void Flight::changed(uint64_t before) noexcept {
   cv_.notify_all();
 }
 
-size_t Flight::ration(const Mark& mark, bool& retry) {
+Flight::Ration Flight::ration(const Mark& mark) {
   std::lock_guard<std::mutex> lock(mutex_);
   const uint64_t w = word_.fetch_or(kRationed);
+  Ration r;
   if (in_flight(w) == 0) {
     // Its own abort is one. Others' can only come from files that took off
     // before the job went one at a time, so the retries end.
     const bool others_aborted = aborted_.load() - mark.aborted > 1;
     if (others_aborted) most_ = 1;
-    retry = landed(w) != mark.landed || others_aborted;
-    return 0;
+    r.none_in_flight = true;
+    r.retry = landed(w) != mark.landed || others_aborted;
+  } else {
+    most_ = std::min(most_, in_flight(w));
   }
-  most_ = std::min(most_, in_flight(w));
-  return most_;
+  r.most = most_;
+  return r;
 }
 
 bool Flight::wait_for_landing(const Mark& mark, const std::atomic<bool>& cancelled) {

@@ -5,8 +5,9 @@
 // munmap, so that calls can be made while a close() is certainly unmapping;
 // or refuse the thread pool its workers past a count, as a system out of
 // threads (a pids limit, RLIMIT_NPROC, RLIMIT_AS) does; or rename another
-// file over a bulk job's source once it is measured. Disarmed, a check is
-// one relaxed atomic load.
+// file over a bulk job's source once it is measured; or have a bulk job's
+// first files all fail to open for want of descriptors at once. Disarmed,
+// a check is one relaxed atomic load.
 #pragma once
 
 #include <atomic>
@@ -77,5 +78,21 @@ bool worker_refused(unsigned index) noexcept;
 void arm_source_swap(const std::string& replacement);
 // Called once a bulk source is measured, before its File is made (bulk_transfer.cpp).
 void source_measured(const std::string& path) noexcept;
+
+// A bulk job's `workers` workers (all it has) find the process out of
+// descriptors together, as files opening side by side under a low ulimit -n
+// now and then do, each holding a descriptor another lacks: each worker's
+// first file fails to open with EMFILE once all of them have taken off, and
+// the workers then ration the job (Flight::ration) in step: every file
+// aborted before any rations, every one rationed before any goes on. At
+// each step a worker waits for the others, a minute at most; disarm()
+// releases them.
+void arm_descriptor_shortage(long workers) noexcept;
+// Called before a bulk job's source is opened (bulk_transfer.cpp): the
+// errno to fail the open with (EMFILE), or 0.
+int short_of_descriptors() noexcept;
+// Called by a bulk file that could not open for want of descriptors just
+// before it rations its job, and just after (bulk.cpp).
+void shortage_step() noexcept;
 
 }  // namespace gdscp::detail::fault

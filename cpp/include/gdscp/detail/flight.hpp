@@ -60,16 +60,26 @@ class Flight {
   // The file that took off has opened: in flight until the ticket goes.
   Ticket ticket() noexcept { return Ticket(this); }
 
+  // What ration() leaves the job.
+  struct Ration {
+    // How many files it may have in flight from now on (SIZE_MAX: no
+    // number yet, where it had none in flight and the file was alone).
+    size_t most = SIZE_MAX;
+    // None of its files is in flight: nothing of its own to wait for.
+    bool none_in_flight = false;
+    // With none in flight, whether the file may try again (see ration()).
+    bool retry = false;
+  };
+
   // A file that took off with `mark` could not open for want of descriptors
   // (and was aborted): the job is rationed to as many files in flight as it
-  // has now. Returns how many it may have from now on; 0 where none of its
-  // files is in flight, `retry` saying then whether the file may try again:
-  // one has landed since `mark`, or others that took off beside it have
+  // has now. Where none of its files is in flight, the file may try again if
+  // one has landed since `mark`, or if others that took off beside it have
   // aborted since (files opening at once can each hold a descriptor the
   // others lack, and all fail), and from then on the job opens one file at
-  // a time. False where it was alone: the process's other descriptors leave
+  // a time; not where it was alone: the process's other descriptors leave
   // the job none.
-  size_t ration(const Mark& mark, bool& retry);
+  Ration ration(const Mark& mark);
   // Waits until a file has landed since `mark`; false if `cancelled` first.
   bool wait_for_landing(const Mark& mark, const std::atomic<bool>& cancelled);
   // Wakes the waiters, to see that the job was cancelled (set before).

@@ -18,7 +18,9 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import types
 from pathlib import Path
 
 import numpy as np
@@ -350,6 +352,121 @@ def test_plot_is_written(capsys, tmp_path):
     assert leftovers(tmp_path) == []
 
 
+@pytest.fixture
+def plot_stand_in(monkeypatch):
+    """matplotlib as far as the command looks for it, and a plot that writes
+    its file as matplotlib would (opened for writing where --plot leads): the
+    pictures themselves are test_plot_is_written's."""
+    from gdscp.cli import benchmark as command
+
+    monkeypatch.setitem(sys.modules, "matplotlib", types.SimpleNamespace(use=lambda backend: None))
+    drawn = []
+
+    def draw(document, path):
+        with open(path, "wb") as f:
+            f.write(b"picture of " + document["schema"].encode())
+        drawn.append(path)
+
+    monkeypatch.setattr(command, "plot", draw)
+    return drawn
+
+
+@pytest.mark.parametrize("name, said", [
+    (".png", "'.png' has no name before its suffix"),
+    ("sub/.SVG", "'sub/.SVG' has no name before its suffix"),
+    ("", "must not be empty"),
+    ("afile/x.png", "'afile' is not a directory"),
+    ("afile/deeper/x.png", "'afile' is not a directory"),
+])
+def test_a_plot_name_that_cannot_be_written_is_refused_saying_why(capsys, tmp_path, monkeypatch, plot_stand_in,
+                                                                   name, said):
+    """A name that is only a suffix (Path('.png').suffix is empty), an empty
+    name (Path('') is '.') and a directory that is a file are each said as
+    what they are."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "afile").write_bytes(b"x")
+    (tmp_path / "sub").mkdir()
+    code, out, err = cli(capsys, "--host", "--size", "4K", "--threads", "1", "--mode", "read", "--plot", name,
+                         "--dir", tmp_path, "--json")
+    assert code == 2, err
+    assert json.loads(out)["ok"] is False
+    (line,) = [line for line in err.splitlines() if "error" in line]
+    assert "--plot" in line and said in line, err
+    assert leftovers(tmp_path) == [] and plot_stand_in == []
+
+
+def test_a_plot_on_a_read_only_filesystem_is_refused_before_measuring(capsys, tmp_path, monkeypatch, plot_stand_in):
+    """A --plot file in a directory this process may not write (here a
+    read-only filesystem, as access(2) and statvfs report it), or a symbolic
+    link leading there, is a usage error before the run, not a failure once
+    its figures are out."""
+    from gdscp.cli import benchmark as command
+
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    (tmp_path / "link.png").symlink_to(ro / "figure.png")
+    real_access, real_statvfs = os.access, os.statvfs
+
+    def access(path, mode, **kw):
+        if os.fspath(path) == str(ro) and mode & os.W_OK:
+            return False
+        return real_access(path, mode, **kw)
+
+    def statvfs(path):
+        got = real_statvfs(path)
+        if os.fspath(path) != str(ro):
+            return got
+        return os.statvfs_result((got.f_bsize, got.f_frsize, got.f_blocks, got.f_bfree, got.f_bavail, got.f_files,
+                                  got.f_ffree, got.f_favail, got.f_flag | os.ST_RDONLY, got.f_namemax))
+
+    monkeypatch.setattr(os, "access", access)
+    monkeypatch.setattr(os, "statvfs", statvfs)
+    measured = []
+    monkeypatch.setattr(command, "run_benchmark", lambda *a, **kw: measured.append(a) or {})
+    for name in (ro / "figure.png", tmp_path / "link.png"):
+        code, out, err = cli(capsys, "--host", "--size", "4K", "--threads", "1", "--mode", "read", "--plot", name,
+                             "--dir", tmp_path, "--json")
+        assert code == 2, err
+        assert json.loads(out)["ok"] is False
+        (line,) = [line for line in err.splitlines() if "error" in line]
+        assert f"--plot: cannot write '{name}': Read-only file system" in line, err
+    assert measured == [] and plot_stand_in == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.png", "ro"] and list(ro.iterdir()) == []
+
+
+def test_a_plot_that_fails_once_the_run_is_over_makes_the_document_say_so(capsys, tmp_path, monkeypatch,
+                                                                            plot_stand_in):
+    """Where the picture cannot be saved after all (the disk filled up
+    meanwhile), the document holds the figures and says ok: false, with the
+    error and the exit code the command ends with; the table is printed, and
+    the error said after it."""
+    from gdscp.cli import benchmark as command
+
+    args = ["--host", "--size", "4K", "--threads", "1", "--mode", "read", "--dir", tmp_path]
+    picture = tmp_path / "bench.png"
+    code, out, err = cli(capsys, *args, "--plot", picture, "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["ok"] is True and "error" not in doc
+    assert plot_stand_in == [str(picture)] and picture.read_bytes() == b"picture of gdscp-benchmark/1"
+
+    def full(document, path):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
+
+    monkeypatch.setattr(command, "plot", full)
+    code, out, err = cli(capsys, *args, "--plot", picture, "--json")
+    assert code == 1, err
+    doc = json.loads(out)
+    assert doc["ok"] is False and doc["exit_code"] == 1
+    assert doc["error"] == f"cannot write the plot: '{picture}': No space left on device"
+    assert doc["schema"] == "gdscp-benchmark/1" and [r["tool"] for r in doc["results"]][0] == "gdscp"
+    assert [line for line in err.splitlines() if "error" in line] == [f"gdscp benchmark: error: {doc['error']}"]
+    code, out, err = cli(capsys, *args, "--plot", picture)
+    assert code == 1 and out.startswith("gdscp benchmark: a 4 KiB file in "), err
+    assert "cannot write the plot" in err and "plot written" not in err
+    assert leftovers(tmp_path) == []
+
+
 def test_interrupt_removes_the_files_and_exits_130(tmp_path):
     """Ctrl-C from outside, as a person would press it, while the file is being
     made or measured."""
@@ -646,6 +763,69 @@ def test_page_cache_ceiling_reads_the_whole_file(tmp_path):
     assert not ceilings.page_cache_read_rate(str(path), 0, np.zeros(1, np.uint8), 2, 2)["available"]
 
 
+def test_a_ceiling_with_one_slice_copies_on_the_calling_thread(tmp_path, monkeypatch):
+    """A size too small to give each thread 1 MiB (and any size on one
+    thread) is copied by the calling thread, as gdscp reads a small request:
+    no pool, whose handoff costs more than copying a few KiB and made gdscp
+    look several times faster than the machine's ceiling."""
+
+    class NoPool:
+        def __init__(self, *args, **kwargs):
+            raise AssertionError("a thread pool for one slice")
+
+    monkeypatch.setattr(ceilings, "ThreadPoolExecutor", NoPool)
+    for size, threads in ((4096, 1), (64 * KiB, 4), (MiB + 4095, 2), (3 * MiB, 1)):
+        path = tmp_path / f"data-{size}"
+        files.make_file(str(path), size, seed=3)
+        files.warm_cache(str(path))
+        dst = np.zeros(size, dtype=np.uint8)
+        for entry in (ceilings.host_memcpy_rate(size, threads, 2),
+                      ceilings.page_cache_read_rate(str(path), size, dst, threads, 2)):
+            assert entry["available"] and entry["threads"] == threads and entry["runs"] == 2, entry
+            assert entry["bytes"] == size and all(s > 0 for s in entry["seconds"])
+            alone = "(the calling thread alone: slices of at least 1 MiB)"
+            assert (alone in entry["what"]) == (threads > 1), entry["what"]
+        assert dst.tobytes() == path.read_bytes()
+
+
+@pytest.mark.parametrize("which", ["host_memcpy", "page_cache_read"])
+def test_a_ceiling_split_among_threads_is_timed_inside_them(tmp_path, monkeypatch, which):
+    """Slices of at least 1 MiB, one per thread (3 MiB among 4 threads: 3
+    of them), each copied by a worker; a run is timed inside the workers,
+    from the first copy's start to the last one's end, so that neither the
+    handoff to the pool nor the wait for its results is charged to the
+    ceiling."""
+    size, threads, runs = 3 * MiB + 4096, 4, 2
+    path = tmp_path / "data"
+    files.make_file(str(path), size, seed=5)
+    files.warm_cache(str(path))
+    readings: list[tuple[int, float]] = []
+
+    def perf_counter() -> float:
+        now = time.perf_counter()
+        readings.append((threading.get_ident(), now))
+        return now
+
+    monkeypatch.setattr(ceilings, "time", types.SimpleNamespace(perf_counter=perf_counter))
+    dst = np.zeros(size, dtype=np.uint8)
+    if which == "host_memcpy":
+        entry = ceilings.host_memcpy_rate(size, threads, runs)
+    else:
+        entry = ceilings.page_cache_read_rate(str(path), size, dst, threads, runs)
+        assert dst.tobytes() == path.read_bytes()
+    assert entry["available"] and entry["threads"] == threads and entry["runs"] == runs
+    assert "4 threads (3 of them: slices of at least 1 MiB)" in entry["what"]
+    assert readings and threading.get_ident() not in {who for who, _ in readings}
+    # Two methods measured (the better one reported), each run a start and
+    # an end on every slice; a run's time is the span of its readings.
+    per_run = 2 * 3
+    assert len(readings) == 2 * (runs + 1) * per_run
+    spans = [[round(max(t for _, t in run) - min(t for _, t in run), 9)
+              for run in (half[i:i + per_run] for i in range(per_run, len(half), per_run))]
+             for half in (readings[: len(readings) // 2], readings[len(readings) // 2:])]
+    assert entry["seconds"] in spans
+
+
 def test_host_side_ceiling_reads_every_byte_on_plain_threads(tmp_path):
     """The multi-GPU host-side ceiling (page_cache_rate) reads through
     _core.timed_preads: every piece, each into its thread's own buffer, with
@@ -735,6 +915,27 @@ def test_default_size_shrinks_where_room_is_short(tmp_path, monkeypatch):
     assert info.value.option == "size"
 
 
+def test_no_room_for_a_default_size_says_the_room_there_is(capsys, tmp_path, monkeypatch):
+    """The limit is said as it is (16 KiB, a quarter of a 64 KiB
+    filesystem's free space), not first rounded down to whole MiB, which
+    made every such limit "0 bytes"."""
+    monkeypatch.setattr(config, "free_disk", lambda d: 64 * KiB)
+    with pytest.raises(BenchConfigError) as info:
+        config.default_size(str(tmp_path), "host", None)
+    assert info.value.option == "size"
+    assert str(info.value) == (f"not enough room for a benchmark file (a quarter of the free disk in {tmp_path} is "
+                               "16 KiB; needs 16 MiB)")
+    code, out, err = cli(capsys, "--host", "--mode", "read", "--dir", tmp_path)
+    assert (code, out) == (2, "") and f"--size: {info.value}" in err, err
+    # Just short of the minimum: in bytes, not a rounded "16.0 MiB".
+    monkeypatch.setattr(config, "free_disk", lambda d: 4 * (16 * MiB - 4096))
+    with pytest.raises(BenchConfigError, match=r" is 16773120 bytes; needs 16 MiB\)"):
+        config.default_size(str(tmp_path), "host", None)
+    monkeypatch.setattr(config, "free_disk", lambda d: 4 * (20 * MiB + 12345))
+    assert config.default_size(str(tmp_path), "host", None) == (20 * MiB, f"a quarter of the free disk in {tmp_path}")
+    assert leftovers(tmp_path) == []
+
+
 def test_a_filesystem_that_reports_no_size_is_benchmarked_all_the_same(capsys, tmp_path, monkeypatch):
     """A filesystem that reports no blocks at all (a FUSE filesystem without
     statfs answers all zeros) has unknown free space, not none: each workload
@@ -761,7 +962,8 @@ def test_a_filesystem_that_reports_no_size_is_benchmarked_all_the_same(capsys, t
     code, _, err = cli(capsys, "--host", "--size", "4M", "--mode", "read", "--dir", tmp_path)
     assert code == 2 and "needs 8 MiB of disk" in err and f"{tmp_path} has 40 KiB free" in err, err
     code, _, err = cli(capsys, "--host", "--files", "4", "--file-size", "4K", "--mode", "copy", "--dir", tmp_path)
-    assert code == 2 and "the tree and its copy need up to" in err and "has 40960 free" in err, err
+    assert code == 2 and "the tree, its copies and the write ceilings' file need up to" in err, err
+    assert "has 40960 free" in err, err
     assert leftovers(tmp_path) == []
 
 
@@ -776,6 +978,26 @@ def test_a_small_file_keeps_the_default_random_read_sizes_that_fit_it(tmp_path):
     with pytest.raises(BenchConfigError, match="1 MiB is larger than the file"):
         config.resolve(BenchConfig(dir=str(tmp_path), memory="host", size=100 * KiB, modes=["randread"],
                                    io_sizes=[4096, MiB]))
+
+
+@pytest.mark.parametrize("sizes", ["4K,64K,1M", "4096,65536,1048576"])
+def test_io_sizes_given_are_each_measured_even_when_they_are_the_defaults(capsys, tmp_path, sizes):
+    """--io-size spelled out is checked as any list is: the default list
+    given for an 8 KiB file is refused for its 64 KiB, as --io-size 4K,64K
+    is, not cut down to the 4 KiB that fits without a word."""
+    code, out, err = cli(capsys, "--host", "--size", "8K", "--mode", "randread", "--threads", "1", "--ops", "100",
+                         "--io-size", sizes, "--dir", tmp_path, "--json")
+    assert code == 2, err
+    assert json.loads(out)["ok"] is False
+    (line,) = [line for line in err.splitlines() if "error" in line]
+    assert "--io-size: 64 KiB is larger than the file (8 KiB)" in line, err
+    assert leftovers(tmp_path) == []
+    with pytest.raises(BenchConfigError, match="64 KiB is larger than the file") as info:
+        config.resolve(BenchConfig(dir=str(tmp_path), memory="host", size=8 * KiB, modes=["randread"],
+                                   io_sizes=list(config.DEFAULT_IO_SIZES)))
+    assert info.value.option == "io_size"
+    plan = config.resolve(BenchConfig(dir=str(tmp_path), memory="host", size=8 * KiB, modes=["randread"]))
+    assert BenchConfig().io_sizes is None and plan.io_sizes == [4096]
 
 
 def test_resolve_fills_in_the_defaults(tmp_path):
@@ -988,6 +1210,79 @@ def test_files_workload_refuses_a_read_back_that_needs_more_memory_than_there_is
     code, _, err = cli(capsys, "--host", "--files", "20", "--file-size", "2M", "--mode", "copy", "--runs", "3",
                        "--dir", tmp_path)
     assert code == 0, err
+
+
+def test_files_workload_counts_every_file_it_writes_against_the_free_disk(capsys, tmp_path, monkeypatch):
+    """The space check counts every file the run writes: the tree, each
+    run's copies, the write ceilings' file (at least 1 MiB, however small
+    the tree) and the read's one file of the tree's bytes. A tree whose
+    copies fit but whose ceiling file does not is refused before anything is
+    written, not ended by a full disk halfway."""
+    from gdscp.bench import many
+
+    tree = 4 * 4096
+    args = ["--host", "--files", "4", "--file-size", "4K", "--runs", "3", "--threads", "1", "--dir", tmp_path]
+    cases = [("copy", tree + 6 * tree + MiB, "the tree, its copies and the write ceilings' file"),
+             ("copy,read", tree + 6 * tree + MiB + tree,
+              "the tree, its copies, the write ceilings' file and one file of its bytes"),
+             ("read", 2 * tree, "the tree and one file of its bytes")]
+    for modes, need, what in cases:
+        monkeypatch.setattr(many, "free_disk", lambda d, free=need - 1: free)
+        code, out, err = cli(capsys, *args, "--mode", modes, "--json")
+        assert code == 2, err
+        doc = json.loads(out)
+        assert doc["ok"] is False and doc["exit_code"] == 2
+        assert doc["error"] == f"--files: {what} need up to {need} bytes; {tmp_path} has {need - 1} free"
+        assert list(tmp_path.iterdir()) == []
+    monkeypatch.setattr(many, "free_disk", lambda d: 2 * tree)
+    code, out, err = cli(capsys, *args, "--mode", "read", "--json")
+    assert code == 0, err
+    assert json.loads(out)["config"]["bytes"] == tree and leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize("workload", [["--size", "4K", "--mode", "read"], ["--files", "3"]])
+@pytest.mark.parametrize("where", [[], ["--dir", "."], ["--dir", "sub"]])
+def test_a_removed_working_directory_is_a_dir_usage_error(capsys, tmp_path, monkeypatch, workload, where):
+    """Run from a directory that has been removed, a relative --dir (the
+    default, '.') leads nowhere: a usage error naming --dir and the
+    directory, not a bare "No such file or directory"."""
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    code, out, err = cli(capsys, "--host", *workload, *where, "--json")
+    assert code == 2, err
+    doc = json.loads(out)
+    name = where[1] if where else "."
+    assert doc["ok"] is False and doc["exit_code"] == 2
+    assert doc["error"] == f"--dir: {name}: cannot find the current working directory (No such file or directory)"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_headline_shows_a_directory_name_escaped_as_error_lines_do(capsys, tmp_path):
+    """A line break or a byte that is not UTF-8 in --dir's name is written
+    as an escape in the table's headline, as error lines write names; the
+    JSON document keeps the name exact."""
+    plain = tmp_path / "a\nb"
+    plain.mkdir()
+    code, out, err = cli(capsys, "--host", "--size", "4K", "--threads", "1", "--mode", "read", "--dir", plain)
+    assert code == 0, err
+    assert out.splitlines()[0].startswith(f"gdscp benchmark: a 4 KiB file in {tmp_path}/a\\nb ("), out
+    odd = tmp_path / os.fsdecode(b"a\nb\xff")
+    odd.mkdir()
+    shown = f"{tmp_path}/a\\nb\\xff"
+    code, out, err = cli(capsys, "--host", "--size", "4K", "--threads", "1", "--mode", "read", "--dir", odd)
+    assert code == 0, err
+    assert out.splitlines()[0].startswith(f"gdscp benchmark: a 4 KiB file in {shown} ("), out
+    code, out, err = cli(capsys, "--host", "--files", "2", "--file-size", "1K", "--mode", "read", "--threads", "1",
+                         "--dir", odd)
+    assert code == 0, err
+    assert out.splitlines()[0].startswith("gdscp benchmark: 2 files of 1 KiB-1 KiB (2 KiB in all) in "
+                                          f"{shown}, through host memory"), out
+    code, out, err = cli(capsys, "--host", "--size", "4K", "--threads", "1", "--mode", "read", "--dir", odd, "--json")
+    assert code == 0, err
+    assert json.loads(out)["machine"]["filesystem"]["dir"] == os.fspath(odd)
+    assert list(odd.iterdir()) == []
 
 
 @pytest.mark.parametrize("threads", ["0", "-1"])

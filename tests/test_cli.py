@@ -283,6 +283,21 @@ def test_info_shows_names_as_they_are_and_accounts_for_every_path(capsys, tmp_pa
     assert "not an object" in doc["cufile_json"]["error"]
 
 
+def test_info_shows_a_path_name_escaped_as_error_lines_do(capsys, tmp_path):
+    """A line break or a byte that is not UTF-8 in a PATH is written as an
+    escape in its table's title, as error lines write names (not a broken
+    line, and not U+FFFD); the JSON document keeps the name exact."""
+    for name, escaped in ((b"a\nb", "a\\nb"), (b"a\nb\xff", "a\\nb\\xff")):
+        odd = tmp_path / os.fsdecode(name)
+        odd.mkdir()
+        code, out, err = cli(capsys, "info", odd)
+        assert code == 0, err
+        assert f"path {tmp_path}/{escaped}" in [line.rstrip() for line in out.splitlines()], out
+        assert "\ufffd" not in out
+        code, doc, err = cli_json(capsys, "info", odd)
+        assert code == 0 and doc["paths"][0]["path"] == os.fspath(odd)
+
+
 def test_info_says_why_when_its_reader_has_gone(tmp_path):
     """A table for a reader that has gone (a closed pipe) is a failure said on
     stderr, exit status 1, as the JSON document's is."""

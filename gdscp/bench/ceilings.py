@@ -334,8 +334,9 @@ def multi_pinned_copy_rate(nbytes: int, runs: int, devices: Sequence[int]) -> di
 
 def host_memcpy_rate(nbytes: int, threads: int, runs: int) -> dict:
     """Host memory copy rate with ``threads`` threads, each copying its own
-    slice (both copies release the GIL): the better of ``numpy.copyto`` and
-    gdscp's streaming copy, each timed ``runs`` times after one warm-up."""
+    slice of at least 1 MiB (both copies release the GIL; see ``_split`` and
+    ``_timed_copies``): the better of ``numpy.copyto`` and gdscp's streaming
+    copy, each timed ``runs`` times after one warm-up."""
     figures = [_copy_rate(nbytes, threads, runs, streaming) for streaming in (False, True)]
     usable = [f for f in figures if f.get("available")]
     if not usable:
@@ -345,7 +346,8 @@ def host_memcpy_rate(nbytes: int, threads: int, runs: int) -> dict:
 
 def _copy_rate(nbytes: int, threads: int, runs: int, streaming: bool) -> dict:
     how = "gdscp's streaming-store copy" if streaming else "numpy.copyto"
-    what = f"{how} between two host buffers, {threads_text(threads)}"
+    slices = _split(nbytes, threads)
+    what = f"{how} between two host buffers, {_threads_used(threads, slices)}"
     try:
         src = np.empty(nbytes, dtype=np.uint8)
         dst = np.empty(nbytes, dtype=np.uint8)
@@ -353,9 +355,6 @@ def _copy_rate(nbytes: int, threads: int, runs: int, streaming: bool) -> dict:
         dst.fill(0)
     except MemoryError:
         return unavailable(f"not enough host memory for two {nbytes}-byte buffers", what)
-    bounds = np.linspace(0, nbytes, threads + 1, dtype=np.int64) // _ALIGN * _ALIGN
-    bounds[-1] = nbytes
-    slices = [slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
 
     if streaming:
         from ..memory import stream_copy
@@ -368,22 +367,80 @@ def _copy_rate(nbytes: int, threads: int, runs: int, streaming: bool) -> dict:
         def copy(part: slice) -> None:
             np.copyto(dst[part], src[part])
 
-    seconds = []
-    with ThreadPoolExecutor(max_workers=threads) as pool:
+    return _figure(what, nbytes, _timed_copies(copy, slices, runs), threads)
+
+
+def _split(nbytes: int, threads: int) -> list[slice]:
+    """``nbytes`` in one slice per thread on 4 KiB boundaries, the last taking
+    the rest, but none below 1 MiB: a smaller one takes less time to copy
+    than to hand to another thread, and no program that copies fast splits
+    its work that fine (gdscp reads a request below 1 MiB on the calling
+    thread). A small size is split among fewer threads, or not at all."""
+    count = max(1, min(threads, nbytes // _MIN_REQUEST))
+    bounds = np.linspace(0, nbytes, count + 1, dtype=np.int64) // _ALIGN * _ALIGN
+    bounds[-1] = nbytes
+    return [slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+
+
+def _threads_used(threads: int, slices: Sequence[slice]) -> str:
+    """"4 threads", and how many of them copied where ``_split`` gave fewer slices."""
+    if not slices or len(slices) >= threads:
+        return threads_text(threads)
+    used = "the calling thread alone" if len(slices) == 1 else f"{len(slices)} of them"
+    return f"{threads_text(threads)} ({used}: slices of at least {_mib(_MIN_REQUEST)})"
+
+
+def _timed_copies(copy: Callable[[slice], None], slices: Sequence[slice], runs: int) -> list[float]:
+    """The seconds of each of ``runs`` runs of ``copy`` over every slice, after
+    one untimed run.
+
+    One slice is copied on the calling thread, as gdscp reads a small request
+    on the thread that asks: handing it to a pool and waiting for the result
+    costs tens of microseconds, more than copying a few KiB, and would be
+    charged to the ceiling alone. Several are copied one per worker, every
+    worker started before the first run, and a run is timed inside the
+    workers, from the first copy's start to the last copy's end: the handoff
+    and the wait for the results, which Python's pool makes far slower than
+    gdscp's, are left out here too. On large slices both come to the same as
+    a clock around the whole run."""
+    seconds: list[float] = []
+    if len(slices) == 1:
+        (part,) = slices
         for i in range(runs + 1):
             start = time.perf_counter()
-            list(pool.map(copy, slices))
+            copy(part)
             if i:
                 seconds.append(time.perf_counter() - start)
-    return _figure(what, nbytes, seconds, threads)
+        return seconds
+
+    def timed(part: slice) -> tuple[float, float]:
+        start = time.perf_counter()
+        copy(part)
+        return start, time.perf_counter()
+
+    # Each worker waits until all have started, so the pool starts one
+    # thread per slice now, not while a run is timed.
+    started = threading.Barrier(len(slices))
+    with ThreadPoolExecutor(max_workers=len(slices)) as pool:
+        try:
+            list(pool.map(lambda _: started.wait(), slices))
+        except BaseException:
+            started.abort()  # a thread that could not start: the others stop waiting
+            raise
+        for i in range(runs + 1):
+            spans = list(pool.map(timed, slices))
+            if i:
+                seconds.append(max(end for _, end in spans) - min(start for start, _ in spans))
+    return seconds
 
 
 def page_cache_read_rate(path: str, size: int, dst: np.ndarray, threads: int, runs: int) -> dict:
     """A hot file read into ``dst`` (host memory, at least ``size`` bytes,
-    already touched) by ``threads`` threads, each with its own slice: the better
-    of ``preadv`` and a read-only mapping of the file copied with streaming
-    stores. The file must be in the page cache; each method is timed ``runs``
-    times after one warm-up."""
+    already touched) by ``threads`` threads, each with its own slice of at
+    least 1 MiB (as ``host_memcpy_rate``): the better of ``preadv`` and a
+    read-only mapping of the file copied with streaming stores. The file
+    must be in the page cache; each method is timed ``runs`` times after
+    one warm-up."""
     figures = [_page_cache_rate(path, size, dst, threads, runs, mapped) for mapped in (False, True)]
     usable = [f for f in figures if f.get("available")]
     if not usable:
@@ -393,12 +450,10 @@ def page_cache_read_rate(path: str, size: int, dst: np.ndarray, threads: int, ru
 
 def _page_cache_rate(path: str, size: int, dst: np.ndarray, threads: int, runs: int, mapped: bool) -> dict:
     how = "mmap of the file + gdscp's streaming-store copy" if mapped else "preadv"
-    what = f"{how} into host memory, {threads_text(threads)}, file in the page cache"
+    slices = _split(size, threads)
+    what = f"{how} into host memory, {_threads_used(threads, slices)}, file in the page cache"
     if size == 0:
         return unavailable("the file is empty", what)
-    bounds = np.linspace(0, size, threads + 1, dtype=np.int64) // _ALIGN * _ALIGN
-    bounds[-1] = size
-    slices = [slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
     out = memoryview(dst).cast("B")
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -421,14 +476,8 @@ def _page_cache_rate(path: str, size: int, dst: np.ndarray, threads: int, runs: 
                         raise OSError(errno.EIO, f"{path} ended at byte {done} of {size}")
                     done += n
 
-        seconds = []
         try:
-            with ThreadPoolExecutor(max_workers=len(slices)) as pool:
-                for i in range(runs + 1):
-                    start = time.perf_counter()
-                    list(pool.map(copy, slices))
-                    if i:
-                        seconds.append(time.perf_counter() - start)
+            seconds = _timed_copies(copy, slices, runs)
         finally:
             if mapped:
                 del src

@@ -58,7 +58,9 @@ class BenchConfig:
 
     ``memory``: "auto" (GPU ``device`` when one is usable, else host memory),
     "gpu" or "host". ``task_size`` None lets gdscp and KvikIO each use their
-    own default (the record says which value that was).
+    own default (the record says which value that was). ``io_sizes`` None:
+    those of ``DEFAULT_IO_SIZES`` that fit the file; sizes given are each
+    measured, and one larger than the file is refused.
     """
 
     size: Optional[int] = None
@@ -67,7 +69,7 @@ class BenchConfig:
     modes: Sequence[str] = MODES
     threads: Optional[Sequence[int]] = None
     task_size: Optional[int] = None
-    io_sizes: Sequence[int] = DEFAULT_IO_SIZES
+    io_sizes: Optional[Sequence[int]] = None
     runs: int = DEFAULT_RUNS
     random_ops: int = DEFAULT_RANDOM_OPS
     drop_cache: bool = False
@@ -148,14 +150,13 @@ def default_size(directory: str, memory_kind: str, device: Optional[int]) -> tup
     if memory_kind == "gpu" and device is not None:
         limits.append((memory.device_memory(device)[0] // 4, f"a quarter of GPU {device}'s free memory"))
     size, reason = min(limits, key=lambda item: item[0])
-    size -= size % (1 << 20)
-    if size < MIN_DEFAULT_SIZE:
+    if size < MIN_DEFAULT_SIZE:  # said as it is, before the rounding below makes it a whole MiB
         raise BenchConfigError(
             "size",
-            f"not enough room for a benchmark file ({reason} is {human(max(size, 0))}; "
+            f"not enough room for a benchmark file ({reason} is {human(max(size, 0), exact=True)}; "
             f"needs {human(MIN_DEFAULT_SIZE)})",
         )
-    return size, reason
+    return size - size % (1 << 20), reason
 
 
 def _check(option: str, value: int, low: int, high: int, what: str, size: bool = False) -> int:
@@ -208,7 +209,13 @@ def _choose_memory(config: BenchConfig) -> tuple[str, Optional[int], str]:
 def check_dir(path: "str | os.PathLike[str]") -> str:
     """``path`` as an absolute path, if it is a directory this process may
     create files in; else ``BenchConfigError`` naming ``dir``."""
-    directory = os.path.abspath(os.fspath(path))
+    try:
+        directory = os.path.abspath(os.fspath(path))
+    except OSError as exc:
+        # A relative path from a working directory that has been removed
+        # (getcwd fails): nothing can be created there.
+        raise BenchConfigError("dir", f"{os.fspath(path)}: cannot find the current working directory "
+                                      f"({exc.strerror})") from None
     if not os.path.exists(directory):
         raise BenchConfigError("dir", f"{os.fspath(path)}: no such directory")
     if not os.path.isdir(directory):
@@ -294,7 +301,9 @@ def resolve(config: BenchConfig) -> Plan:
     random_ops = _check(
         "random_ops", config.random_ops, MIN_RANDOM_OPS, MAX_RANDOM_OPS, "the random reads per run (a p99 needs 100)"
     )
-    io_sizes = _check_list("io_size", config.io_sizes, 1, 1 << 34, "an I/O size", size=True)
+    given_io_sizes = config.io_sizes is not None
+    io_sizes = _check_list("io_size", config.io_sizes if given_io_sizes else DEFAULT_IO_SIZES, 1, 1 << 34,
+                           "an I/O size", size=True)
 
     kind, device, memory_reason = _choose_memory(config)
 
@@ -314,7 +323,7 @@ def resolve(config: BenchConfig) -> Plan:
         )
     too_big = [s for s in io_sizes if s > size]
     if too_big and "randread" in modes:
-        if list(config.io_sizes) != list(DEFAULT_IO_SIZES):
+        if given_io_sizes:
             raise BenchConfigError("io_size", f"{human(too_big[0])} is larger than the file ({human(size)})")
         # The default sizes, for a small file: those that fit it (4 KiB always does).
         io_sizes = [s for s in io_sizes if s <= size]

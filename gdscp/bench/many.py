@@ -28,7 +28,8 @@ import numpy as np
 
 from .. import memory
 from . import ceilings as ceil
-from .config import BenchConfig, BenchConfigError, _choose_memory, check_runs, check_threads, default_threads
+from .config import (BenchConfig, BenchConfigError, _choose_memory, check_dir, check_runs, check_threads,
+                     default_threads)
 from .files import available_memory, free_disk, scratch_dir
 from .machine import describe_machine, now_iso
 from .measure import BenchError
@@ -45,6 +46,8 @@ _MAX_FILES = 10_000_000
 # Trees of at most this many files have each run's copies removed after it
 # (see the copy workload).
 _REUSE_BLOCKS_FILES = 64
+# The disk write ceilings write a file of the tree's size, but at least this.
+_CEILING_MIN = 1 << 20
 
 
 @dataclass
@@ -85,16 +88,25 @@ def _check(config: FilesConfig) -> Optional[list[int]]:
         if "copy" not in config.modes:
             raise BenchConfigError("ranks", "times the copy over MPI ranks: it needs --mode copy")
         _mpiexec()
-    directory = os.path.abspath(config.dir)
-    if not os.path.isdir(directory) or not os.access(directory, os.W_OK | os.X_OK):
-        raise BenchConfigError("dir", f"{config.dir}: not a writable directory")
-    # The tree, every run's copy by each tool (gdscp, cp, and with --ranks
-    # gdscp over the ranks), and room to spare.
-    copies = 3 if config.ranks else 2
-    need = (copies * config.runs + 2) * config.files * config.high
+    directory = check_dir(config.dir)
+    # Every file the run writes, as if none were removed before the end.
+    tree = config.files * config.high
+    need = tree
+    what = ["the tree"]
+    if "copy" in config.modes:
+        # Every run's copy by each tool (gdscp, cp, and with --ranks gdscp over the ranks).
+        need += (3 if config.ranks else 2) * config.runs * tree
+        what.append("its copies")
+        if config.ceilings:
+            need += max(tree, _CEILING_MIN)
+            what.append("the write ceilings' file")
+    if "read" in config.modes:
+        need += tree  # the same bytes as one file, the reference of the read
+        what.append("one file of its bytes")
     free = free_disk(directory)
     if free is not None and need > free:
-        raise BenchConfigError("files", f"the tree and its copy need up to {need} bytes; {directory} has {free} free")
+        listed = ", ".join(what[:-1]) + " and " + what[-1] if len(what) > 1 else what[0]
+        raise BenchConfigError("files", f"{listed} need up to {need} bytes; {directory} has {free} free")
     if "read" in config.modes:
         # Reading the tree back: one buffer for all its bytes, checked through
         # a copy of them (and, for a GPU, a host copy first).
@@ -416,7 +428,7 @@ def run_files_benchmark(
         if "copy" in config.modes:
             if config.ceilings:
                 probe = os.path.join(scratch, "ceiling.bin")
-                size = max(tree.bytes, 1 << 20)
+                size = max(tree.bytes, _CEILING_MIN)
                 run.tick("ceiling: disk O_DIRECT write")
                 ceilings["disk_direct_write"] = ceil.direct_write_rate(probe, size, max(threads), config.runs)
                 run.tick("ceiling: disk buffered write")

@@ -20,7 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from .._sizes import parse_integer
-from ..bench.config import DEFAULT_IO_SIZES, DEFAULT_RANDOM_OPS, DEFAULT_RUNS, MODES, BenchConfig, BenchConfigError
+from ..bench.config import DEFAULT_RANDOM_OPS, DEFAULT_RUNS, MODES, BenchConfig, BenchConfigError
 from ..bench.many import FILE_MODES, FilesConfig, run_files_benchmark
 from ..bench.measure import BenchError
 from ..bench.tree import parse_size_range
@@ -29,7 +29,7 @@ from ..bench.runner import run_benchmark
 from . import options
 from .ranks import launched as launched_by_mpi
 from .exits import EXIT_FAILURE, STDOUT_CLOSED
-from .output import Failure, Output, UsageError
+from .output import Failure, Output, UsageError, describe, shown
 from .units import format_bytes, parse_size
 
 __all__ = ["benchmark"]
@@ -72,16 +72,46 @@ def _dir_option(text: str) -> Path:
     return Path(text)
 
 
+def _plot_option(text: str) -> Path:
+    """Typer ``parser=`` for --plot: an empty name is refused, not taken for
+    the current directory, where Path("") would lead."""
+    if not str(text):
+        raise typer.BadParameter("must not be empty")
+    return Path(text)
+
+
 def _check_plot(path: Optional[Path]) -> None:
+    """A --plot file that could not be written is refused now, before the
+    run: found only once the run is over, it would cost the whole run."""
     if path is None:
         return
+    if path.name.lower() in PLOT_SUFFIXES:  # ".png": a hidden file's name, with no suffix of its own
+        raise UsageError(f"--plot: '{path}' has no name before its suffix (as in figure{path.name})")
     if path.suffix.lower() not in PLOT_SUFFIXES:
         raise UsageError(f"--plot: '{path}' must end in {', '.join(PLOT_SUFFIXES)}")
-    parent = path.parent if str(path.parent) else Path(".")
+    parent = path.parent
     if not parent.is_dir():
+        # The nearest of its directories that exists: a file there is the trouble.
+        found = next((p for p in (parent, *parent.parents) if p.exists()), None)
+        if found is not None and not found.is_dir():
+            raise UsageError(f"--plot: '{found}' is not a directory")
         raise UsageError(f"--plot: directory '{parent}' does not exist")
-    if path.is_dir():  # found only once the run is over, its figures printed
+    if path.is_dir():
         raise UsageError(f"--plot: '{path}' is a directory")
+    try:
+        # Where the picture lands: through a symbolic link, as it is saved.
+        target = os.path.realpath(path)
+    except OSError as exc:  # a relative name, from a working directory that was removed
+        raise UsageError(f"--plot: '{path}': cannot find the current working directory ({exc.strerror})") from None
+    where = target if os.path.exists(target) else os.path.dirname(target)
+    if not os.path.exists(where):  # a symbolic link to a name in no directory
+        raise UsageError(f"--plot: '{path}' leads to '{target}', whose directory does not exist")
+    if not os.access(where, os.W_OK, effective_ids=os.access in os.supports_effective_ids):
+        try:
+            read_only = bool(os.statvfs(where).f_flag & os.ST_RDONLY)
+        except OSError:
+            read_only = False
+        raise UsageError(f"--plot: cannot write '{path}': {os.strerror(errno.EROFS if read_only else errno.EACCES)}")
     try:
         require_matplotlib()
     except PlotUnavailable as exc:
@@ -201,9 +231,9 @@ def _headline(doc: dict) -> str:
     if config["memory"] == "gpu" and gpu.get("devices"):
         where += f" ({gpu['devices'][config['device']]['name']})"
     lines = [
-        f"gdscp benchmark: a {_size_label(config['size'])} file in {fs['dir']} ({fs.get('type', '?')} on "
-        f"{fs.get('source', '?')}) into {where}; gdscp {doc['gdscp']['version']}, {doc['gdscp']['backend']} backend; "
-        f"took {doc['duration_s']:.0f} s"
+        f"gdscp benchmark: a {_size_label(config['size'])} file in {shown(fs['dir'])} ({fs.get('type', '?')} on "
+        f"{shown(fs.get('source') or '?')}) into {where}; gdscp {doc['gdscp']['version']}, "
+        f"{doc['gdscp']['backend']} backend; took {doc['duration_s']:.0f} s"
     ]
     for name, entry in doc["baselines"].items():
         if not entry.get("available") and not (name == "numpy_cupy" and config["memory"] == "host"):
@@ -259,7 +289,7 @@ def _files_render(doc: dict) -> Group:
     where = "host memory" if config["memory"] == "host" else f"GPU {config['device']}"
     parts: list[Any] = [
         f"gdscp benchmark: {config['files']} files of {_size_label(config['low'])}-{_size_label(config['high'])} "
-        f"({_size_label(config['bytes'])} in all) in {config['dir']}, through {where}; median of "
+        f"({_size_label(config['bytes'])} in all) in {shown(config['dir'])}, through {where}; median of "
         f"{config['runs']} runs; took {doc['duration_s']:.0f} s"
     ]
     for work in doc["workloads"]:
@@ -424,6 +454,7 @@ def benchmark(
         Optional[Path],
         typer.Option(
             "--plot",
+            parser=_plot_option,
             metavar="FILE.png",
             help="Also draw GB/s against threads to FILE (.png, .svg or .pdf; needs matplotlib).",
             rich_help_panel="Output",
@@ -517,7 +548,7 @@ def benchmark(
             modes=list(MODES) if mode is None else _list("--mode", mode, str.strip),
             threads=None if threads is None else _list("--threads", threads, parse_integer),
             task_size=task_size,
-            io_sizes=list(DEFAULT_IO_SIZES) if io_size is None else _list("--io-size", io_size, parse_size),
+            io_sizes=None if io_size is None else _list("--io-size", io_size, parse_size),
             runs=runs,
             random_ops=DEFAULT_RANDOM_OPS if ops is None else ops,
             drop_cache=drop_cache,
@@ -537,9 +568,23 @@ def benchmark(
         config.memory = "host" if host else ("gpu" if device is not None else "auto")
         config.device = 0 if where is None else where
         document = _measure(out, run_benchmark, config)
+        # The plot before the result, so that the result can say whether it
+        # was written; one that fails loses no figures: the document or the
+        # table still holds them, with the failure.
+        if plot_file is not None:
+            try:
+                plot(document, os.fspath(plot_file))
+            except BaseException as exc:  # noqa: BLE001 - said with the figures, then raised as it is
+                message, code = describe(exc)
+                if isinstance(exc, Exception):
+                    message, code = f"cannot write the plot: {message}", EXIT_FAILURE
+                out.result({"command": "benchmark", "ok": False, "error": message, "exit_code": code, **document},
+                           lambda: _render(document))
+                if isinstance(exc, Exception):
+                    raise Failure(message) from None
+                raise
         out.result({"command": "benchmark", "ok": True, **document}, lambda: _render(document))
-        if plot_file is not None:  # after the result, so a failing plot loses no figures
-            plot(document, os.fspath(plot_file))
+        if plot_file is not None:
             out.note(f"plot written to {plot_file}")
 
 

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from .. import info as sysinfo
 from . import options
-from .output import EXIT_FAILURE, Output
+from .output import EXIT_FAILURE, Output, shown
 from .units import format_bytes
 
 __all__ = ["info"]
@@ -80,11 +80,12 @@ def _system_table(system: dict[str, Any]) -> Table:
 
 
 def _path_table(p: dict[str, Any]) -> Table:
-    table = Table(title=f"path {p['path']}", title_justify="left", show_header=False)
+    table = Table(title=f"path {shown(p['path'])}", title_justify="left", show_header=False)
     table.add_column("item", style="bold")
     table.add_column("value")
     table.add_row("kind", p["kind"])
-    table.add_row("filesystem", f"{p['filesystem'] or '?'} ({p['source'] or '?'} on {p['mount_point'] or '?'})")
+    table.add_row("filesystem", f"{p['filesystem'] or '?'} ({shown(p['source'] or '?')} on "
+                                f"{shown(p['mount_point'] or '?')})")
     o_direct = _yes_no(p["o_direct"])
     if p["o_direct_reason"]:
         o_direct += f" ({p['o_direct_reason']})"

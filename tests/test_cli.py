@@ -374,6 +374,17 @@ def test_copy_r_does_not_read_what_replaced_a_file_after_it_was_planned(capsys, 
     assert (dst / "a").read_bytes() == data["a"] and (dst / "c").read_bytes() == data["c"]
 
 
+@pytest.mark.skipif(not os.path.exists("/proc/thread-self/comm"), reason="no /proc/thread-self")
+def test_copy_r_copies_a_file_of_proc_whose_name_is_another_file_on_each_thread(capsys, tmp_path):
+    """/proc/thread-self names another file on each thread: the walk's file
+    and the worker's are not the same inode, and nothing was replaced. With
+    -r it is copied as without: a thread's name, a line."""
+    code, doc, err = cli_json(capsys, "copy", "-r", "/proc/thread-self/comm", str(tmp_path / "comm"))
+    assert code == 0 and doc["copied"] == 1, err
+    copied = (tmp_path / "comm").read_bytes()
+    assert copied.endswith(b"\n") and 1 < len(copied) <= 16
+
+
 @pytest.mark.parametrize("target", ["/", ".."])
 def test_a_directory_that_cannot_be_made_takes_only_its_own_contents(capsys, tmp_path, target):
     """A link in DST where the tree has a directory, pointing at / or at an

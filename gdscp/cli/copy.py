@@ -77,6 +77,15 @@ def _umask() -> int:
     return mask
 
 
+def _proc_device() -> Optional[int]:
+    """The device of /proc (None without one): its files are not held to the
+    walk's identity (``_source_ids``)."""
+    try:
+        return os.stat("/proc").st_dev
+    except OSError:
+        return None
+
+
 def _inside(child: str, parent: str) -> bool:
     child, parent = os.path.realpath(child), os.path.realpath(parent)
     return child == parent or child.startswith(parent.rstrip(os.sep) + os.sep)
@@ -385,7 +394,10 @@ class _Copier:
             sizes=[j.st.st_size for j, _ in files],
             # With -r each file is the one lstat found (a link met is copied
             # as a link): one swapped for a link or a FIFO since is not read.
-            _source_ids=[(j.st.st_dev, j.st.st_ino) if self.recursive and stat.S_ISREG(j.st.st_mode) else None
+            # Not in /proc, whose files nobody swaps and where a name can be
+            # another file on another thread (/proc/thread-self).
+            _source_ids=[(j.st.st_dev, j.st.st_ino)
+                         if self.recursive and stat.S_ISREG(j.st.st_mode) and j.st.st_dev != _proc_device() else None
                          for j, _ in files],
         )
 

@@ -1435,6 +1435,32 @@ def test_copy_missing_source_copies_the_rest(capsys, tmp_path):
     assert code == 1 and doc["ok"] is False and doc["failed"] == 1 and doc["copied"] == 1
     assert "gone.bin" in error_lines(err)[0]
     assert (tmp_path / "out" / "ok.bin").read_bytes() == data
+    # The record names the destination the missing file would have had.
+    gone = [f for f in doc["files"] if f["status"] == "failed"]
+    assert [(f["source"], f["destination"]) for f in gone] == [(str(tmp_path / "gone.bin"),
+                                                                str(tmp_path / "out" / "gone.bin"))]
+    code, doc, _ = cli_json(capsys, "copy", tmp_path / "gone.bin", tmp_path / "single.bin")
+    assert code == 1 and doc["files"][0]["destination"] == str(tmp_path / "single.bin")
+
+
+@pytest.mark.parametrize("command", ["copy", "read"])
+def test_verified_says_only_what_was_checked(capsys, tmp_path, command):
+    """``verified`` in the document is true only where every file was read
+    back and matched: a failed file (missing, or a copy that cannot be read
+    back) leaves it false, --verify or not."""
+    random_file(tmp_path / "ok.bin", 100)
+    targets = [tmp_path / "out.bin"] if command == "copy" else []
+    code, doc, err = cli_json(capsys, command, "--verify", tmp_path / "ok.bin", *targets)
+    assert code == 0 and doc["verified"] is True, err
+    if command == "copy":
+        code, doc, _ = cli_json(capsys, "copy", "--verify", tmp_path / "missing.bin", tmp_path / "out.bin")
+    else:  # one file read and checked, one missing
+        code, doc, _ = cli_json(capsys, "read", "--verify", tmp_path / "ok.bin", tmp_path / "missing.bin")
+        assert [f["verified"] for f in doc["files"]] == [True, False]
+    assert code == 1 and doc["ok"] is False and doc["verified"] is False
+    if command == "copy":
+        code, doc, _ = cli_json(capsys, "copy", "--verify", tmp_path / "ok.bin", "/dev/null")
+        assert code == 1 and doc["verified"] is False
 
 
 def test_copy_no_clobber(capsys, tmp_path):
@@ -1621,6 +1647,27 @@ def test_write_several_files_one_failing(capsys, tmp_path):
     assert [f["status"] for f in doc["files"]] == ["done", "failed", "done"]
     expect = memory.pattern(100 * KiB, "seq").tobytes()
     assert names[0].read_bytes() == expect and names[2].read_bytes() == expect
+    assert temp_files(tmp_path) == []
+
+
+def test_write_fail_fast_says_why_each_other_file_was_not_written(capsys, tmp_path):
+    """With --fail-fast the files not written after the first failure are
+    cancelled, each saying why as copy's do, with no backend: none wrote
+    them, and none of them exists."""
+    names = [tmp_path / "missing" / "x.bin", tmp_path / "a.bin", tmp_path / "b.bin"]
+    code, doc, err = cli_json(capsys, "write", *names, "--size", "4K", "--pattern", "seq", "--fail-fast", "--threads",
+                              "1", "--host")
+    assert code == 1 and doc["ok"] is False, err
+    first, *rest = doc["files"]
+    assert first["status"] == "failed" and "No such file or directory" in first["error"]
+    expect = memory.pattern(4 * KiB, "seq").tobytes()
+    for record, name in zip(rest, names[1:]):
+        if record["status"] == "cancelled":
+            assert record["error"] == "not written: an earlier file failed (--fail-fast)", record
+            assert record["backend"] is None and not name.exists()
+        else:  # written before the failure stopped the job
+            assert record["status"] == "done" and name.read_bytes() == expect
+    assert any(r["status"] == "cancelled" for r in rest), doc
     assert temp_files(tmp_path) == []
 
 

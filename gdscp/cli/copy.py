@@ -131,18 +131,18 @@ class _Copier:
         jobs: list[_Job] = []
         named: set[tuple[int, int, str]] = set()  # (source file, its destination) of each source so far
         for src in sources:
+            name = os.path.basename(os.path.normpath(src))
+            target = os.path.join(dst, name) if dst_is_dir else dst
+            if os.path.basename(src.rstrip(os.sep)) == ".":
+                target = dst  # as cp: DIR/. into an existing DST merges DIR's contents into it
             try:
                 # As cp: with -r a symbolic link is copied as a link, here as
                 # inside a tree (LINK/, through the link, names what it
                 # points at); without -r it is followed.
                 st = os.lstat(src) if self.recursive else os.stat(src)
             except OSError as exc:
-                self.problem(f"cannot stat '{src}': {exc.strerror}", src)
+                self.problem(f"cannot stat '{src}': {exc.strerror}", src, target)
                 continue
-            name = os.path.basename(os.path.normpath(src))
-            target = os.path.join(dst, name) if dst_is_dir else dst
-            if os.path.basename(src.rstrip(os.sep)) == ".":
-                target = dst  # as cp: DIR/. into an existing DST merges DIR's contents into it
             once = (st.st_dev, st.st_ino, os.path.normpath(os.path.abspath(target)))
             if once in named:
                 # As cp: the same source for the same destination again is
@@ -850,7 +850,7 @@ def report(out: Output, records: list[_Record], where: Optional[int], verify: bo
         "bytes": nbytes,
         "seconds": seconds,
         "gb_per_s": gb_per_s(nbytes, seconds),
-        "verified": verify,
+        "verified": verify and not failed,  # every copy made was read back and matched
         # Per file only where it is printed: thousands of records cost time.
         "files": [r.as_dict() for r in records] if out.json else [],
         **(extra or {}),

@@ -301,7 +301,7 @@ def report(out: Output, plan: list[_File], results: list[FileResult], where: Opt
         "bytes": nbytes,
         "seconds": seconds,
         "gb_per_s": gb_per_s(nbytes, seconds),
-        "verified": verify,
+        "verified": verify and ok,  # every file was read twice and matched
         **(extra or {}),
     }
 

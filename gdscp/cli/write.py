@@ -359,7 +359,10 @@ def _write_many(out: Output, paths: list[str], size: int, *, kind: str, seed: in
         seconds = time.perf_counter() - start
     del job, buffers
     # Each file's (status, error); --verify read each back before its rename.
-    outcome = [(r.status, r.error) for r in results]
+    # A file cancelled by --fail-fast was never written: it says so, and has
+    # no backend.
+    cancelled = "not written: an earlier file failed (--fail-fast)"
+    outcome = [(r.status, r.error or (cancelled if r.status == "cancelled" else None)) for r in results]
     ok = all(status == "done" for status, _ in outcome)
     backend = next((r.write_backend for r in results if r.write_backend), "posix")
     nbytes = sum(r.bytes for r in results)
@@ -374,7 +377,7 @@ def _write_many(out: Output, paths: list[str], size: int, *, kind: str, seed: in
                 "bytes": r.bytes,
                 "seconds": r.seconds,
                 "error": error,
-                "backend": r.write_backend,
+                "backend": None if status == "cancelled" else r.write_backend,
             }
             for r, (status, error) in zip(results, outcome)
         ],

@@ -1277,12 +1277,29 @@ def test_the_headline_shows_a_directory_name_escaped_as_error_lines_do(capsys, t
     code, out, err = cli(capsys, "--host", "--files", "2", "--file-size", "1K", "--mode", "read", "--threads", "1",
                          "--dir", odd)
     assert code == 0, err
-    assert out.splitlines()[0].startswith("gdscp benchmark: 2 files of 1 KiB-1 KiB (2 KiB in all) in "
+    assert out.splitlines()[0].startswith("gdscp benchmark: 2 files of 1 KiB (2 KiB in all) in "
                                           f"{shown}, through host memory"), out
     code, out, err = cli(capsys, "--host", "--size", "4K", "--threads", "1", "--mode", "read", "--dir", odd, "--json")
     assert code == 0, err
     assert json.loads(out)["machine"]["filesystem"]["dir"] == os.fspath(odd)
     assert list(odd.iterdir()) == []
+
+
+def test_the_files_headline_gives_a_range_of_sizes_only_where_the_sizes_differ(capsys, tmp_path):
+    """Files of one size are "N files of 1 KiB", not "1 KiB-1 KiB"; a range
+    is "1 KiB-2 KiB". The JSON document keeps both numbers, equal or not."""
+    for size, headline, low, high in (("1K", "3 files of 1 KiB (3 KiB in all)", 1024, 1024),
+                                      ("1K-2K", "3 files of 1 KiB-2 KiB (", 1024, 2048)):
+        args = ["--host", "--files", "3", "--file-size", size, "--mode", "read", "--threads", "1", "--dir", tmp_path]
+        code, out, err = cli(capsys, *args)
+        assert code == 0, err
+        assert out.splitlines()[0].startswith(f"gdscp benchmark: {headline}"), out
+        code, out, err = cli(capsys, *args, "--json")
+        assert code == 0, err
+        assert "1 KiB-1 KiB" not in out
+        config = json.loads(out)["config"]
+        assert (config["low"], config["high"]) == (low, high)
+    assert leftovers(tmp_path) == []
 
 
 @pytest.mark.parametrize("threads", ["0", "-1"])

@@ -287,8 +287,11 @@ def _legend(doc: dict) -> str:
 def _files_render(doc: dict) -> Group:
     config = doc["config"]
     where = "host memory" if config["memory"] == "host" else f"GPU {config['device']}"
+    sizes = _size_label(config["low"])
+    if config["high"] != config["low"]:
+        sizes += f"-{_size_label(config['high'])}"
     parts: list[Any] = [
-        f"gdscp benchmark: {config['files']} files of {_size_label(config['low'])}-{_size_label(config['high'])} "
+        f"gdscp benchmark: {config['files']} files of {sizes} "
         f"({_size_label(config['bytes'])} in all) in {shown(config['dir'])}, through {where}; median of "
         f"{config['runs']} runs; took {doc['duration_s']:.0f} s"
     ]

@@ -1220,12 +1220,16 @@ def test_files_workload_counts_every_file_it_writes_against_the_free_disk(capsys
     written, not ended by a full disk halfway."""
     from gdscp.bench import many
 
-    tree = 4 * 4096
+    unit = os.statvfs(tmp_path).f_frsize
+    data = 4 * 4096
+    tree = 4 * -(-4096 // unit) * unit + 2 * unit  # and its root and its one folder
+    one_file = -(-data // unit) * unit
+    ceiling = -(-MiB // unit) * unit
     args = ["--host", "--files", "4", "--file-size", "4K", "--runs", "3", "--threads", "1", "--dir", tmp_path]
-    cases = [("copy", tree + 6 * tree + MiB, "the tree, its copies and the write ceilings' file"),
-             ("copy,read", tree + 6 * tree + MiB + tree,
+    cases = [("copy", tree + 6 * tree + ceiling, "the tree, its copies and the write ceilings' file"),
+             ("copy,read", tree + 6 * tree + ceiling + one_file,
               "the tree, its copies, the write ceilings' file and one file of its bytes"),
-             ("read", 2 * tree, "the tree and one file of its bytes")]
+             ("read", tree + one_file, "the tree and one file of its bytes")]
     for modes, need, what in cases:
         monkeypatch.setattr(many, "free_disk", lambda d, free=need - 1: free)
         code, out, err = cli(capsys, *args, "--mode", modes, "--json")
@@ -1234,10 +1238,45 @@ def test_files_workload_counts_every_file_it_writes_against_the_free_disk(capsys
         assert doc["ok"] is False and doc["exit_code"] == 2
         assert doc["error"] == f"--files: {what} need up to {need} bytes; {tmp_path} has {need - 1} free"
         assert list(tmp_path.iterdir()) == []
-    monkeypatch.setattr(many, "free_disk", lambda d: 2 * tree)
+    monkeypatch.setattr(many, "free_disk", lambda d: tree + one_file)
     code, out, err = cli(capsys, *args, "--mode", "read", "--json")
     assert code == 0, err
-    assert json.loads(out)["config"]["bytes"] == tree and leftovers(tmp_path) == []
+    assert json.loads(out)["config"]["bytes"] == data and leftovers(tmp_path) == []
+
+
+def test_files_workload_counts_small_files_in_whole_allocation_units(capsys, tmp_path, monkeypatch):
+    """A file takes whole allocation units of its filesystem (statvfs's
+    f_frsize), a file of one byte a whole one: 250 such files are counted at
+    250 units, not 250 bytes, and each directory of the tree (its root and
+    one per 100 files) at one more, so that a disk with room for their bytes
+    but not their blocks is refused before anything is written, not filled
+    halfway. The figure matches what the files really take."""
+    from gdscp.bench import many
+    from gdscp.bench.tree import make_tree
+
+    unit = os.statvfs(tmp_path).f_frsize
+    tree = 250 * unit + (1 + 3) * unit
+    need = tree + unit  # and the 250 bytes as one file
+    args = ["--host", "--files", "250", "--file-size", "1", "--mode", "read", "--threads", "1", "--dir", tmp_path,
+            "--json"]
+    monkeypatch.setattr(many, "free_disk", lambda d: need - 1)
+    code, out, err = cli(capsys, *args)
+    assert code == 2, err
+    doc = json.loads(out)
+    assert doc["ok"] is False and doc["exit_code"] == 2
+    assert doc["error"] == (f"--files: the tree and one file of its bytes need up to {need} bytes; "
+                            f"{tmp_path} has {need - 1} free")
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.setattr(many, "free_disk", lambda d: need)
+    code, out, err = cli(capsys, *args)
+    assert code == 0, err
+    assert json.loads(out)["config"]["bytes"] == 250 and leftovers(tmp_path) == []
+    # Where the filesystem allocates blocks for such files, each takes one.
+    made = make_tree(str(tmp_path / "t"), 250, 1, 1)
+    taken = {os.stat(p).st_blocks * 512 for p in made.paths}
+    assert taken <= {0, unit}, taken  # 0: kept inside the inode (tmpfs, inline data)
+    shutil.rmtree(tmp_path / "t")
+    assert files.allocation_unit(str(tmp_path)) == unit
 
 
 @pytest.mark.parametrize("workload", [["--size", "4K", "--mode", "read"], ["--files", "3"]])

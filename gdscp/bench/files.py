@@ -28,6 +28,7 @@ __all__ = [
     "memory_filesystem",
     "warm_cache",
     "free_disk",
+    "allocation_unit",
     "available_memory",
     "total_memory",
 ]
@@ -139,6 +140,16 @@ def free_disk(directory: str) -> Optional[int]:
     None where the filesystem does not say (``gdscp.info.free_space``): the
     benchmark then runs, and a full disk is said by its writes."""
     return free_space(directory)
+
+
+def allocation_unit(directory: str) -> int:
+    """The bytes a file of ``directory``'s filesystem takes at least, and in
+    steps of: its fragment size (``f_frsize``), the unit ``free_disk`` counts
+    free space in. Not ``st_blksize``, the size the filesystem prefers for
+    I/O, which can be far larger (NFS gives its write size, XFS a stripe's
+    width). 4096 where the filesystem reports none."""
+    fs = os.statvfs(directory)
+    return fs.f_frsize or fs.f_bsize or 4096
 
 
 def available_memory() -> int:

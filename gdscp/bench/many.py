@@ -30,13 +30,13 @@ from .. import memory
 from . import ceilings as ceil
 from .config import (BenchConfig, BenchConfigError, _choose_memory, check_dir, check_runs, check_threads,
                      default_threads)
-from .files import available_memory, free_disk, scratch_dir
+from .files import allocation_unit, available_memory, free_disk, scratch_dir
 from .machine import describe_machine, now_iso
 from .measure import BenchError
 from .stats import rated, spread
 from .targets import make_target
 from .tools import kvikio_status
-from .tree import Tree, make_tree
+from .tree import FILES_PER_DIR, Tree, make_tree
 
 __all__ = ["FILE_MODES", "FilesConfig", "SCHEMA", "run_files_benchmark"]
 
@@ -89,8 +89,21 @@ def _check(config: FilesConfig) -> Optional[list[int]]:
             raise BenchConfigError("ranks", "times the copy over MPI ranks: it needs --mode copy")
         _mpiexec()
     directory = check_dir(config.dir)
-    # Every file the run writes, as if none were removed before the end.
-    tree = config.files * config.high
+    # Every file the run writes, as if none were removed before the end, in
+    # the filesystem's allocation units: a file takes whole ones (a file of
+    # one byte, a whole one), so many small files take far more than their
+    # bytes. Each directory of the tree (its root and one per FILES_PER_DIR
+    # files, as make_tree lays it out; each copy has the same) takes at least
+    # one more (at 4 KiB, its hundred names fit in one). Inodes are not
+    # counted: ext4 sets their room aside when it is made, outside the free
+    # space; elsewhere a full disk is still said by the run's writes.
+    unit = allocation_unit(directory)
+
+    def stored(nbytes: int) -> int:
+        return -(-nbytes // unit) * unit
+
+    folders = 1 + max(1, -(-config.files // FILES_PER_DIR))
+    tree = config.files * stored(config.high) + folders * unit
     need = tree
     what = ["the tree"]
     if "copy" in config.modes:
@@ -98,10 +111,10 @@ def _check(config: FilesConfig) -> Optional[list[int]]:
         need += (3 if config.ranks else 2) * config.runs * tree
         what.append("its copies")
         if config.ceilings:
-            need += max(tree, _CEILING_MIN)
+            need += stored(max(config.files * config.high, _CEILING_MIN))
             what.append("the write ceilings' file")
     if "read" in config.modes:
-        need += tree  # the same bytes as one file, the reference of the read
+        need += stored(config.files * config.high)  # the same bytes as one file, the reference of the read
         what.append("one file of its bytes")
     free = free_disk(directory)
     if free is not None and need > free:

@@ -659,7 +659,8 @@ def copy_files(
     # _source_ids (gdscp copy -r): per pair, None or the (st_dev, st_ino) of
     # the regular file its walk's lstat found: opened without following a
     # link, a source that is no longer that file fails its pair, "'src' was
-    # replaced while being copied", as cp's does.
+    # replaced while being copied", as cp's does (with no_clobber, one whose
+    # destination exists is skipped: nothing would have been written).
     pairs = _pairs(pairs)
     if sizes is not None and len(sizes) != len(pairs):
         raise ValueError(f"{len(pairs)} pairs but {len(sizes)} sizes")

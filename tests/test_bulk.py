@@ -13,6 +13,7 @@ child processes, as in tests/test_cufile_standin.py.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import gc
 import os
@@ -504,6 +505,51 @@ def test_a_copy_given_its_sources_ids_reads_only_those_files(tmp_path, size, swa
     found_b = os.lstat(b)
     (r,) = gdscp.copy_files([(b, out / "c")], _source_ids=[(found_b.st_dev, found_b.st_ino)]).results()
     assert r.status == "done" and (out / "c").read_bytes() == db
+
+
+@pytest.mark.parametrize("size", [5000, 2 * MiB])
+@pytest.mark.parametrize("swapped", ["link", "fifo", "file"])
+def test_no_clobber_skips_a_replaced_source_whose_destination_exists(tmp_path, size, swapped):
+    """With no_clobber, a source that is no longer the file found but whose
+    destination exists is skipped as any pair with an existing destination
+    is ("exists"): nothing would have been written. One whose destination
+    does not exist still fails as replaced, with nothing written (a FIFO is
+    not waited on either way)."""
+    (a, _), (b, _), (c, dc) = files_of(tmp_path, [size, size, size])
+    ids = []
+    for path in (a, b):
+        found = os.lstat(path)
+        ids.append((found.st_dev, found.st_ino))
+        new = tmp_path / "new"
+        if swapped == "link":
+            os.symlink(tmp_path / "secret", new)
+        elif swapped == "fifo":
+            os.mkfifo(new)
+        else:
+            new.write_bytes(b"another file")
+        os.replace(new, path)
+    (tmp_path / "secret").write_bytes(b"not to be copied")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "a").write_bytes(b"old a")
+    (out / "c").write_bytes(b"old c")
+    found_c = os.lstat(c)
+    job = gdscp.copy_files([(a, out / "a"), (b, out / "b"), (c, out / "c")], no_clobber=True,
+                           _source_ids=ids + [(found_c.st_dev, found_c.st_ino)])
+    if not job.wait(20):  # a writer come and gone lets the read end, and the job with it
+        for path in (a, b):
+            with contextlib.suppress(OSError):
+                os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+        job.wait(60)
+        pytest.fail("the copy waited on the FIFO")
+    ra, rb, rc = job.results()
+    # The same as the pair whose source was not replaced.
+    assert (ra.status, ra.note, ra.error, ra.bytes) == (rc.status, rc.note, rc.error, rc.bytes) == (
+        "skipped", "exists", None, 0), (ra, rc)
+    assert (out / "a").read_bytes() == b"old a" and (out / "c").read_bytes() == b"old c"
+    assert rb.status == "failed" and rb.error == f"'{b}' was replaced while being copied", rb
+    assert not (out / "b").exists() and temporaries(tmp_path) == []
+    assert Path(c).read_bytes() == dc
 
 
 @pytest.mark.parametrize("size", [0, 1, PAGE + 1, 3 * MiB + 17])

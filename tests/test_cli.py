@@ -374,6 +374,69 @@ def test_copy_r_does_not_read_what_replaced_a_file_after_it_was_planned(capsys, 
     assert (dst / "a").read_bytes() == data["a"] and (dst / "c").read_bytes() == data["c"]
 
 
+@pytest.mark.parametrize("missing", [False, True])
+@pytest.mark.parametrize("swapped", ["link", "fifo", "file"])
+def test_copy_rn_skips_a_replaced_file_whose_destination_exists(capsys, tmp_path, monkeypatch, swapped, missing):
+    """With -n, a file of the tree replaced after the walk whose destination
+    exists is skipped as any file whose destination exists is (nothing would
+    have been written): the same record, the same note, exit 0. One whose
+    destination does not exist still fails as replaced (exit 1)."""
+    from gdscp.cli import copy as copy_command
+
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    src.mkdir()
+    (dst / "src").mkdir(parents=True)
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"outside the tree")
+    data = {name: random_file(src / name, 5000, seed) for seed, name in enumerate("abcd")}
+    (dst / "src" / "a").write_bytes(b"old a")  # kept, its source as the walk found it
+    (dst / "src" / "b").write_bytes(b"old b")  # kept, its source replaced
+    swapped_names = ["b", "c"] if missing else ["b"]  # c: replaced, with no destination
+    real_run = copy_command._Copier.run
+
+    def swap_then_run(self, jobs, progress):
+        for name in swapped_names:
+            os.rename(src / name, tmp_path / f"{name}.moved")
+            if swapped == "link":
+                (src / name).symlink_to(secret)
+            elif swapped == "fifo":
+                os.mkfifo(src / name)
+            else:
+                (src / name).write_bytes(secret.read_bytes())
+        return real_run(self, jobs, progress)
+
+    monkeypatch.setattr(copy_command._Copier, "run", swap_then_run)
+    result: list = []
+    runner = threading.Thread(target=lambda: result.append(cli(capsys, "copy", "-rn", src, dst, "--json")),
+                              daemon=True)
+    runner.start()
+    runner.join(20)
+    if runner.is_alive():  # a writer come and gone lets the read end, and the command with it
+        for name in swapped_names:
+            os.close(os.open(src / name, os.O_WRONLY | os.O_NONBLOCK))
+        runner.join(60)
+        pytest.fail("the copy waited on the FIFO")
+    code, out, err = result[0]
+    doc = json.loads(out)
+    records = {os.path.basename(r["source"]): r for r in doc["files"]}
+    kept = {name: {k: v for k, v in records[name].items() if k not in ("source", "destination", "seconds")}
+            for name in "ab"}
+    assert kept["a"]["status"] == "skipped" and kept["b"] == kept["a"], records
+    notes = sorted(line for line in err.splitlines() if "not replacing" in line)
+    assert notes == [f"gdscp copy: not replacing '{dst / 'src' / name}' (it exists; --no-clobber)"
+                     for name in "ab"], err
+    assert (dst / "src" / "a").read_bytes() == b"old a" and (dst / "src" / "b").read_bytes() == b"old b"
+    assert (dst / "src" / "d").read_bytes() == data["d"] and temp_files(dst) == []
+    if missing:
+        assert code == 1 and doc["failed"] == 1 and doc["skipped"] == 2, err
+        assert records["c"]["status"] == "failed" and not (dst / "src" / "c").exists()
+        assert error_lines(err) and all(f"'{src / 'c'}' was replaced while being copied" in line
+                                        for line in error_lines(err)), err
+    else:
+        assert code == 0 and doc["ok"] is True and (doc["copied"], doc["skipped"], doc["failed"]) == (2, 2, 0), err
+        assert error_lines(err) == [] and (dst / "src" / "c").read_bytes() == data["c"]
+
+
 @pytest.mark.skipif(not os.path.exists("/proc/thread-self/comm"), reason="no /proc/thread-self")
 def test_copy_r_copies_a_file_of_proc_whose_name_is_another_file_on_each_thread(capsys, tmp_path):
     """/proc/thread-self names another file on each thread: the walk's file

@@ -53,7 +53,8 @@ struct BulkItem {
   // read, copy: `src` must still be the file a caller found there (a tree's
   // walk): opened without following a symbolic link, it must be a regular
   // file of device `src_dev` and inode `src_ino`, else the item fails, the
-  // source "replaced while being copied" (as cp says), with nothing written.
+  // source "replaced while being copied" (as cp says), with nothing written;
+  // a whole-file copy under no_clobber whose destination exists is skipped.
   bool has_src_id = false;
   uint64_t src_dev = 0;
   uint64_t src_ino = 0;

@@ -109,6 +109,16 @@ bool size_is_made_up(int fd, const struct stat& st) {
              path);
 }
 
+// The same, found on opening it. A whole-file copy under no_clobber is decided
+// by its destination (open_destination): an existing one is kept whatever the
+// source has become, so nothing would have been written and the copy is
+// skipped as any other; where none is kept, it fails there. Anything else
+// fails at once.
+void source_replaced(const TransferContext& cx, Transfer& t, const std::string& path) {
+  if (t.item->kind != BulkKind::copy || t.item->part || !cx.opt.no_clobber) replaced(t, path);
+  t.src_replaced = true;
+}
+
 // The source of a read or copy: opened, its size found, the way to read it chosen.
 void open_source(const TransferContext& cx, Transfer& t, const std::string& path) {
   const BulkItem& item = *t.item;
@@ -121,14 +131,14 @@ void open_source(const TransferContext& cx, Transfer& t, const std::string& path
   if (const int err = fault::short_of_descriptors()) throw_os_error(err, "cannot open", path);  // tests only
   t.src_fd = open_plain(path, O_RDONLY | O_NONBLOCK | (item.has_src_id ? O_NOFOLLOW : 0));
   if (t.src_fd < 0) {
-    if (item.has_src_id && errno == ELOOP) replaced(t, path);
+    if (item.has_src_id && errno == ELOOP) return source_replaced(cx, t, path);
     throw_os_error(errno, "cannot open", path);
   }
   struct stat& st = t.src_stat;
   if (::fstat(t.src_fd, &st) != 0) throw_os_error(errno, "cannot stat", path);
   if (item.has_src_id && (!S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_dev) != item.src_dev ||
                            static_cast<uint64_t>(st.st_ino) != item.src_ino))
-    replaced(t, path);
+    return source_replaced(cx, t, path);
   if (S_ISDIR(st.st_mode)) throw_os_error(EISDIR, "cannot read", path);
   if (cx.opt.verify && (S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode)))
     fail_state("cannot verify what was read from '" + path + "': a FIFO or character device cannot be read again",
@@ -242,6 +252,9 @@ bool open_destination(const TransferContext& cx, Transfer& t, std::string& note)
   } else if (!exists && errno != ENOENT) {
     throw_os_error(errno, "cannot stat", t.dst);
   }
+  // A source replaced since it was found (source_replaced) is skipped only
+  // where no_clobber keeps what is here (below).
+  if (t.src_replaced && (!exists || S_ISDIR(st.st_mode))) replaced(t, item.src);
   t.dir = dir_of(t.dst);
   if (is_temporary_name(base_of(t.dst)))
     fail_state("will not write '" + t.dst + "': its name is that of a gdscp temporary file, which the next run "

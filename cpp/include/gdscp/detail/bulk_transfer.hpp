@@ -65,6 +65,9 @@ struct Transfer {
   Backend* src_backend = nullptr;
   bool src_sized = true;  // false: read front to back with read(2) until end of file
   struct stat src_stat {};
+  // Not the file the caller found (BulkItem::has_src_id), in a copy under
+  // no_clobber: skipped if its destination exists, else failed (open_destination).
+  bool src_replaced = false;
 
   // Destination (write, copy).
   std::string dst;   // where the file lands (a symbolic link's target)

@@ -2797,26 +2797,62 @@ def test_a_source_that_the_same_copy_replaces_is_not_copied(capsys, tmp_path):
     """A file whose source another file of the command replaces (a tree
     copied over a directory that is also a source, a symbolic link to a
     destination) would be read before or after the replacement took its
-    name, as the job's timing had it. It fails, naming what replaces it; the
-    rest is copied."""
+    name, as the job's timing had it. It fails, naming what replaces it, and
+    so does the file that would replace it: the source stays as it was.
+    The rest is copied."""
     (tmp_path / "s" / "sub").mkdir(parents=True)
     (tmp_path / "s" / "sub" / "f").write_bytes(b"new")
+    (tmp_path / "s" / "g").write_bytes(b"g")
     (tmp_path / "d" / "s" / "sub").mkdir(parents=True)
     (tmp_path / "d" / "s" / "sub" / "f").write_bytes(b"old")
     code, doc, err = cli_json(capsys, "copy", "--host", "-r", tmp_path / "s", tmp_path / "d" / "s" / "sub",
                               tmp_path / "d")
-    expected = f"will not copy '{tmp_path}/d/s/sub/f': this copy replaces it with '{tmp_path}/s/sub/f'"
-    assert code == 1 and (doc["copied"], doc["failed"]) == (1, 1), err
-    assert [f["error"] for f in doc["files"] if f["status"] == "failed"] == [expected]
-    assert (tmp_path / "d" / "s" / "sub" / "f").read_bytes() == b"new"
+    expected = [f"will not copy '{tmp_path}/d/s/sub/f': this copy replaces it with '{tmp_path}/s/sub/f'",
+                f"will not copy '{tmp_path}/s/sub/f' to '{tmp_path}/d/s/sub/f': it would replace "
+                f"'{tmp_path}/d/s/sub/f', which this copy reads"]
+    assert code == 1 and (doc["copied"], doc["failed"]) == (1, 2), err
+    assert [f["error"] for f in doc["files"] if f["status"] == "failed"] == expected
+    assert (tmp_path / "d" / "s" / "sub" / "f").read_bytes() == b"old"
+    assert (tmp_path / "d" / "s" / "g").read_bytes() == b"g"
     assert not (tmp_path / "d" / "sub" / "f").exists()
 
     (tmp_path / "a").write_bytes(b"A")
     (tmp_path / "link").symlink_to(tmp_path / "d" / "a")
     (tmp_path / "d" / "a").write_bytes(b"old")
     code, _, err = cli(capsys, "copy", "--host", "-q", tmp_path / "a", tmp_path / "link", tmp_path / "d")
-    assert code == 1 and f"will not copy '{tmp_path}/link': this copy replaces it with '{tmp_path}/a'" in err, err
-    assert (tmp_path / "d" / "a").read_bytes() == b"A" and not (tmp_path / "d" / "link").exists()
+    assert code == 1 and error_lines(err) == [
+        f"gdscp copy: error: will not copy '{tmp_path}/link': this copy replaces it with '{tmp_path}/a'",
+        f"gdscp copy: error: will not copy '{tmp_path}/a' to '{tmp_path}/d/a': it would replace '{tmp_path}/link', "
+        "which this copy reads"], err
+    assert (tmp_path / "d" / "a").read_bytes() == b"old" and not (tmp_path / "d" / "link").exists()
+    assert temp_files(tmp_path) == []
+
+
+@pytest.mark.parametrize("recursive", [(), ("-r",)])
+def test_a_copy_through_a_link_onto_another_source_keeps_that_source(capsys, tmp_path, monkeypatch, recursive):
+    """``copy a b c d`` where d/b is a symbolic link to a: b's copy would go
+    through the link over a, which the same command copies to d/a. Neither
+    is copied (both said, each naming the other), so a keeps its bytes; c,
+    which has nothing to do with them, is copied."""
+    (tmp_path / "a").write_bytes(b"AAAA\n")
+    (tmp_path / "b").write_bytes(b"BBBB\n")
+    (tmp_path / "c").write_bytes(b"CCCC\n")
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "b").symlink_to("../a")
+    monkeypatch.chdir(tmp_path)
+    code, doc, err = cli_json(capsys, "copy", "--host", *recursive, "a", "b", "c", "d")
+    assert code == 1 and doc["ok"] is False and (doc["copied"], doc["failed"]) == (1, 2), err
+    failed = {"source": "a", "destination": "d/a", "bytes": 0, "status": "failed",
+              "error": "will not copy 'a': this copy replaces it with 'b'"}, \
+             {"source": "b", "destination": "d/b", "bytes": 0, "status": "failed",
+              "error": "will not copy 'b' to 'd/b': it would replace 'a', which this copy reads"}
+    assert [{k: f[k] for k in failed[0]} for f in doc["files"] if f["status"] == "failed"] == list(failed)
+    assert [(f["source"], f["destination"], f["bytes"]) for f in doc["files"] if f["status"] == "copied"] == [
+        ("c", "d/c", 5)]
+    assert error_lines(err) == [f"gdscp copy: error: {f['error']}" for f in failed]
+    assert (tmp_path / "a").read_bytes() == b"AAAA\n" and (tmp_path / "b").read_bytes() == b"BBBB\n"
+    assert (tmp_path / "d" / "c").read_bytes() == b"CCCC\n"
+    assert sorted(os.listdir(tmp_path / "d")) == ["b", "c"] and os.readlink(tmp_path / "d" / "b") == "../a"
     assert temp_files(tmp_path) == []
 
 

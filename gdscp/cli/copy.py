@@ -186,7 +186,8 @@ class _Copier:
         makes is not overwritten by a later one; the later one fails. So does
         a file whose destination is, through a symbolic link already in the
         destination tree, where an earlier file lands: the two would be copied
-        at once, and one of them lost."""
+        at once, and one of them lost. And a file whose source another file
+        of this command replaces fails, as does the one replacing it."""
         placed = [job for job in jobs if job.kind in ("file", "link")]
         clashes = _core.same_destinations([job.dst for job in placed], [job.kind == "file" for job in placed], False)
         dropped = set()
@@ -200,7 +201,8 @@ class _Copier:
         # A file whose source another file of this command replaces (named
         # through a symbolic link to it, or inside a tree copied over it):
         # the one job would read it before or after the replacement took its
-        # name, as it happened; the file reading it fails instead.
+        # name, as it happened. Both fail: the replacement alone would
+        # destroy a source that was never copied anywhere.
         files = [job for job in placed if job.kind == "file" and id(job) not in dropped]
         names = [job.dst for job in files] + [job.src for job in files]
         for a, b in _core.same_destinations(names, [], False):
@@ -210,6 +212,10 @@ class _Copier:
                     self.problem(f"will not copy '{job.src}': this copy replaces it with '{first.src}'", job.src,
                                  job.dst)
                     dropped.add(id(job))
+                if id(first) not in dropped:
+                    self.problem(f"will not copy '{first.src}' to '{first.dst}': it would replace '{job.src}', "
+                                 "which this copy reads", first.src, first.dst)
+                    dropped.add(id(first))
         if not dropped:
             return jobs
         return [job for job in jobs if id(job) not in dropped]

@@ -705,8 +705,9 @@ def test_data_written_to_stdout_is_all_that_stdout_gets(tmp_path):
     """copy or write to /dev/stdout (a pipe here): stdout carries the data
     and nothing else, the table going to stderr, as dd's figures do; --json,
     whose document would land among the data, is a usage error before
-    anything is written. A character device (/dev/null) keeps nothing to mix
-    up: its table stays on stdout."""
+    anything is written, said on stderr alone: no document, the failure's
+    neither. A character device (/dev/null) keeps nothing to mix up: its
+    table stays on stdout."""
 
     def gdscp(*args: object) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "gdscp", *map(str, args)], capture_output=True, timeout=60)
@@ -721,12 +722,34 @@ def test_data_written_to_stdout_is_all_that_stdout_gets(tmp_path):
     for args in (("copy", "--host", tmp_path / "src", "/dev/stdout"), ("write", "--host", "/dev/stdout", "-s", "1K")):
         proc = gdscp(*args, "--json")
         assert proc.returncode == 2
-        doc = json.loads(proc.stdout)
-        assert not doc["ok"] and "is standard output" in doc["error"] and doc["exit_code"] == 2
+        assert proc.stdout == b"" and proc.stderr == (
+            f"gdscp {args[0]}: error: --json: '/dev/stdout' is standard output, where the document would land "
+            "among the data written to it\n").encode()
     for extra in ((), ("--json",)):  # stdout on /dev/null, a copy to /dev/null: the table is not moved to stderr
         proc = subprocess.run([sys.executable, "-m", "gdscp", "copy", "--host", str(tmp_path / "src"), "/dev/null",
                                *extra], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=60)
         assert proc.returncode == 0 and b"copied" not in proc.stderr, proc.stderr
+
+
+def test_a_destination_that_is_stdout_gets_no_json_document(tmp_path):
+    """stdout appended to a file that the command also writes (``>> k``, by
+    its name or as /dev/stdout): --json is the usage error, and the file
+    keeps its bytes, the failure's document landing nowhere in it."""
+    random_file(tmp_path / "src", 5000)
+    kept = b"keep\n"
+    for args in (("copy", "--host", tmp_path / "src", tmp_path / "k"), ("copy", "--host", tmp_path / "src",
+                 "/dev/stdout"), ("write", "--host", "/dev/stdout", "--size", "4K"),
+                 ("write", "--host", tmp_path / "k", "--size", "4K")):
+        (tmp_path / "k").write_bytes(kept)
+        with open(tmp_path / "k", "ab") as stdout:
+            proc = subprocess.run([sys.executable, "-m", "gdscp", *map(str, args), "--json"], stdout=stdout,
+                                  stderr=subprocess.PIPE, timeout=60)
+        named = args[3] if args[0] == "copy" else args[2]
+        assert proc.returncode == 2 and proc.stderr == (
+            f"gdscp {args[0]}: error: --json: '{named}' is standard output, where the document would land among "
+            "the data written to it\n").encode()
+        assert (tmp_path / "k").read_bytes() == kept, args
+    assert temp_files(tmp_path) == []
 
 
 @pytest.mark.skipif(not os.path.exists("/sys/kernel/mm/transparent_hugepage/enabled"), reason="no such sysfs file")

@@ -436,8 +436,12 @@ class Output:
         """The command is about to write its data to ``paths``: where one of them
         is stdout itself (``/dev/stdout``, or what stdout is redirected to),
         the table goes to stderr, as dd's figures do, not among the data; a
-        JSON document has nowhere to go (a usage error, before anything is
-        written). Not for a character device (a terminal, /dev/null), which
+        JSON document has nowhere to go: a usage error, before any data is
+        written, said on stderr alone. Its failure document is not written
+        either, neither to stdout (among the data, in a file the command was
+        to write) nor to stderr, which carries lines, not documents: as for
+        a stdout that cannot be written (``_stdout_errors``), the line is
+        all. Not for a character device (a terminal, /dev/null), which
         keeps nothing to be mixed up."""
         try:
             out = os.fstat(1)
@@ -452,6 +456,10 @@ class Output:
                 continue
             if (st.st_dev, st.st_ino) == (out.st_dev, out.st_ino):
                 if self.json:
+                    # No document from here on: neither the failure's nor
+                    # an early one, for a signal on the way out.
+                    self.json = False
+                    Documents.written = True
                     raise UsageError(f"--json: '{path}' is standard output, where the document would land among "
                                      "the data written to it")
                 self._table_on_stderr = True

@@ -1481,6 +1481,48 @@ def test_copy_into_itself(capsys, tmp_path):
     assert code == 1 and "into itself" in error_lines(err)[0]
 
 
+def test_copy_into_itself_through_a_bind_mount(capsys, tmp_path):
+    """The source directory reached through a bind mount, a name whose real
+    path is not below the source's: the same directory all the same
+    (device and inode, as cp compares them), refused before anything is
+    made in it."""
+    make_tree(tmp_path / "src")
+    before = tree(tmp_path / "src")
+    (tmp_path / "mnt").mkdir()
+    if subprocess.run(["mount", "--bind", tmp_path / "src", tmp_path / "mnt"], capture_output=True).returncode:
+        pytest.skip("a bind mount needs privileges this process lacks")
+    try:
+        for dst, target in ((tmp_path / "mnt" / "x", tmp_path / "mnt" / "x"),
+                            (tmp_path / "mnt" / "sub", tmp_path / "mnt" / "sub" / "src"),
+                            (tmp_path / "mnt", tmp_path / "mnt" / "src")):
+            code, doc, err = cli_json(capsys, "copy", "--host", "-r", tmp_path / "src", dst)
+            message = f"cannot copy a directory, '{tmp_path}/src', into itself, '{target}'"
+            assert code == 1 and error_lines(err) == [f"gdscp copy: error: {message}"], err
+            assert (doc["copied"], doc["failed"], doc["bytes"]) == (0, 1, 0)
+            assert [(f["source"], f["destination"], f["status"], f["error"]) for f in doc["files"]] == [
+                (str(tmp_path / "src"), str(target), "failed", message)]
+            assert tree(tmp_path / "src") == before
+    finally:
+        subprocess.run(["umount", tmp_path / "mnt"], check=True)
+
+
+def test_inside_decides_by_identity_where_names_differ(tmp_path, monkeypatch):
+    """Without privileges for a bind mount: real paths left as given, so
+    that a symbolic link stands for another name of the same directory."""
+    from gdscp.cli import copy as copy_command
+
+    (tmp_path / "src" / "sub").mkdir(parents=True)
+    (tmp_path / "other").mkdir()
+    (tmp_path / "alias").symlink_to("src")
+    monkeypatch.setattr(os.path, "realpath", os.path.abspath)
+    inside = copy_command._inside
+    src = str(tmp_path / "src")
+    assert inside(str(tmp_path / "alias"), src) and inside(str(tmp_path / "alias" / "new" / "deeper"), src)
+    assert inside(str(tmp_path / "alias" / "sub" / "new"), src) and inside(str(tmp_path / "src" / "new"), src)
+    assert not inside(str(tmp_path / "other" / "new"), src) and not inside(str(tmp_path / "new"), src)
+    assert not inside(str(tmp_path), src) and not inside(str(tmp_path / "srcx"), src)
+
+
 def test_copy_same_file(capsys, tmp_path):
     data = random_file(tmp_path / "s.bin", 1000)
     code, _, err = cli(capsys, "copy", tmp_path / "s.bin", tmp_path / "s.bin")

@@ -87,8 +87,30 @@ def _proc_device() -> Optional[int]:
 
 
 def _inside(child: str, parent: str) -> bool:
+    """Whether ``child`` is the directory ``parent`` or lies below it. By
+    name, for a path not made yet; and, as cp decides, by identity: where
+    ``child`` or one of its directories up to the root is ``parent``'s
+    (device, inode), reached through another name (a bind mount) whose real
+    path is not below ``parent``'s."""
     child, parent = os.path.realpath(child), os.path.realpath(parent)
-    return child == parent or child.startswith(parent.rstrip(os.sep) + os.sep)
+    if child == parent or child.startswith(parent.rstrip(os.sep) + os.sep):
+        return True
+    try:
+        st = os.stat(parent)
+    except OSError:
+        return False
+    while True:
+        try:
+            here = os.stat(child)
+        except OSError:  # not made yet: its directory may be
+            pass
+        else:
+            if (here.st_dev, here.st_ino) == (st.st_dev, st.st_ino):
+                return True
+        up = os.path.dirname(child)
+        if up == child:
+            return False
+        child = up
 
 
 class _Copier:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import math
 import numbers
 import os
 import stat
@@ -333,7 +334,16 @@ def _range(part: Any, src: str) -> tuple[int, Optional[int]]:
     return start, count
 
 
-def _distinct_destinations(paths: Iterable[tuple[int, str]], *, in_place: bool = False) -> None:
+def _copied_range(part: Any, src: str) -> tuple[int, int]:
+    """``_range``, whose length a copied range needs."""
+    offset, length = _range(part, src)
+    if length is None:
+        raise ValueError(f"range ({offset}, None) of '{src}': a copied range needs its length")
+    return offset, length
+
+
+def _distinct_destinations(paths: Iterable[tuple[int, str]], *, in_place: bool = False,
+                           shared: Iterable[int] = ()) -> None:
     """ValueError, naming both, if two items would write the same file: both
     would report "done" while only one's bytes remained (or, written in
     place, their bytes would interleave). A name is its directory, as the
@@ -341,14 +351,49 @@ def _distinct_destinations(paths: Iterable[tuple[int, str]], *, in_place: bool =
     a directory are found), and its last component; an existing symbolic link
     is also what a write through it replaces; a FIFO or device, and with
     ``in_place`` any existing file, is also the file itself (two names of it
-    written in place). One lookup per name, before anything is written."""
+    written in place). One lookup per name, before anything is written.
+    ``shared``: the items that may share a file with each other (ranges of
+    it, which ``_ranges_apart`` checks), though not with any other item."""
     numbered = list(paths)
-    clashes = _core.same_destinations([p for _, p in numbered], [], in_place)
+    names = [p for _, p in numbered]
+    shared = set(shared)
+    if shared:
+        # The first item that shares a file with an earlier one it may not share it with.
+        clashes = []
+        for group in _same_files(names, in_place):
+            others = [k for k in group if numbered[k][0] not in shared]
+            if others:
+                clashes.append((group[0], group[1] if others[0] == group[0] else others[0]))
+        clashes.sort(key=lambda pair: (pair[1], pair[0]))
+    else:
+        clashes = _core.same_destinations(names, [], in_place)
     if clashes:
         (i, first), (j, later) = numbered[clashes[0][0]], numbered[clashes[0][1]]
         if first == later:
             raise ValueError(f"destination '{later}' is given twice (items {i} and {j})")
         raise ValueError(f"destinations '{first}' (item {i}) and '{later}' (item {j}) name the same file")
+
+
+def _same_files(paths: list[str], in_place: bool) -> list[list[int]]:
+    """The indices of ``paths`` that name one file, as ``_distinct_destinations``
+    compares names, in groups of two or more, each in order and the groups in
+    the order of their first index."""
+    parent = list(range(len(paths)))
+
+    def root(k: int) -> int:
+        while parent[k] != k:
+            parent[k] = parent[parent[k]]
+            k = parent[k]
+        return k
+
+    for a, b in _core.same_destinations(paths, [], in_place):
+        ra, rb = root(a), root(b)
+        if ra != rb:
+            parent[max(ra, rb)] = min(ra, rb)
+    groups: dict[int, list[int]] = {}
+    for k in range(len(paths)):
+        groups.setdefault(root(k), []).append(k)
+    return [group for _, group in sorted(groups.items()) if len(group) > 1]
 
 
 def _sources_not_replaced(pairs: list[tuple[str, str]], whole: list[int]) -> None:
@@ -373,6 +418,71 @@ def _sources_not_replaced(pairs: list[tuple[str, str]], whole: list[int]) -> Non
             raise ValueError(f"source '{pairs[j][0]}' (item {j}) is the destination '{pairs[i][1]}' of item {i}: "
                              f"whether item {j} copies it before or after item {i} replaces it depends on timing; "
                              "copy them in two jobs")
+
+
+def _ranges_apart(pairs: list[tuple[str, str]], parts: list[Optional[tuple[int, int]]]) -> None:
+    """ValueError, naming both items, if a range that one item writes in place
+    (``parts[i]``, an ``(offset, length)`` of ``pairs[i][1]``) overlaps a range
+    that another item writes into the same file, or that another item reads
+    (the whole source, or its range): which bytes remain, or which bytes the
+    reader copies, would depend on timing. Ranges of one file that do not
+    overlap may share their destination (a file copied in parts). Files are
+    compared as written in place: by name, and an existing file by device and
+    inode, so a hard link to it is the same file. A character device
+    (/dev/null) is no file whose bytes the items share."""
+    writers = [i for i, part in enumerate(parts) if part is not None and part[1] > 0]
+    if not writers:
+        return
+    names = [pairs[i][1] for i in writers] + [src for src, _ in pairs]
+    for group in _same_files(names, True):
+        spans = []  # (start, end, writes, item)
+        for k in group:
+            if k < len(writers):
+                offset, length = parts[writers[k]]
+                spans.append((offset, offset + length, True, writers[k]))
+            else:
+                j = k - len(writers)
+                start, end = (0, math.inf) if parts[j] is None else (parts[j][0], parts[j][0] + parts[j][1])
+                if end > start:
+                    spans.append((start, end, False, j))
+        clash = _overlapping(spans)
+        if clash is None or _character_device(names[group[0]]):
+            continue
+        (i, writes_too), j = clash
+        if writes_too:
+            i, j = min(i, j), max(i, j)
+            (first, later), timing = (pairs[i][1], pairs[j][1]), "whose bytes remain there depends on timing"
+            if first == later:
+                raise ValueError(f"destination '{first}' takes overlapping ranges {parts[i]} (item {i}) and "
+                                 f"{parts[j]} (item {j}): {timing}")
+            raise ValueError(f"destinations '{first}' (item {i}) and '{later}' (item {j}) name the same file and "
+                             f"take overlapping ranges {parts[i]} and {parts[j]}: {timing}")
+        raise ValueError(f"source '{pairs[i][0]}' (item {i}) is the destination '{pairs[j][1]}' of item {j}, which "
+                         f"writes its range {parts[j]}: whether item {i} copies those bytes before or after item "
+                         f"{j} writes them depends on timing; copy them in two jobs")
+
+
+def _overlapping(spans: list[tuple[int, Any, bool, int]]) -> Optional[tuple[tuple[int, bool], int]]:
+    """Among ``(start, end, writes, item)`` spans of one file: a written span
+    and another item's span (written or read) that overlap, as ((the other
+    item, whether it writes), the writing item); None if there are none."""
+    # Per kind, the two items whose spans reach furthest, each at most once:
+    # one of them is another item's wherever another's reaches that far.
+    furthest: dict[bool, list[list]] = {True: [], False: []}
+    for start, end, writes, item in sorted(spans, key=lambda span: span[0]):
+        for kind in ((True, False) if writes else (True,)):
+            for other_end, other in furthest[kind]:
+                if other != item and other_end > start:
+                    return ((other, kind), item) if writes else ((item, False), other)
+        reach = furthest[writes]
+        mine = next((entry for entry in reach if entry[1] == item), None)
+        if mine is None:
+            reach.append([end, item])
+        else:
+            mine[0] = max(mine[0], end)
+        reach.sort(key=lambda entry: entry[0], reverse=True)
+        del reach[2:]
+    return None
 
 
 def _character_device(path: str) -> bool:
@@ -654,7 +764,10 @@ def copy_files(
     (a temporary file made with ``create_temporary``, often by another
     process) that is written in place, never renamed, its range fsynced;
     several processes copying a large file share one temporary file this way
-    (gdscp.mpi). ``clean``: remove dead runs' temporary files from each
+    (gdscp.mpi). Ranges of one job share a destination where they do not
+    overlap; two that overlap in one file, a range another item reads, or a
+    destination also copied whole is a ValueError naming both items before
+    anything is written, as is a destination given twice. ``clean``: remove dead runs' temporary files from each
     destination directory first."""
     # _source_ids (gdscp copy -r): per pair, None or the (st_dev, st_ino) of
     # the regular file its walk's lstat found: opened without following a
@@ -669,21 +782,22 @@ def copy_files(
     if _source_ids is not None and len(_source_ids) != len(pairs):
         raise ValueError(f"{len(pairs)} pairs but {len(_source_ids)} source ids")
     ids = [(i, found[0], found[1]) for i, found in enumerate(_source_ids or ()) if found is not None]
-    # Ranges of one file may share their destination; whole files may not.
-    whole = [i for i in range(len(pairs)) if ranges is None or ranges[i] is None]
-    _distinct_destinations((i, pairs[i][1]) for i in whole)
+    parts = [None if ranges is None or ranges[i] is None else _copied_range(ranges[i], src)
+             for i, (src, _) in enumerate(pairs)]
+    # Ranges may share their destination where they do not overlap; whole files may not.
+    whole = [i for i, part in enumerate(parts) if part is None]
+    _distinct_destinations(enumerate(dst for _, dst in pairs), shared=set(range(len(pairs))) - set(whole))
     _sources_not_replaced(pairs, whole)
+    _ranges_apart(pairs, parts)
     spread, address, keep, size = _job_staging(device, devices, staging_size, staging)
     items = []
     for i, (src, dst) in enumerate(pairs):
-        part = None if ranges is None else ranges[i]
+        part = parts[i]
         if part is None:
             known = -1 if sizes is None else _args.offset(sizes[i], f"sizes[{i}]")
             items.append((_COPY, src, dst, 0, False, known, 0, False, -1, not preserve, False, 0, 0, False))
         else:
-            offset, length = _range(part, src)
-            if length is None:
-                raise ValueError(f"range ({offset}, None) of '{src}': a copied range needs its length")
+            offset, length = part
             items.append((_COPY, src, dst, 0, False, length, offset, True, -1, True, False, 0, 0, True))
     options = _options(
         fsync=fsync,

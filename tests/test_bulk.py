@@ -2233,6 +2233,50 @@ def test_a_source_that_another_item_replaces_is_refused_before_anything_is_writt
     job = gdscp.copy_files([(a, tmp_path / "x"), (a, tmp_path / "y"), (a, a)])
     assert [r.status for r in job.results()] == ["done", "done", "failed"]
     assert "are the same file" in job.results()[2].error and a.read_bytes() == b"A"
+
+
+def test_ranges_that_meet_another_item_are_refused_before_anything_is_written(tmp_path):
+    """A range written in place into a file that another item replaces,
+    writes in an overlapping range, or reads, left bytes that depended on
+    timing while both items said "done" (a destination holding the other's
+    bytes alone, or old and new bytes mixed). Each is refused naming both
+    items, as for whole files; ranges that do not overlap share their
+    destination, from one source or several."""
+    a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
+    files = {a: b"\xaa" * 4096, b: b"\xbb" * 4096, c: b"\xcc" * 4096}
+    for path, data in files.items():
+        path.write_bytes(data)
+    os.link(b, tmp_path / "hard")
+    n = 4096
+    cases = [
+        ([(a, b), (b, c)], [(0, n), None],
+         f"source '{b}' (item 1) is the destination '{b}' of item 0, which writes its range (0, {n}): whether item 1 "
+         "copies those bytes before or after item 0 writes them depends on timing"),
+        ([(b, c), (a, b)], [None, (0, n)],
+         f"source '{b}' (item 0) is the destination '{b}' of item 1, which writes its range (0, {n})"),
+        ([(a, b), (b, c)], [(0, 10), (9, 10)], f"source '{b}' (item 1) is the destination '{b}' of item 0"),
+        ([(a, b), (tmp_path / "hard", c)], [(100, 1), None], f"source '{tmp_path / 'hard'}' (item 1) is the "
+         f"destination '{b}' of item 0, which writes its range (100, 1)"),
+        ([(a, b), (c, b)], [None, (0, n)], f"destination '{b}' is given twice (items 0 and 1)"),
+        ([(a, c), (c, b), (a, b)], [(0, 1), (0, n), None], f"destination '{b}' is given twice (items 1 and 2)"),
+        ([(a, b), (c, b)], [(0, n), (100, n - 100)],
+         f"destination '{b}' takes overlapping ranges (0, {n}) (item 0) and (100, {n - 100}) (item 1): whose "
+         "bytes remain there depends on timing"),
+        ([(a, b), (a, c), (a, tmp_path / "hard")], [(0, 10), (0, 10), (9, 1)],
+         f"destinations '{b}' (item 0) and '{tmp_path / 'hard'}' (item 2) name the same file and take overlapping "
+         "ranges (0, 10) and (9, 1)"),
+    ]
+    for pairs, ranges, said in cases:
+        with pytest.raises(ValueError, match=re.escape(said)):
+            gdscp.copy_files(pairs, ranges=ranges, clean=False)
+        assert {path: path.read_bytes() for path in files} == files
+    # Ranges that touch without overlapping, an empty one inside another, and
+    # a source range beside the range written into the same file: all copied.
+    job = gdscp.copy_files([(a, b), (c, b), (a, b), (b, c), (b, b)],
+                           ranges=[(0, 10), (10, 10), (5, 0), (20, 10), (30, 5)], clean=False)
+    assert [r.status for r in job.results()] == ["done"] * 5
+    assert b.read_bytes() == b"\xaa" * 10 + b"\xcc" * 10 + b"\xbb" * (n - 20)
+    assert c.read_bytes() == b"\xcc" * 20 + b"\xbb" * 10 + b"\xcc" * (n - 30)
     # A character device read by one item and written by another: neither sees the other's bytes.
     job = gdscp.copy_files([(os.devnull, tmp_path / "empty"), (a, os.devnull)])
     assert [r.status for r in job.results()] == ["done", "done"] and (tmp_path / "empty").read_bytes() == b""

@@ -22,6 +22,7 @@ replicate=True)``) reads a file once into every GPU named (docs/multi-gpu.md).
 from __future__ import annotations
 
 import atexit
+import bisect
 import functools
 import math
 import numbers
@@ -485,6 +486,60 @@ def _overlapping(spans: list[tuple[int, Any, bool, int]]) -> Optional[tuple[tupl
     return None
 
 
+def _not_mapped_elsewhere(items: list[tuple]) -> None:
+    """ValueError naming the item if a host buffer written in place is a
+    mapping of its own destination (an ``np.memmap`` of the file, sliced)
+    whose bytes come from other offsets than they go to, where the ranges
+    overlap: the file's chunks are written at once, so a chunk could read
+    bytes that another had already overwritten. A mapping at the offsets it
+    is written to (a memmap written back to its file) is fine. Mappings are
+    known from /proc/self/maps, their files by device and inode, or by path
+    where the filesystem shows the mapping under another device (btrfs,
+    overlayfs)."""
+    host = [(k, item[3], item[5]) for k, item in enumerate(items) if not item[4] and item[5] > 0]
+    if not host:
+        return
+    try:
+        with open("/proc/self/maps", "rb") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return
+    maps = []  # (start, end, file offset, device, inode, path) of each file mapping
+    for line in lines:
+        fields = line.split(maxsplit=5)
+        if len(fields) < 6 or fields[4] == b"0":
+            continue
+        start, end = (int(x, 16) for x in fields[0].split(b"-"))
+        major, minor = (int(x, 16) for x in fields[3].split(b":"))
+        maps.append((start, end, int(fields[2], 16), os.makedev(major, minor), int(fields[4]), fields[5]))
+    if not maps:
+        return
+    starts = [m[0] for m in maps]
+    for k, ptr, nbytes in host:
+        at = max(bisect.bisect_right(starts, ptr) - 1, 0)
+        found = None
+        for start, end, offset, dev, ino, name in maps[at:]:
+            if start >= ptr + nbytes:
+                break
+            if end <= ptr:
+                continue
+            shift = offset - start + ptr  # the file offset of the buffer's first byte
+            first = offset + max(ptr, start) - start
+            last = offset + min(ptr + nbytes, end) - start
+            if shift != 0 and first < nbytes and last > 0:  # bytes read from the range the buffer is written to
+                if found is None:
+                    try:
+                        st = os.stat(items[k][2])
+                        found = (st.st_dev, st.st_ino, os.fsencode(os.path.realpath(items[k][2])))
+                    except OSError:
+                        break
+                if (dev, ino) == found[:2] or name == found[2]:
+                    raise ValueError(f"buffers[{k}] maps bytes [{first}, {last}) of '{items[k][2]}', which it writes "
+                                     f"to [{first - shift}, {last - shift}): in place (atomic=False) the "
+                                     "chunks written at once would read bytes already overwritten; write it with "
+                                     "atomic=True, or from a copy")
+
+
 def _character_device(path: str) -> bool:
     """Whether ``path`` is a character device (/dev/null, /dev/zero): one item
     may read it while another writes it, neither seeing the other's bytes."""
@@ -716,10 +771,14 @@ def write_files(
     ``verify``: each file, fsynced and read back from storage, is compared
     with its buffer before it takes the name (a mismatch fails the file).
     ``devices``: the GPUs (or "all") whose buffers these are; each GPU's
-    files are written by its own workers, through staging near it."""
+    files are written by its own workers, through staging near it. Without
+    ``atomic`` a buffer that maps its own destination at other offsets than
+    it is written to, overlapping them, is a ValueError (docs/durability.md)."""
     paths = _paths(paths)
     _distinct_destinations(enumerate(paths), in_place=not atomic)
     items, keep = _buffer_items(_WRITE, paths, buffers)
+    if not atomic:
+        _not_mapped_elsewhere(items)
     options = _options(fsync=fsync, atomic=atomic, no_clobber=no_clobber, fail_fast=fail_fast, verify=verify)
     if devices is not None:
         options.devices = device_list(devices)

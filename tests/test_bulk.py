@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import gc
+import mmap
 import os
 import random
 import re
@@ -1500,6 +1501,39 @@ def test_a_destination_given_twice_is_refused_before_anything_is_written(tmp_pat
     tmp.write_bytes(bytes(6))
     job = gdscp.copy_files([(src, tmp), (src, tmp)], ranges=[(0, 3), (3, 3)], clean=False)
     assert [r.status for r in job.results()] == ["done", "done"] and tmp.read_bytes() == b"source"
+
+
+def test_a_buffer_mapping_its_own_file_elsewhere_is_not_written_in_place(tmp_path):
+    """A memmap of the destination, sliced so that its bytes come from other
+    offsets of the file than they are written to, was written in place by
+    chunks at once: some chunks read bytes another had already overwritten,
+    and the file held wrong bytes though its item was "done". It is refused
+    naming the file, the file left as it was; written back at its own
+    offsets, or with atomic=True (from the old file into a new one), it is
+    written as asked."""
+    n = 2 * _MiB
+    data = random_bytes(n, seed=7)
+    path = tmp_path / "m"
+    path.write_bytes(data)
+    m = np.memmap(path, np.uint8, "r+")
+    with open(path, "r+b") as f:
+        plain = np.frombuffer(mmap.mmap(f.fileno(), n), np.uint8)  # an exact ndarray: the engine's own pass
+    later = np.memmap(path, np.uint8, "r+", offset=4096)[:_MiB]
+    for buf, where in ((m[4096:], "[4096, 2097152)"), (later, "[4096, 1052672)"), (plain[1:], "[1, 2097152)")):
+        with pytest.raises(ValueError, match=re.escape(f"buffers[1] maps bytes {where} of '{path}'")):
+            gdscp.write_files([b"x", buf], [tmp_path / "other", path], atomic=False)
+        assert path.read_bytes() == data and not (tmp_path / "other").exists()
+    (r,) = gdscp.write_files([m], [path], atomic=False).results()
+    assert r.status == "done" and path.read_bytes() == data
+    (r,) = gdscp.write_files([m[:_MiB]], [tmp_path / "other"], atomic=False).results()  # another file
+    assert r.status == "done" and (tmp_path / "other").read_bytes() == data[:_MiB]
+    (r,) = gdscp.write_files([m[4096:]], [path], atomic=True).results()
+    assert r.status == "done" and path.read_bytes() == data[4096:]
+    # Bytes read from a part of the file that the write does not reach: in place.
+    apart = np.memmap(path, np.uint8, "r+", offset=_MiB)
+    (r,) = gdscp.write_files([apart], [path], atomic=False).results()
+    assert r.status == "done" and path.read_bytes() == data[4096 + _MiB:]
+    del m, plain, later, apart
 
 
 def test_buffers_of_every_kind_resolve_alike(tmp_path):

@@ -518,6 +518,86 @@ def test_copy_fail_fast_stops_at_a_directory_it_cannot_make(capsys, tmp_path):
     assert sorted(f["status"] for f in doc["files"]) == ["cancelled", "cancelled", "failed"]
 
 
+def _mode_tree(root: Path, modes: dict[str, int]) -> None:
+    """Directories of ``root`` at ``modes``, each with a file in it."""
+    for name in modes:
+        (root / name).mkdir(parents=True, exist_ok=True)
+        (root / name / "f").write_bytes(name.encode() + b" bytes")
+    for name in sorted(modes, key=len, reverse=True):
+        os.chmod(root / name, modes[name])
+
+
+def _modes(root: Path, names) -> dict[str, int]:
+    return {name: stat.S_IMODE((root / name).stat().st_mode) for name in names}
+
+
+def test_copy_killed_leaves_its_directories_usable(capsys, tmp_path):
+    """copy -r killed (SIGKILL) once its directories are made, before any file
+    is in: as cp makes them, they already have the source's read and search
+    bits (less the umask), with no write permission for the group or others
+    (a 0775 source gives 0755) and nothing for them with --preserve, not 0700
+    for everyone. A later run fills them in and, as cp, leaves the modes of
+    the directories it merges into alone; with --preserve it gives them
+    theirs."""
+    src = tmp_path / "s"
+    modes = {".": 0o755, "open": 0o775, "group": 0o750, "ro": 0o555, "ro/private": 0o700, "x": 0o711}
+    _mode_tree(src, modes)
+    script = (
+        "import os, signal, sys\n"
+        "import gdscp.cli.copy as copy\n"
+        "from gdscp.cli.app import run\n"
+        "os.umask(0o022)\n"
+        "copy.copy_files = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)\n"
+        "run(sys.argv[1:])\n"
+    )
+    try:
+        for extra, killed in (([], {".": 0o755, "open": 0o755, "group": 0o750, "ro": 0o755, "ro/private": 0o700,
+                                    "x": 0o711}),
+                              (["--preserve"], dict.fromkeys(modes, 0o700))):
+            into = tmp_path / ("dp" if extra else "d")
+            into.mkdir()
+            dst = into / "s"  # copied into a directory, as the run after copies it
+            proc = subprocess.run([sys.executable, "-c", script, "copy", "-r", *extra, str(src), str(into)],
+                                  capture_output=True, text=True, timeout=60)
+            assert proc.returncode == -signal.SIGKILL, proc.stderr
+            assert _modes(dst, modes) == killed
+            assert not any(files for _, _, files in os.walk(dst))  # killed before any file was in
+            old = os.umask(0o022)
+            try:
+                code, _, err = cli(capsys, "copy", "-r", *extra, src, into)
+            finally:
+                os.umask(old)
+            assert code == 0, err
+            assert {name: (dst / name / "f").read_bytes() for name in modes} == {
+                name: name.encode() + b" bytes" for name in modes}
+            assert _modes(dst, modes) == (modes if extra else killed)
+    finally:
+        for root in (src, tmp_path / "d", tmp_path / "dp"):
+            for folder, _, _ in os.walk(root):
+                os.chmod(folder, 0o755)
+
+
+@pytest.mark.parametrize("preserve", [False, True])
+def test_copy_gives_directories_their_final_modes(capsys, tmp_path, preserve):
+    """A finished copy -r gives each directory it made its source's mode, less
+    the umask (with --preserve, all of it), whatever it was made with."""
+    src = tmp_path / "s"
+    modes = {".": 0o755, "a": 0o750, "a/ro": 0o555, "b": 0o775, "b/private": 0o700}
+    _mode_tree(src, modes)
+    old = os.umask(0o027)
+    try:
+        code, _, err = cli(capsys, "copy", "-r", *(["--preserve"] if preserve else []), src, tmp_path / "d")
+    finally:
+        os.umask(old)
+        for folder, _, _ in os.walk(src):
+            os.chmod(folder, 0o755)
+    assert code == 0, err
+    assert _modes(tmp_path / "d", modes) == (modes if preserve else {name: mode & ~0o027 for name, mode in modes.items()})
+    assert (tmp_path / "d" / "a" / "ro" / "f").read_bytes() == b"a/ro bytes"
+    for folder, _, _ in os.walk(tmp_path / "d"):
+        os.chmod(folder, 0o755)
+
+
 def test_copy_gives_an_unreadable_directory_its_mode(capsys, tmp_path, monkeypatch):
     """A source directory that cannot be listed is made, reported, and still
     given its mode (not left at the 0700 it is made with)."""

@@ -8,9 +8,10 @@ renamed over the destination; the directory is fsynced after the renames
 (docs/durability.md). Whatever goes wrong before the rename (an I/O error, a
 full disk, Ctrl-C, SIGTERM) removes the temporary file and leaves an existing
 destination as it was. Directories and symbolic links are made here, around
-the job: directories first (mode 0700), their final modes after their
-contents, also where the copy fails or is interrupted, and wherever they went
-with the destination directory, moved or renamed during the copy.
+the job: directories first (writable by us, not yet by the group or others),
+their final modes after their contents, also where the copy fails or is
+interrupted, and wherever they went with the destination directory, moved or
+renamed during the copy.
 """
 
 from __future__ import annotations
@@ -289,7 +290,7 @@ class _Copier:
         """Directories and links in order, then every file in one bulk job, then
         the directories' modes and times (those too when the job is interrupted
         or fails, the destination moved meanwhile: no directory is left at the
-        0700 it was made with), then
+        mode it was made with), then
         their names and the links' made durable (those too when interrupted:
         what was put in place is then complete and durable, as each file the
         job renamed is)."""
@@ -472,8 +473,7 @@ class _Copier:
             except OSError:
                 pass  # the directories are then found by their paths alone
         try:
-            # Writable by us until its contents are in; the real mode comes after.
-            os.mkdir(job.dst, 0o700)
+            os.mkdir(job.dst, self._first_mode(job))
         except FileExistsError:
             self.created_dirs.discard(job.dst)
             if self._merges_into(job.dst):
@@ -491,6 +491,18 @@ class _Copier:
             return  # gone at once: whatever its path leads to at the end is taken for it
         if self.top_fd is None and os.path.normpath(job.dst) == os.path.normpath(self.named_dst):
             self._hold_top(job.dst, (made.st_dev, made.st_ino))
+
+    def _first_mode(self, job: _Job) -> int:
+        """The mode directory ``job`` is made with (less the umask, which
+        mkdir takes off), as cp makes it: writable by us until its contents
+        are in, and already readable and searchable by those its source lets
+        in, so that a copy killed before the end (SIGKILL, a crash) leaves
+        directories they can use, as a killed cp does. Until the end, when
+        the real mode comes: no write permission for the group or others, nor
+        a special bit; with --preserve no permission at all for them (the
+        directory's group is not yet the source's)."""
+        omitted = 0o077 if self.preserve else 0o022
+        return (stat.S_IMODE(job.st.st_mode) & 0o777 & ~omitted) | 0o700
 
     def _hold_top(self, path: str, made: tuple[int, int]) -> None:
         """Holds a descriptor of DST, just made by this copy at ``path``: the

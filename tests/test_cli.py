@@ -2870,6 +2870,39 @@ def test_single_write_removes_dead_runs_temporaries(capsys, tmp_path):
         os.close(fd)
 
 
+def test_single_write_counts_the_space_a_dead_run_held_as_free(capsys, tmp_path, monkeypatch):
+    """A dead run's temporary file holding the space a write needs is removed
+    before the space is counted, so the write goes ahead (as copy and a
+    write of several files do); a live writer's is kept, and its space is
+    not counted as free."""
+    import fcntl
+
+    from gdscp.cli import special
+
+    def statvfs(path):  # a 4 MiB filesystem holding the files of tmp_path
+        held = sum(-(-p.stat().st_size // 4096) for p in tmp_path.iterdir() if p.is_file())
+        return os.statvfs_result((4096, 4096, 1024, 1024 - held, 1024 - held, 0, 0, 0, 0, 255))
+
+    monkeypatch.setattr(special.os, "statvfs", statvfs)
+    live = tmp_path / ".busy.abcdefgh.gdscp-tmp"
+    live.write_bytes(b"L" * (3 * MiB))
+    fd = os.open(live, os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # a live writer's lock
+    try:
+        code, doc, err = cli_json(capsys, "write", "--host", tmp_path / "new.bin", "--size", "2M")
+        assert code == 1 and doc["error"].startswith("not enough space for "), doc
+        assert live.read_bytes() == b"L" * (3 * MiB) and not (tmp_path / "new.bin").exists()
+    finally:
+        os.close(fd)
+    dead = tmp_path / ".old.abcdefgh.gdscp-tmp"
+    live.rename(dead)  # its writer gone, its lock with it
+    code, doc, err = cli_json(capsys, "write", "--host", tmp_path / "new.bin", "--size", "2M", "--pattern", "seq")
+    monkeypatch.undo()
+    assert code == 0, err
+    assert not dead.exists() and temp_files(tmp_path) == []
+    assert (tmp_path / "new.bin").read_bytes() == memory.pattern(2 * MiB, "seq").tobytes()
+
+
 def test_fail_fast_stops_at_a_source_that_fails_before_the_copy(capsys, tmp_path):
     for name in ("s1", "s3"):
         (tmp_path / name).write_bytes(b"x")

@@ -166,6 +166,13 @@ def write(
             descriptor is not None and stat.S_ISREG(special.st_mode))
         if verify and not readable:
             raise UsageError(f"--verify cannot read '{path}' back: it is not a regular file or block device")
+        if descriptor is None and special is None:
+            if _core.is_temporary_name(os.path.basename(path)):
+                raise Failure(f"will not write '{path}': its name is that of a gdscp temporary file, which the "
+                              "next run into its directory would remove as a dead run's")
+            # Dead runs' leftovers, as bulk jobs remove them (only those no live
+            # writer holds locked): before the space is counted, which they hold.
+            clean_temporaries(os.path.dirname(os.path.abspath(path)))
         if descriptor is None:
             check_room(path, size, special)
         else:
@@ -206,10 +213,6 @@ def write(
             filled[slot] = True
 
         if special is None:
-            if _core.is_temporary_name(os.path.basename(path)):
-                raise Failure(f"will not write '{path}': its name is that of a gdscp temporary file, which the "
-                              "next run into its directory would remove as a dead run's")
-            clean_temporaries(os.path.dirname(os.path.abspath(path)))  # dead runs' leftovers, as bulk jobs do
             try:
                 target = make_temp(path)
             except OSError as exc:

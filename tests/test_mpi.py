@@ -587,6 +587,69 @@ def test_a_rank_interrupted_before_it_joins_ends_the_job(tmp_path, where, sig, c
     assert sorted(os.listdir(tmp_path)) == ["a"]
 
 
+# Every rank runs the command line through this; as MPI starts (its
+# signals held), the rank writes its process id to DIR/rank-N (DIR first).
+_MARKED_START = r"""
+import contextlib, os, sys
+where = sys.argv[1]
+sys.argv = ["gdscp", *sys.argv[2:]]
+from gdscp.mpi import comm
+
+kept = comm._signals_kept
+
+
+@contextlib.contextmanager
+def marked():
+    with kept():
+        rank = os.environ.get("PMI_RANK", os.environ.get("OMPI_COMM_WORLD_RANK"))
+        path = os.path.join(where, f"rank-{rank}")
+        with open(path + ".part", "w") as f:
+            f.write(str(os.getpid()))
+        os.replace(path + ".part", path)
+        yield
+
+
+comm._signals_kept = marked
+from gdscp.cli.main import main
+main()
+"""
+
+
+@needs_mpi
+@pytest.mark.parametrize("sig, code, word", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated"),
+                                             (signal.SIGHUP, 143, "terminated")])
+def test_a_rank_signalled_while_mpi_starts_ends(tmp_path, sig, code, word):
+    """Ranks waiting in MPI's start for a rank that never comes (here one
+    that ends at once): a signal to them ends them at once, each saying so
+    in one line (the launcher may end the other first), with 130 or 143 (SIGHUP as SIGTERM under MPI), nothing
+    written. With the signals held for the whole of MPI's start, only
+    SIGKILL ended them."""
+    src, marks = tmp_path / "a", tmp_path / "marks"
+    src.write_bytes(os.urandom(MiB))
+    marks.mkdir()
+    cmd = [MPIEXEC, "-n", "1", sys.executable, "-c", "pass", ":", "-n", "2", sys.executable, "-c", _MARKED_START,
+           str(marks), "copy", str(src), str(tmp_path / "b")]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while proc.poll() is None and time.monotonic() < deadline and len(os.listdir(marks)) < 2:
+            time.sleep(0.02)
+        assert sorted(os.listdir(marks)) == ["rank-1", "rank-2"], proc.poll()
+        time.sleep(1)  # well inside MPI's start
+        for name in ("rank-1", "rank-2"):
+            os.kill(int((marks / name).read_text()), sig)
+        _out, err = proc.communicate(timeout=30)
+    except (subprocess.TimeoutExpired, AssertionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+        _out, err = proc.communicate()
+        pytest.fail(f"the ranks did not end on the signal:\n{err}")
+    assert proc.returncode == code, err
+    # (The launcher may end the second rank as soon as the first has left.)
+    assert 1 <= err.count(f"gdscp: {word}\n") <= 2 and "Traceback" not in err, err
+    assert sorted(os.listdir(tmp_path)) == ["a", "marks"]
+
+
 # Every rank runs the command line through this; the ranks listed first
 # (comma-separated) get the VARIABLE=VALUE that comes second.
 _BAD_VARIABLE_ON_RANKS = r"""

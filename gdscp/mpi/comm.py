@@ -190,26 +190,103 @@ def _signal_code(exc: BaseException) -> Optional[int]:
 _SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
+# What a rank says, and its exit code, for a signal that ends it while MPI
+# starts: under MPI a SIGHUP ends the job as SIGTERM does (docs/cluster.md).
+_ENDED = {signal.SIGINT: ("interrupted", 130), signal.SIGTERM: ("terminated", 143),
+          signal.SIGHUP: ("terminated", 143)}
+
+
+class _Watcher:
+    """While MPI starts, with Ctrl-C, SIGTERM and SIGHUP blocked: a thread
+    that takes them as they come (``sigtimedwait``) and ends the process at
+    once with 130 or 143 and one line. Nothing has started that needs
+    cleaning up, and MPI's start may wait for ever (for a rank that never
+    comes), which no signal would otherwise end. ``stop()`` hands a signal
+    taken after the start is done to the main thread, where it stays
+    pending until the handlers are back."""
+
+    def __init__(self, signals: tuple) -> None:
+        self.signals = signals  # those not ignored (nohup's SIGHUP stays ignored)
+        self.lock = threading.Lock()
+        self.done = False
+        self.main = threading.main_thread().ident
+        self.thread = threading.Thread(target=self._watch, name="gdscp-mpi-start", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()  # with the signals blocked, as the caller has them
+
+    def stop(self) -> None:
+        with self.lock:
+            self.done = True
+        self.thread.join()
+
+    def _watch(self) -> None:
+        if not self.signals:
+            return
+        while True:
+            got = signal.sigtimedwait(self.signals, _POLL * 4)  # stop() waits for this at most
+            with self.lock:
+                if self.done:
+                    if got is not None:  # the start is over: the main thread's, for its handlers
+                        signal.pthread_kill(self.main, got.si_signo)
+                    return
+                if got is not None:
+                    word, code = _ENDED[got.si_signo]
+                    os.write(2, f"gdscp: {word}\n".encode())
+                    os._exit(code)
+
+
 @contextlib.contextmanager
 def _signals_kept() -> Iterator[None]:
     """Around MPI's start: the handlers this process had for Ctrl-C, SIGTERM
     and SIGHUP are theirs again afterwards. MPI's libraries may take a signal
     for themselves as they start (UCX, under MPICH and Open MPI, takes SIGHUP
     to turn on its debug log, written on stdout), and a rank would then no
-    longer end its job on it. The signals wait meanwhile (blocked, and so in
-    the threads MPI starts), then reach the handlers put back."""
+    longer end its job on it. The signals are blocked meanwhile (and so in
+    the threads MPI starts); one that comes during the start ends the rank
+    at once (``_Watcher``), one that comes after it reaches the handlers put
+    back."""
     if threading.current_thread() is not threading.main_thread():
         yield  # the main thread's signals are not this one's to keep
         return
     handlers = {sig: signal.getsignal(sig) for sig in _SIGNALS}
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
+    watcher = _Watcher(tuple(sig for sig, handler in handlers.items() if handler is not signal.SIG_IGN))
     try:
+        watcher.start()
         yield
     finally:
+        watcher.stop()
         for sig, handler in handlers.items():
             if handler is not None:  # None: not set from Python, nothing to put back
                 signal.signal(sig, handler)
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
+def _start(MPI: Any) -> None:
+    """MPI_Init_thread, called through ctypes, which lets go of the
+    interpreter while it runs: MPI's start waits for every rank of the job
+    (for ever, for one that never comes), and ``_Watcher`` must be able to
+    run meanwhile; mpi4py's own ``Init_thread`` holds the interpreter. As
+    mpi4py starts MPI, errors in the predefined communicators are
+    exceptions. Where the library cannot be found so, mpi4py starts it."""
+    if MPI.Is_initialized():
+        return
+    level = MPI.THREAD_SERIALIZED  # MPI is called from the main thread only
+    try:
+        import ctypes  # noqa: PLC0415
+
+        init = ctypes.CDLL(MPI.__file__).MPI_Init_thread  # found in the libraries mpi4py's module uses
+    except (OSError, AttributeError):
+        MPI.Init_thread(level)
+        return
+    init.restype = ctypes.c_int
+    init.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_int)]
+    provided = ctypes.c_int(0)
+    if init(None, None, level, ctypes.byref(provided)) != 0:
+        raise Unavailable("MPI cannot start (MPI_Init_thread failed); set GDSCP_MPI=0 to run each process on its own")
+    for comm in (MPI.COMM_SELF, MPI.COMM_WORLD):
+        comm.Set_errhandler(MPI.ERRORS_RETURN)
 
 
 def connect(launch: Launch) -> Optional[World]:
@@ -220,7 +297,11 @@ def connect(launch: Launch) -> Optional[World]:
 
             mpi4py.rc.threads = True
             mpi4py.rc.thread_level = "serialized"  # MPI is called from the main thread only
+            mpi4py.rc.initialize = False  # started by _start, the interpreter free meanwhile
+            mpi4py.rc.finalize = True
             from mpi4py import MPI  # noqa: PLC0415
+
+            _start(MPI)
     except ImportError as exc:
         raise Unavailable(
             f"started as rank {launch.rank} of {launch.size} ({launch.launcher} is set), but mpi4py cannot be "

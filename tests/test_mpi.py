@@ -1030,6 +1030,38 @@ def test_ranks_given_other_command_lines_are_refused_once(tmp_path, first, secon
     assert sorted(os.listdir(tmp_path)) == ["a"]
 
 
+@needs_mpi
+@pytest.mark.parametrize("first, second", [
+    (["copy", "--help"], ["copy", "{a}", "{b}"]),
+    (["copy", "{a}", "{b}"], ["copy", "-h"]),
+    (["--version"], ["copy", "{a}", "{b}"]),
+    (["info"], ["copy", "{a}", "{b}"]),
+])
+def test_ranks_given_help_version_or_info_among_a_copy_are_refused_once(tmp_path, first, second):
+    """A rank given --help, --version or info among ranks given a copy (an
+    MPMD launch): it meets the others and the job ends with the usage error
+    of ranks given other command lines, exit 2, said once by rank 0, nothing
+    copied. Printing its help and leaving, it left them waiting in MPI's
+    start for ever."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.write_bytes(os.urandom(MiB))
+    first, second = ([arg.format(a=a, b=b) for arg in args] for args in (first, second))
+    done = _run_or_kill([MPIEXEC, "-n", "1", *GDSCP, *first, ":", "-n", "2", *GDSCP, *second], timeout=60)
+    assert done.returncode == 2, done.stderr
+    errors = [line for line in done.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1 and "ranks 1-2 were given another command line than rank 0" in errors[0], done.stderr
+    assert sorted(os.listdir(tmp_path)) == ["a"]
+
+
+@needs_mpi
+def test_ranks_all_given_help_or_the_version_print_it():
+    """Every rank given the same --help or --version: each prints it, exit 0."""
+    done = _run_or_kill([MPIEXEC, "-n", "2", *GDSCP, "copy", "--help"], timeout=60)
+    assert done.returncode == 0 and done.stdout.count("Usage:") == 2, done.stderr
+    done = _run_or_kill([MPIEXEC, "-n", "2", *GDSCP, "--version"], timeout=60)
+    assert done.returncode == 0 and done.stdout.count("gdscp ") == 2, done.stderr
+
+
 _DEAD_TEMPORARY = r"""
 import os, sys
 from gdscp import bulk

@@ -130,6 +130,20 @@ def interrupted_rank(args: list[str], code: int = EXIT_INTERRUPTED) -> Optional[
         return None
 
 
+def _meet(args: list[str]) -> Optional[int]:
+    """Under an MPI launcher, a command line that does not join a job (help,
+    the version, ``info``) meets the other ranks first, to compare command
+    lines with them (``ranks.meet``): the usage error's code where they
+    differ, else None (the command runs on its own)."""
+    from ..mpi.launch import launched  # noqa: PLC0415 - the standard library only
+
+    if launched() is None or joins(args) or os.environ.get("_GDSCP_COMPLETE"):
+        return None
+    from .ranks import meet  # noqa: PLC0415
+
+    return meet(args)
+
+
 class Running:
     """The arguments of the command line ``run`` is running (after ``gdscp``):
     the ranks of an MPI job compare theirs (gdscp.cli.ranks.join)."""
@@ -151,6 +165,9 @@ def run(argv: Optional[Sequence[str]] = None) -> int:
         sys.stderr.write(f"gdscp: error: cannot write the help: {STDOUT_CLOSED}\n")
         return help_failed
     try:
+        met = _meet(args)
+        if met is not None:
+            return met
         code = app(args=args, prog_name="gdscp", standalone_mode=False)
     except OSError as exc:
         if not help_shown:

@@ -131,6 +131,31 @@ def join(out: Output, threads: Optional[int] = None) -> Optional[World]:
     return world
 
 
+def meet(args: list[str]) -> Optional[int]:
+    """A command line that does not run as one job (help, the version,
+    ``info``) under a launch of several ranks: the rank meets the others all
+    the same and they compare their command lines (``_same_command_line``),
+    so that a rank given ``--help`` among ranks given a copy does not leave
+    them waiting for it in MPI's start for ever. Where every rank was given
+    the same, None: each goes on as a process on its own; else the usage
+    error's code (2), said once by rank 0. None too where MPI cannot be used
+    here (the rank then runs on its own, as it did)."""
+    from .exits import COMMANDS  # noqa: PLC0415
+
+    try:
+        world = mpi.world()
+    except Unavailable:
+        return None
+    if world is None:
+        return None
+    out = Output(args[0] if args and args[0] in COMMANDS else "", quiet=not world.root)
+    try:
+        _same_command_line(world, out)
+    except typer.Exit as exc:
+        return int(exc.exit_code)
+    return None
+
+
 def _same_command_line(world: World, out: Output) -> None:
     """The job's first agreement: every rank brings a digest of its command
     line, and where one differs from rank 0's every rank ends with a usage

@@ -502,7 +502,8 @@ def test_interrupting_the_launcher_leaves_no_partial_destination(tmp_path, sig, 
 
 
 @needs_mpi
-def test_a_hangup_to_one_rank_ends_the_job_as_sigterm(tmp_path):
+@pytest.mark.parametrize("rank", [1, 0])
+def test_a_hangup_to_one_rank_ends_the_job_as_sigterm(tmp_path, rank):
     """SIGHUP to one rank, in the middle of its copy, ends the job as SIGTERM
     does (143), with nothing put in place: MPI's libraries that take SIGHUP
     for themselves as they start (UCX's debug log) do not keep it; stdout
@@ -514,15 +515,16 @@ def test_a_hangup_to_one_rank_ends_the_job_as_sigterm(tmp_path):
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=_env(GDSCP_MPI_TEST_PAUSE="20", GDSCP_MPI_TEST_PAUSED=str(paused)))
     deadline = time.monotonic() + 120
-    while proc.poll() is None and time.monotonic() < deadline and not (paused / "rank-1").exists():
+    while proc.poll() is None and time.monotonic() < deadline and not (paused / f"rank-{rank}").exists():
         time.sleep(0.02)
-    if proc.poll() is not None or not (paused / "rank-1").exists():
+    if proc.poll() is not None or not (paused / f"rank-{rank}").exists():
         proc.terminate()
         _out, err = proc.communicate(timeout=120)
-        pytest.fail(f"the launcher (exit {proc.returncode}) had no copy in flight on rank 1:\n{err}")
-    os.kill(int((paused / "rank-1").read_text()), signal.SIGHUP)
+        pytest.fail(f"the launcher (exit {proc.returncode}) had no copy in flight on rank {rank}:\n{err}")
+    os.kill(int((paused / f"rank-{rank}").read_text()), signal.SIGHUP)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 143, err
+    assert "hung up" not in err, err  # (rank 0's SIGHUP ended the job with 1, "rank 0: hung up")
     doc = json.loads(out)
     assert doc["ok"] is False
     assert not (dst / "big" / "large.bin").exists()

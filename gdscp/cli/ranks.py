@@ -82,7 +82,8 @@ class _Signals:
         if self.world is not None:
             self.world.note_signal(code)
         if self.armed:
-            raise KeyboardInterrupt if signum == signal.SIGINT else Terminated(signum)
+            # A SIGHUP ends the job as SIGTERM does, on any rank (docs/cluster.md).
+            raise KeyboardInterrupt if signum == signal.SIGINT else Terminated(signal.SIGTERM)
 
     def interrupt(self) -> BaseException:
         """The exception of the first signal noted."""

@@ -1033,6 +1033,33 @@ def test_ranks_given_other_command_lines_are_refused_once(tmp_path, first, secon
 
 
 @needs_mpi
+@pytest.mark.parametrize("args", [["s.bin", "d.bin"], ["g1", "g2", "g3", "g4", "dd"]])
+def test_ranks_started_in_other_working_directories_are_refused_once(tmp_path, args):
+    """Ranks started in another working directory than rank 0's (an MPMD
+    launch with another -wdir): the paths rank 0 plans from name other files
+    there. Exit 2, said once by rank 0 with the ranks and both directories,
+    nothing written; the job no longer puts one directory's bytes in the
+    other's copy."""
+    a, b = tmp_path / "A", tmp_path / "B"
+    for d in (a, b):
+        d.mkdir()
+        for name in ["s.bin", "g1", "g2", "g3", "g4"]:
+            (d / name).write_bytes(os.urandom(8_000_000 if name == "s.bin" else 300_000))
+        (d / "dd").mkdir()
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    line = [*GDSCP, "copy", "--verify", "--json", *args]
+    cmd = [MPIEXEC, "-n", "2", "-wdir", str(a), *line, ":", "-n", "2", "-wdir", str(b), *line]
+    done = _run_or_kill(cmd, timeout=120)
+    assert done.returncode == 2, done.stderr
+    errors = [line for line in done.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1, done.stderr
+    assert f"ranks 2-3 were started in another working directory than rank 0 ('{b}', rank 0 '{a}')" in errors[0]
+    doc = json.loads(done.stdout)
+    assert doc["ok"] is False and doc["exit_code"] == 2 and "working directory" in doc["error"]
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+
+
+@needs_mpi
 @pytest.mark.parametrize("first, second", [
     (["copy", "--help"], ["copy", "{a}", "{b}"]),
     (["copy", "{a}", "{b}"], ["copy", "-h"]),

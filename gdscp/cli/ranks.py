@@ -151,37 +151,61 @@ def meet(args: list[str]) -> Optional[int]:
         return None
     out = Output(args[0] if args and args[0] in COMMANDS else "", quiet=not world.root)
     try:
-        _same_command_line(world, out)
+        _same_command_line(world, out, where=False)  # no path is opened: any directory will do
     except typer.Exit as exc:
         return int(exc.exit_code)
     return None
 
 
-def _same_command_line(world: World, out: Output) -> None:
+def _same_command_line(world: World, out: Output, where: bool = True) -> None:
     """The job's first agreement: every rank brings a digest of its command
     line, and where one differs from rank 0's every rank ends with a usage
     error (exit 2), said once by rank 0. Rank 0 plans the job from its own
     command line alone: a rank given another command would wait in
     agreements the others never reach, and one given other options (another
-    --size, --seed or --verify) would do its share of another job. A rank
-    that failed before joining arrives here with its failure."""
+    --size, --seed or --verify) would do its share of another job. With
+    ``where``, the ranks' working directories too: rank 0 sends the paths
+    as they were typed, and a relative one names another file in another
+    directory (the directory as os.getcwd() spells it, so the same
+    directory mounted under another name on some node counts as another).
+    A rank that failed before joining arrives here with its failure."""
     from .app import Running  # noqa: PLC0415
 
     args = Running.args or sys.argv[1:]
-    mine = (args[0] if args else "", hashlib.sha256("\0".join(args).encode()).hexdigest())
+    mine = (args[0] if args else "", hashlib.sha256("\0".join(args).encode()).hexdigest(),
+            _working_directory() if where else None)
     statuses = world.agree(0, data=mine)
     _settle(world, out, statuses)
-    others = [s.rank for s in statuses if s.data != statuses[0].data]
-    if not others:
-        return
-    command = statuses[0].data[0]
-    differ = [statuses[r].data[0] for r in others if statuses[r].data[0] != command]
-    what = f" ('gdscp {differ[0]}', rank 0 'gdscp {command}')" if differ and len(others) == 1 else ""
+    others = [s.rank for s in statuses if s.data[:2] != statuses[0].data[:2]]
     many = len(others) > 1
-    message = (f"rank{'s' if many else ''} {spans(others)} {'were' if many else 'was'} given another command line "
-               f"than rank 0{what}: every rank of a job must be given the same one (rank 0 plans the job from its own)")
+    if others:
+        command = statuses[0].data[0]
+        differ = [statuses[r].data[0] for r in others if statuses[r].data[0] != command]
+        what = f" ('gdscp {differ[0]}', rank 0 'gdscp {command}')" if differ and len(others) == 1 else ""
+        message = (f"rank{'s' if many else ''} {spans(others)} {'were' if many else 'was'} given another command "
+                   f"line than rank 0{what}: every rank of a job must be given the same one (rank 0 plans the job "
+                   "from its own)")
+    else:
+        here = statuses[0].data[2]
+        others = [s.rank for s in statuses if s.data[2] != here]
+        if not others:
+            return
+        many = len(others) > 1
+        theirs = sorted({statuses[r].data[2] for r in others})
+        message = (f"rank{'s' if many else ''} {spans(others)} {'were' if many else 'was'} started in another "
+                   f"working directory than rank 0 ({', '.join(map(repr, theirs))}, rank 0 {here!r}): every rank "
+                   "of a job must start in the same one, where the paths it was given are (rank 0 plans the job "
+                   "from its own; mpiexec -wdir, srun --chdir)")
     _end(world, out, [Status(s.rank, EXIT_USAGE, [message], None) for s in statuses], EXIT_USAGE)
     raise typer.Exit(EXIT_USAGE)
+
+
+def _working_directory() -> str:
+    """This rank's working directory as os.getcwd() spells it ('' where it was removed)."""
+    try:
+        return os.getcwd()
+    except OSError:
+        return ""
 
 
 def warn_if_bound_tightly(out: Output) -> None:
@@ -421,7 +445,7 @@ def _copy_plan(world: World, copier: Any, jobs: list[Any]) -> dict[str, Any]:
         return _share_out(world, copier, jobs)
     except BaseException:
         # Stopped short (an interrupt, a failure): as a process on its own, no
-        # directory made is left at the 0700 it was made with.
+        # directory made is left at the mode it was made with.
         copier.finish(jobs)
         raise
 
@@ -694,7 +718,8 @@ def copy(world: World, out: Output, copier: Any, srcs: list[str], dst: str, *, h
         if world.root and plan:
             for tmp in plan["shared"].values():
                 discard(tmp)
-            _run(world, copier.finish, plan["_after"], interruptible=False)  # no directory made is left at 0700
+            # No directory made is left at the mode it was made with:
+            _run(world, copier.finish, plan["_after"], interruptible=False)
         _settle(world, out, statuses)
     public = {k: v for k, v in plan.items() if not k.startswith("_")} if world.root else None
     shared_plan = world.bcast(public)
@@ -716,7 +741,7 @@ def copy(world: World, out: Output, copier: Any, srcs: list[str], dst: str, *, h
         def conclude() -> None:
             try:
                 _copy_commit(world, copier, plan, everyone, interrupted)
-            finally:  # no directory made is left at 0700, interrupted or not
+            finally:  # no directory made is left at the mode it was made with, interrupted or not
                 copier.finish(plan["_after"])
             # Interrupted or not, what was put in place is durable.
             copier.sync_names(strict=not interrupted)

@@ -1059,6 +1059,68 @@ def test_ranks_started_in_other_working_directories_are_refused_once(tmp_path, a
     assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
 
 
+def _own_files_command(tmp_path: Path) -> list[str] | None:
+    """A command that runs its arguments with other files under the same
+    names (a mount namespace of its own, each file of OTHER bind-mounted
+    over its namesake in SRC, as a node-local file of another node): None
+    where this machine refuses it (not root, no unshare)."""
+    probe_dir = tmp_path / "probe"
+    for name in ("src", "other"):
+        (probe_dir / name).mkdir(parents=True)
+        (probe_dir / name / "a").write_text(name)
+    cmd = ["unshare", "-m", "sh", "-c", 'for f in "$OTHER"/*; do mount --bind "$f" "$SRC/${f##*/}" || exit 1; '
+           'done && exec "$@"', "sh"]
+    try:
+        done = subprocess.run([*cmd, "cat", str(probe_dir / "src" / "a")], capture_output=True, text=True,
+                              timeout=30, env={**os.environ, "OTHER": str(probe_dir / "other"),
+                                               "SRC": str(probe_dir / "src")})
+    except (OSError, subprocess.SubprocessError):
+        return None
+    shutil.rmtree(probe_dir)
+    return cmd if done.returncode == 0 and done.stdout == "other" else None
+
+
+@needs_mpi
+@pytest.mark.parametrize("whole", [False, True])
+def test_a_rank_that_sees_another_source_than_rank_0_fails_that_file(tmp_path, whole):
+    """Ranks 2-3 see other files than rank 0 under the sources' absolute
+    names (files local to their node): each such file fails, naming the rank
+    and how its file differs from rank 0's, nothing put in place, exit 1;
+    every file that does land is rank 0's source byte for byte. Before,
+    the copy mixed both files' bytes (a shared file) or put the other
+    node's file in place (whole files), verified, with exit 0."""
+    src, other, dst = tmp_path / "src", tmp_path / "other", tmp_path / "dst"
+    src.mkdir()
+    other.mkdir()
+    dst.mkdir()
+    names = ["g1", "g2", "g3", "g4"] if whole else ["s.bin"]
+    for name in names:
+        (other / name).write_bytes(os.urandom(300_000 if whole else 8_000_000))
+        (src / name).write_bytes(os.urandom(300_000 if whole else 8_000_000))
+    wrap = _own_files_command(tmp_path)
+    if wrap is None:
+        pytest.skip("needs unshare -m and bind mounts (root)")
+    target = dst if whole else dst / "s.bin"
+    line = [*GDSCP, "copy", "--verify", "--json", *(str(src / n) for n in names), str(target)]
+    cmd = [MPIEXEC, "-n", "2", *line, ":", "-n", "2", "-env", "OTHER", str(other), "-env", "SRC", str(src),
+           *wrap, *line]
+    done = _run_or_kill(cmd, timeout=120)
+    assert done.returncode == 1, done.stderr
+    doc = json.loads(done.stdout)
+    failed = [f for f in doc["files"] if f["status"] != "copied"]
+    assert failed and doc["ok"] is False, doc
+    for f in failed:
+        assert f["status"] == "failed" and " sees another " in f["error"], f
+        rank = f["error"].split(":")[0]
+        assert rank in ("rank 2", "rank 3") and f"{rank} sees another '{f['source']}' than rank 0 (" in f["error"]
+        assert "modified " in f["error"] and not os.path.exists(f["destination"])
+    for f in doc["files"]:
+        if f["status"] == "copied":
+            assert Path(f["destination"]).read_bytes() == Path(f["source"]).read_bytes()
+    assert sorted(p.name for p in dst.iterdir()) == sorted(Path(f["destination"]).name for f in doc["files"]
+                                                           if f["status"] == "copied")
+
+
 @needs_mpi
 @pytest.mark.parametrize("first, second", [
     (["copy", "--help"], ["copy", "{a}", "{b}"]),

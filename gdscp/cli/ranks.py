@@ -504,7 +504,10 @@ def _share_out(world: World, copier: Any, jobs: list[Any]) -> dict[str, Any]:
             for rank in ranks:
                 shares[rank] = [p for p in shares[rank] if p.index != index]
     return {
-        "files": [(j.src, j.dst, j.st.st_size) for j, _ in files],
+        # With each regular file, its size and time as rank 0 found them, which
+        # every other rank checks the file it opens against (_not_rank_0s).
+        "files": [(j.src, j.dst, j.st.st_size,
+                   (j.st.st_size, j.st.st_mtime_ns) if stat.S_ISREG(j.st.st_mode) else None) for j, _ in files],
         "shares": shares,
         "shared": {i: s["tmp"] for i, s in shared.items()},
         # Rank 0's own, kept off the broadcast:
@@ -556,9 +559,23 @@ def _copy_share(world: World, out: Output, plan: dict[str, Any], where: Optional
     pieces = plan["shares"][world.rank]
     if not pieces:
         return []
+    # A source this rank sees otherwise than rank 0 did fails here, nothing
+    # written: its bytes are not the ones rank 0 planned (another file of
+    # that name on this node, or one changed since).
+    refused = {}
+    for index in sorted({p.index for p in pieces}) if not world.root else ():
+        src, _, _, found = files[index]
+        why = _not_rank_0s(src, found)
+        if why:
+            refused[index] = f"rank {world.rank} sees another '{src}' than rank 0 ({why})"
+    done = [(p.index, p.whole, "failed", 0, 0.0, refused[p.index], None, None, p.offset)
+            for p in pieces if p.index in refused]
+    pieces = [p for p in pieces if p.index not in refused]
+    if not pieces:
+        return done
     pairs, ranges, sizes = [], [], []
     for p in pieces:
-        src, dst, size = files[p.index]
+        src, dst, _, _ = files[p.index]
         if p.whole:
             pairs.append((src, dst))
             ranges.append(None)
@@ -577,10 +594,38 @@ def _copy_share(world: World, out: Output, plan: dict[str, Any], where: Optional
         with job:  # Ctrl-C while waiting cancels the job: its temporary files go
             _test_pause(world)
             results = job.results()
-    return [
+    return done + [
         (p.index, p.whole, r.status, r.bytes, r.seconds, r.error, r.read_backend, r.write_backend, p.offset)
         for p, r in zip(pieces, results)
     ]
+
+
+def _not_rank_0s(src: str, found: Optional[tuple[int, int]]) -> str:
+    """How the regular file this rank opens at ``src`` differs from rank 0's
+    (``found``: its size and st_mtime_ns there): '' where it does not, or
+    where it cannot be opened (the copy then fails on it as usual)."""
+    if found is None:
+        return ""
+    try:
+        fd = os.open(src, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return ""
+    try:
+        st = os.fstat(fd)
+    finally:
+        os.close(fd)
+    size, mtime = found
+    differ = []
+    if st.st_size != size:
+        differ.append(f"size {st.st_size}, rank 0's {size}")
+    if st.st_mtime_ns != mtime:
+        differ.append(f"modified {_when(st.st_mtime_ns)}, rank 0's {_when(mtime)}")
+    return "; ".join(differ)
+
+
+def _when(ns: int) -> str:
+    """A file time in nanoseconds, as local time to the nanosecond."""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ns // 10**9)) + f".{ns % 10**9:09d}"
 
 
 def _copy_commit(world: World, copier: Any, plan: dict[str, Any], everyone: list[Status], interrupted: bool) -> None:

@@ -120,6 +120,10 @@ void define_testing(nb::module_& core) {
   t.def("arm_source_swap", &detail::fault::arm_source_swap, "replacement"_a,
         "The next bulk source read as a file handle (1 MiB or more, or through device memory) has `replacement` "
         "renamed over its path once it is opened and measured, before that handle is made; disarm_fault() drops it.");
+  t.def("arm_destination_move", &detail::fault::arm_destination_move, "moved_to"_a,
+        "The next bulk destination whose temporary file is made and then opened again by its path (1 MiB or more, "
+        "or through device memory) has its directory renamed to `moved_to` just before that open; disarm_fault() "
+        "drops it.");
   t.def("arm_descriptor_shortage", &detail::fault::arm_descriptor_shortage, "workers"_a,
         "The next bulk job's `workers` workers (all it has) find the process out of descriptors together: each "
         "one's first file fails to open (EMFILE) once all have taken off, and they ration the job in step, every "

@@ -416,6 +416,35 @@ def read_or_copy_swapped(where: Path, kind: str, direct_io: str = "auto") -> tup
     return first, dst.read_bytes()
 
 
+@pytest.mark.parametrize("kind", ["copy", "write"])
+def test_a_destination_directory_moved_as_its_file_opens_is_named_so(tmp_path, kind):
+    """The destination's directory renamed just after the temporary file is
+    made in it and before that file is opened again by its path (a file of 1
+    MiB or more): the file fails saying its directory was moved or removed
+    (not that its temporary file is missing), the old file in the moved
+    directory is intact and no temporary file is left, there or anywhere."""
+    folder, moved_to = tmp_path / "dd", tmp_path / "dd2"
+    folder.mkdir()
+    (folder / "d").write_bytes(b"good")
+    src = tmp_path / "src"
+    data = random_bytes(2 * MiB, 31)
+    src.write_bytes(data)
+    _core.testing.arm_destination_move(str(moved_to))
+    try:
+        if kind == "copy":
+            job = gdscp.copy_files([(src, folder / "d")])
+        else:
+            job = gdscp.write_files([np.frombuffer(data, dtype=np.uint8)], [folder / "d"])
+        (r,) = job.results()
+    finally:
+        _core.testing.disarm_fault()
+    assert not folder.exists() and sorted(os.listdir(moved_to)) == ["d"]  # the move happened
+    assert (moved_to / "d").read_bytes() == b"good"
+    assert temporaries(tmp_path) == [] and temporaries(moved_to) == []
+    assert r.status == "failed", r
+    assert r.error == (f"the destination directory '{folder}' was moved or removed during the {kind}"), r.error
+
+
 @pytest.mark.parametrize("kind", ["copy", "read"])
 def test_a_source_renamed_over_mid_transfer_is_read_as_it_was_opened(tmp_path, kind):
     """A source of 1 MiB or more is opened, measured, then read through a file

@@ -685,8 +685,19 @@ std::shared_ptr<Transfer> open_transfer(const TransferContext& cx, size_t index,
       open_file(cx, t->dst, "r+", t->mem, t->dst_file, t->dst_backends, t->dst_backend);
   } else if (item.kind != BulkKind::read) {
     if (!open_destination(cx, *t, note)) return nullptr;
-    if (!t->in_place && (t->mem.device || t->size >= kFileMin))
-      open_file(cx, t->tmp ? t->tmp.path() : t->dst, "r+", t->mem, t->dst_file, t->dst_backends, t->dst_backend);
+    if (!t->in_place && (t->mem.device || t->size >= kFileMin)) {
+      try {
+        if (t->tmp) fault::destination_made(dir_of(t->dst));  // tests only: disarmed, one relaxed load
+        open_file(cx, t->tmp ? t->tmp.path() : t->dst, "r+", t->mem, t->dst_file, t->dst_backends, t->dst_backend);
+      } catch (const Error& e) {
+        // The temporary file, just made, is opened again by its path: gone
+        // from there, its directory was moved or removed meanwhile (as a
+        // later failure of the transfer says it).
+        if (t->tmp && e.kind() == ErrorKind::os && e.code() == ENOENT && t->tmp.directory_moved(t->dst))
+          throw_directory_moved(t->dst, item.kind == BulkKind::copy ? "the copy" : "the write");
+        throw;
+      }
+    }
   }
   if (!t->src_sized) t->sequential = true;
   // cp's way for a plain host copy: no trip through user memory, and shared

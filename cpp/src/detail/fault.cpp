@@ -29,6 +29,8 @@ std::atomic<long> worker_limit{-1};
 std::atomic<bool> swap_armed{false};
 std::mutex swap_mutex;
 std::string swap_from;  // under swap_mutex
+std::atomic<bool> move_armed{false};
+std::string move_to;  // under swap_mutex
 std::atomic<bool> shortage_armed{false};
 std::atomic<long> shortage_workers{0};
 std::atomic<long> shortage_arrived{0};  // steps taken since armed, by all workers
@@ -66,6 +68,7 @@ void disarm() noexcept {
   unmap_holding = false;
   worker_limit = -1;
   swap_armed = false;
+  move_armed = false;
   shortage_armed = false;
 }
 
@@ -129,6 +132,19 @@ void source_measured(const std::string& path) noexcept {
   std::lock_guard<std::mutex> lock(swap_mutex);
   if (!swap_armed.exchange(false)) return;
   std::rename(swap_from.c_str(), path.c_str());
+}
+
+void arm_destination_move(const std::string& moved_to) {
+  std::lock_guard<std::mutex> lock(swap_mutex);
+  move_to = moved_to;
+  move_armed = true;
+}
+
+void destination_made(const std::string& dir) noexcept {
+  if (!move_armed.load(std::memory_order_relaxed)) return;
+  std::lock_guard<std::mutex> lock(swap_mutex);
+  if (!move_armed.exchange(false)) return;
+  std::rename(dir.c_str(), move_to.c_str());
 }
 
 void arm_descriptor_shortage(long workers) noexcept {

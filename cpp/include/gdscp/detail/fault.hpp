@@ -79,6 +79,15 @@ void arm_source_swap(const std::string& replacement);
 // Called once a bulk source is measured, before its File is made (bulk_transfer.cpp).
 void source_measured(const std::string& path) noexcept;
 
+// The next bulk destination whose temporary file is made, to be opened again
+// by its path (1 MiB or more, or through device memory), has its directory
+// renamed to `moved_to` just before: a destination directory moved while its
+// file is being opened, every time. disarm() drops it.
+void arm_destination_move(const std::string& moved_to);
+// Called once a bulk destination's temporary file is made, before it is
+// opened again by its path (bulk_transfer.cpp).
+void destination_made(const std::string& dir) noexcept;
+
 // A bulk job's `workers` workers (all it has) find the process out of
 // descriptors together, as files opening side by side under a low ulimit -n
 // now and then do, each holding a descriptor another lacks: each worker's

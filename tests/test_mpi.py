@@ -635,7 +635,9 @@ def test_a_rank_signalled_while_mpi_starts_ends(tmp_path, sig, code, word):
                             start_new_session=True)
     try:
         deadline = time.monotonic() + 60
-        while proc.poll() is None and time.monotonic() < deadline and len(os.listdir(marks)) < 2:
+        # Each name comes whole, renamed from its ".part": wait for both names, not for any two entries.
+        while proc.poll() is None and time.monotonic() < deadline and not all(
+                (marks / name).exists() for name in ("rank-1", "rank-2")):
             time.sleep(0.02)
         assert sorted(os.listdir(marks)) == ["rank-1", "rank-2"], proc.poll()
         time.sleep(1)  # well inside MPI's start
@@ -1102,8 +1104,8 @@ def test_a_rank_that_sees_another_source_than_rank_0_fails_that_file(tmp_path, w
         pytest.skip("needs unshare -m and bind mounts (root)")
     target = dst if whole else dst / "s.bin"
     line = [*GDSCP, "copy", "--verify", "--json", *(str(src / n) for n in names), str(target)]
-    cmd = [MPIEXEC, "-n", "2", *line, ":", "-n", "2", "-env", "OTHER", str(other), "-env", "SRC", str(src),
-           *wrap, *line]
+    # env, not MPICH's -env: the same under any launcher.
+    cmd = [MPIEXEC, "-n", "2", *line, ":", "-n", "2", "env", f"OTHER={other}", f"SRC={src}", *wrap, *line]
     done = _run_or_kill(cmd, timeout=120)
     assert done.returncode == 1, done.stderr
     doc = json.loads(done.stdout)

@@ -177,27 +177,29 @@ def _same_command_line(world: World, out: Output, where: bool = True) -> None:
     statuses = world.agree(0, data=mine)
     _settle(world, out, statuses)
     others = [s.rank for s in statuses if s.data[:2] != statuses[0].data[:2]]
-    many = len(others) > 1
     if others:
         command = statuses[0].data[0]
         differ = [statuses[r].data[0] for r in others if statuses[r].data[0] != command]
         what = f" ('gdscp {differ[0]}', rank 0 'gdscp {command}')" if differ and len(others) == 1 else ""
-        message = (f"rank{'s' if many else ''} {spans(others)} {'were' if many else 'was'} given another command "
-                   f"line than rank 0{what}: every rank of a job must be given the same one (rank 0 plans the job "
-                   "from its own)")
+        message = (f"{_ranks_were(others)} given another command line than rank 0{what}: every rank of a job must "
+                   "be given the same one (rank 0 plans the job from its own)")
     else:
         here = statuses[0].data[2]
         others = [s.rank for s in statuses if s.data[2] != here]
         if not others:
             return
-        many = len(others) > 1
         theirs = sorted({statuses[r].data[2] for r in others})
-        message = (f"rank{'s' if many else ''} {spans(others)} {'were' if many else 'was'} started in another "
-                   f"working directory than rank 0 ({', '.join(map(repr, theirs))}, rank 0 {here!r}): every rank "
-                   "of a job must start in the same one, where the paths it was given are (rank 0 plans the job "
-                   "from its own; mpiexec -wdir, srun --chdir)")
+        message = (f"{_ranks_were(others)} started in another working directory than rank 0 "
+                   f"({', '.join(map(repr, theirs))}, rank 0 {here!r}): every rank of a job must start in the same "
+                   "one, where the paths it was given are (rank 0 plans the job from its own; mpiexec -wdir, srun "
+                   "--chdir)")
     _end(world, out, [Status(s.rank, EXIT_USAGE, [message], None) for s in statuses], EXIT_USAGE)
     raise typer.Exit(EXIT_USAGE)
+
+
+def _ranks_were(ranks: list[int]) -> str:
+    """"rank 2 was" or "ranks 1-3 were"."""
+    return f"ranks {spans(ranks)} were" if len(ranks) > 1 else f"rank {spans(ranks)} was"
 
 
 def _working_directory() -> str:
@@ -506,8 +508,8 @@ def _share_out(world: World, copier: Any, jobs: list[Any]) -> dict[str, Any]:
     return {
         # With each regular file, its size and time as rank 0 found them, which
         # every other rank checks the file it opens against (_not_rank_0s).
-        "files": [(j.src, j.dst, j.st.st_size,
-                   (j.st.st_size, j.st.st_mtime_ns) if stat.S_ISREG(j.st.st_mode) else None) for j, _ in files],
+        "files": [(j.src, j.dst, j.st.st_size, j.st.st_mtime_ns if stat.S_ISREG(j.st.st_mode) else None)
+                  for j, _ in files],
         "shares": shares,
         "shared": {i: s["tmp"] for i, s in shared.items()},
         # Rank 0's own, kept off the broadcast:
@@ -563,11 +565,12 @@ def _copy_share(world: World, out: Output, plan: dict[str, Any], where: Optional
     # written: its bytes are not the ones rank 0 planned (another file of
     # that name on this node, or one changed since).
     refused = {}
-    for index in sorted({p.index for p in pieces}) if not world.root else ():
-        src, _, _, found = files[index]
-        why = _not_rank_0s(src, found)
-        if why:
-            refused[index] = f"rank {world.rank} sees another '{src}' than rank 0 ({why})"
+    if not world.root:
+        for index in sorted({p.index for p in pieces}):
+            src, _, size, mtime = files[index]
+            why = _not_rank_0s(src, size, mtime)
+            if why:
+                refused[index] = f"rank {world.rank} sees another '{src}' than rank 0 ({why})"
     done = [(p.index, p.whole, "failed", 0, 0.0, refused[p.index], None, None, p.offset)
             for p in pieces if p.index in refused]
     pieces = [p for p in pieces if p.index not in refused]
@@ -600,11 +603,12 @@ def _copy_share(world: World, out: Output, plan: dict[str, Any], where: Optional
     ]
 
 
-def _not_rank_0s(src: str, found: Optional[tuple[int, int]]) -> str:
+def _not_rank_0s(src: str, size: int, mtime: Optional[int]) -> str:
     """How the regular file this rank opens at ``src`` differs from rank 0's
-    (``found``: its size and st_mtime_ns there): '' where it does not, or
-    where it cannot be opened (the copy then fails on it as usual)."""
-    if found is None:
+    (its size and st_mtime_ns there; ``mtime`` None: not a regular file, not
+    checked): '' where it does not, or where it cannot be opened (the copy
+    then fails on it as usual)."""
+    if mtime is None:
         return ""
     try:
         fd = os.open(src, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -614,7 +618,6 @@ def _not_rank_0s(src: str, found: Optional[tuple[int, int]]) -> str:
         st = os.fstat(fd)
     finally:
         os.close(fd)
-    size, mtime = found
     differ = []
     if st.st_size != size:
         differ.append(f"size {st.st_size}, rank 0's {size}")

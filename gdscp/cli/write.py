@@ -166,7 +166,7 @@ def write(
             descriptor is not None and stat.S_ISREG(special.st_mode))
         if verify and not readable:
             raise UsageError(f"--verify cannot read '{path}' back: it is not a regular file or block device")
-        if descriptor is None and special is None:
+        if special is None:  # (a descriptor's is its fstat)
             if _core.is_temporary_name(os.path.basename(path)):
                 raise Failure(f"will not write '{path}': its name is that of a gdscp temporary file, which the "
                               "next run into its directory would remove as a dead run's")

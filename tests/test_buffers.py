@@ -500,6 +500,22 @@ def test_a_bad_stream_in_cuda_array_interface_is_named(tmp_file, tmp_path, strea
     assert file_bytes(path) == data and not os.path.exists(out)
 
 
+def test_a_read_only_device_array_is_not_read_into(tmp_file):
+    """A device array whose __cuda_array_interface__ says its memory is
+    read-only (the second item of 'data') is refused by every call that
+    would write into it, before anything moves (KvikIO writes into it)."""
+    path, data = tmp_file(4096)
+    array = _DeviceArray({**_CAI, "data": (4096, True)})
+    message = "^cannot read into a read-only device array$"
+    with gdscp.CuFile(path, "r+") as f:
+        for call in (f.read, lambda a: f.pread(a).get(), f.raw_read, lambda a: f.raw_read_async(a, 0)):
+            with pytest.raises(ValueError, match=message):
+                call(array)
+    with pytest.raises(ValueError, match=r"^buffers\[0\] \(for '.*'\): cannot read into a read-only device array$"):
+        gdscp.read_files([path], [array])
+    assert file_bytes(path) == data
+
+
 def test_cuda_array_interface_with_a_mask_is_not_implemented():
     """A mask (a masked array) is a NotImplementedError, as KvikIO raises; a
     mask of None is no mask."""

@@ -1122,6 +1122,62 @@ def test_a_rank_that_sees_another_source_than_rank_0_fails_that_file(tmp_path, w
     assert sorted(p.name for p in dst.iterdir()) == sorted(Path(f["destination"]).name for f in doc["files"]
                                                            if f["status"] == "copied")
 
+@needs_mpi
+def test_a_rank_that_sees_another_file_than_rank_0_fails_its_read(tmp_path):
+    """Ranks 2-3 see another file than rank 0 under the name read (a file
+    local to their node, of another size): the file fails, each of those
+    ranks named with its range and how its file differs, exit 1, not
+    verified. Before, each rank read (and verified) its range of its own
+    file, and the job said every byte was read and matched."""
+    src, other = tmp_path / "src", tmp_path / "other"
+    src.mkdir()
+    other.mkdir()
+    (src / "s.bin").write_bytes(os.urandom(8_000_000))
+    (other / "s.bin").write_bytes(os.urandom(8_000_001))
+    seen = os.stat(src / "s.bin")
+    os.utime(other / "s.bin", ns=(seen.st_atime_ns, seen.st_mtime_ns))  # only the size differs
+    wrap = _own_files_command(tmp_path)
+    if wrap is None:
+        pytest.skip("needs unshare -m and bind mounts (root)")
+    path = str(src / "s.bin")
+    line = [*GDSCP, "read", "--host", "--verify", "--json", path]
+    cmd = [MPIEXEC, "-n", "2", *line, ":", "-n", "2", "env", f"OTHER={other}", f"SRC={src}", *wrap, *line]
+    done = _run_or_kill(cmd, timeout=120)
+    assert done.returncode == 1, done.stderr
+    doc = json.loads(done.stdout)
+    assert (doc["ok"], doc["verified"]) == (False, False)
+    (record,) = doc["files"]
+    offsets = {rank: piece.offset for rank, (piece,) in enumerate(split_by_bytes([8_000_000], 4))}
+    said = [f"rank {r}: cannot read '{path}' (from offset {offsets[r]}): rank {r} sees another '{path}' than "
+            f"rank 0 (size 8000001, rank 0's 8000000)" for r in (2, 3)]
+    assert record["status"] == "failed" and record["error"] in said, record
+    assert [line for line in done.stderr.splitlines() if ": error: " in line] == [
+        f"gdscp read: error: {s}" for s in said]
+
+
+@needs_mpi
+def test_a_rank_that_sees_another_directory_than_rank_0_fails_the_write(tmp_path):
+    """Ranks 2-3 see another directory than rank 0 under FILE's (one local
+    to their node): they cannot find the temporary file rank 0 made in it,
+    and say so of FILE and its directory, never of the temporary file (a
+    name the user never gave, removed); nothing is put in place, exit 1."""
+    other = tmp_path / "other"
+    (other / "out").mkdir(parents=True)
+    (tmp_path / "out").mkdir()
+    wrap = _own_files_command(tmp_path)
+    if wrap is None:
+        pytest.skip("needs unshare -m and bind mounts (root)")
+    path, folder = str(tmp_path / "out" / "w.bin"), str(tmp_path / "out")
+    line = [*GDSCP, "write", "--host", path, "--size", "8M"]
+    cmd = [MPIEXEC, "-n", "2", *line, ":", "-n", "2", "env", f"OTHER={other}", f"SRC={tmp_path}", *wrap, *line]
+    done = _run_or_kill(cmd, timeout=120)
+    assert done.returncode == 1, done.stderr
+    assert [line for line in done.stderr.splitlines() if ": error: " in line] == [
+        f"gdscp write: error: rank {r}: cannot write '{path}': rank {r} sees another '{folder}' than rank 0 "
+        "(rank 0's temporary file is not in it)" for r in (2, 3)]
+    assert os.listdir(tmp_path / "out") == [] and os.listdir(other / "out") == []
+
+
 
 @needs_mpi
 @pytest.mark.parametrize("first, second", [

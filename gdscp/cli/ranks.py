@@ -506,10 +506,8 @@ def _share_out(world: World, copier: Any, jobs: list[Any]) -> dict[str, Any]:
             for rank in ranks:
                 shares[rank] = [p for p in shares[rank] if p.index != index]
     return {
-        # With each regular file, its size and time as rank 0 found them, which
-        # every other rank checks the file it opens against (_not_rank_0s).
-        "files": [(j.src, j.dst, j.st.st_size, j.st.st_mtime_ns if stat.S_ISREG(j.st.st_mode) else None)
-                  for j, _ in files],
+        # With each file, its size and time as rank 0 found them (_as_found).
+        "files": [(j.src, j.dst, *_as_found(j.st)) for j, _ in files],
         "shares": shares,
         "shared": {i: s["tmp"] for i, s in shared.items()},
         # Rank 0's own, kept off the broadcast:
@@ -561,16 +559,7 @@ def _copy_share(world: World, out: Output, plan: dict[str, Any], where: Optional
     pieces = plan["shares"][world.rank]
     if not pieces:
         return []
-    # A source this rank sees otherwise than rank 0 did fails here, nothing
-    # written: its bytes are not the ones rank 0 planned (another file of
-    # that name on this node, or one changed since).
-    refused = {}
-    if not world.root:
-        for index in sorted({p.index for p in pieces}):
-            src, _, size, mtime = files[index]
-            why = _not_rank_0s(src, size, mtime)
-            if why:
-                refused[index] = f"rank {world.rank} sees another '{src}' than rank 0 ({why})"
+    refused = _not_as_rank_0_saw(world, {p.index: (files[p.index][0], *files[p.index][2:]) for p in pieces})
     done = [(p.index, p.whole, "failed", 0, 0.0, refused[p.index], None, None, p.offset)
             for p in pieces if p.index in refused]
     pieces = [p for p in pieces if p.index not in refused]
@@ -601,6 +590,36 @@ def _copy_share(world: World, out: Output, plan: dict[str, Any], where: Optional
         (p.index, p.whole, r.status, r.bytes, r.seconds, r.error, r.read_backend, r.write_backend, p.offset)
         for p, r in zip(pieces, results)
     ]
+
+
+def _as_found(st: os.stat_result) -> tuple[int, Optional[int]]:
+    """A source's size and st_mtime_ns as rank 0 found it, which every other
+    rank checks the file it opens against (``_not_as_rank_0_saw``); the
+    time None where it is not a regular file (not checked)."""
+    return st.st_size, st.st_mtime_ns if stat.S_ISREG(st.st_mode) else None
+
+
+def _found_at(path: str) -> Optional[tuple[int, Optional[int]]]:
+    """``_as_found`` of the file at ``path``; None where it cannot be stat'ed (its read fails)."""
+    try:
+        return _as_found(os.stat(path))
+    except OSError:
+        return None
+
+
+def _not_as_rank_0_saw(world: World, sources: dict[int, tuple[str, int, Optional[int]]]) -> dict[int, str]:
+    """The ``sources`` (by index: the path, and ``_as_found`` on rank 0) that
+    this rank sees otherwise than rank 0 did, and how: its bytes are not the
+    ones rank 0 planned (another file of that name on this node, or one
+    changed since), and such a file fails on this rank, nothing of it moved.
+    Rank 0 planned from its own."""
+    refused = {}
+    if not world.root:
+        for index, (path, size, mtime) in sorted(sources.items()):
+            why = _not_rank_0s(path, size, mtime)
+            if why:
+                refused[index] = f"rank {world.rank} sees another '{path}' than rank 0 ({why})"
+    return refused
 
 
 def _not_rank_0s(src: str, size: int, mtime: Optional[int]) -> str:
@@ -806,17 +825,21 @@ def copy(world: World, out: Output, copier: Any, srcs: list[str], dst: str, *, h
 # -- read ------------------------------------------------------------------------------
 
 
-def _read_share(world: World, out: Output, plan: list[Any], where: Optional[int], verify: bool,
-                staging_size: Optional[int]) -> list[tuple]:
+def _read_share(world: World, out: Output, plan: list[Any], found: list[Optional[tuple[int, Optional[int]]]],
+                where: Optional[int], verify: bool, staging_size: Optional[int]) -> list[tuple]:
     """This rank's ranges of the files, in one bulk job: (file index, status,
-    bytes, seconds, error, errno, backend, reason, offset) per range."""
+    bytes, seconds, error, errno, backend, reason, offset) per range.
+    ``found``: each file as rank 0 found it (``_as_found``; None: not checked)."""
     sized = [i for i, f in enumerate(plan) if not f.stream]
     shares = split_by_bytes([plan[i].length for i in sized], world.size)
     pieces = [(sized[p.index], plan[sized[p.index]].offset + p.offset, p.length) for p in shares[world.rank]]
     streams = [i for i, f in enumerate(plan) if f.stream]
     pieces += [(i, 0, plan[i].length) for k, i in enumerate(streams) if k % world.size == world.rank]
+    refused = _not_as_rank_0_saw(world, {i: (plan[i].path, *found[i]) for i, _, _ in pieces if found[i]})
+    done = [(i, "failed", 0, 0.0, refused[i], None, None, None, o) for i, o, _ in pieces if i in refused]
+    pieces = [piece for piece in pieces if piece[0] not in refused]
     if not pieces:
-        return []
+        return done
     job = stream_files([plan[i].path for i, _, _ in pieces], ranges=[(o, n) for _, o, n in pieces], device=where,
                        verify=verify, staging_size=staging_size)
     total = sum(n or 0 for _, _, n in pieces)
@@ -824,8 +847,8 @@ def _read_share(world: World, out: Output, plan: list[Any], where: Optional[int]
                           enabled=world.root and out.show_progress) as progress:
         progress.follow(job)
         results = job.results()
-    return [(i, r.status, r.bytes, r.seconds, r.error, r.errno, r.read_backend, r.backend_reason, o)
-            for (i, o, _), r in zip(pieces, results)]
+    return done + [(i, r.status, r.bytes, r.seconds, r.error, r.errno, r.read_backend, r.backend_reason, o)
+                   for (i, o, _), r in zip(pieces, results)]
 
 
 def read(world: World, out: Output, make_plan: Any, *, host: bool, device: Optional[int],
@@ -849,7 +872,10 @@ def read(world: World, out: Output, make_plan: Any, *, host: bool, device: Optio
     code, messages, got = _run(world, setup)
     where, plan, setup_seconds = got if got else (None, None, 0.0)
     _settle(world, out, world.agree(code, messages))
-    plan = world.bcast(plan)
+    # With each file, its size and time as rank 0 finds them, which every
+    # other rank checks the file it reads against; not for a file read front
+    # to back, which has no size to go by.
+    plan, found = world.bcast((plan, [None if f.stream else _found_at(f.path) for f in plan]) if world.root else None)
     known = not any(f.length is None for f in plan)
     staging = options.staging_size(chunk_size, 1, max((f.length for f in plan), default=0) if known else None)
     # Every rank's GPU can hold its staging, as a process on its own checks
@@ -857,7 +883,7 @@ def read(world: World, out: Output, make_plan: Any, *, host: bool, device: Optio
     phase(world, out, lambda: options.check_staging(staging, [] if where is None else [where]))
     world.barrier()
     start = time.perf_counter()
-    code, messages, pieces = _run(world, _read_share, world, out, plan, where, verify, staging)
+    code, messages, pieces = _run(world, _read_share, world, out, plan, found, where, verify, staging)
     everyone = world.agree(code, messages, data=pieces)
     seconds = time.perf_counter() - start
     code, messages = 0, []

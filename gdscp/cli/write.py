@@ -495,7 +495,18 @@ def _write_across(world: Any, out: Output, path: str, size: int, *, kind: str, s
             memory.fill(slots[slot][:n], kind, seed, pos)
 
         fill(0, piece.offset, min(chunk, piece.length))
-        with CuFile(tmp, "r+") as sink, TransferProgress(
+        try:
+            opened = CuFile(tmp, "r+")
+        except FileNotFoundError:
+            if world.root:
+                raise
+            # The only file a rank opens is the one rank 0 made, under a fresh
+            # name: a rank that does not find it sees another directory (one
+            # of its node's own), and the name is one the user never gave.
+            folder = os.path.dirname(path) or "."
+            raise Failure(f"cannot write '{path}': rank {world.rank} sees another '{folder}' than rank 0 (rank 0's "
+                          "temporary file is not in it)") from None
+        with opened as sink, TransferProgress(
             out.stderr, piece.length, 1, f"write (rank 0 of {world.size})", enabled=world.root and out.show_progress
         ) as progress:
             write_range(sink, slots, fill, chunk, piece.offset, piece.offset + piece.length, progress, path)

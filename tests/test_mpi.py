@@ -668,12 +668,12 @@ main()
 """
 
 
-def _run_or_kill(cmd: list[str], timeout: float = 120) -> subprocess.CompletedProcess:
+def _run_or_kill(cmd: list[str], timeout: float = 120, **extra: str) -> subprocess.CompletedProcess:
     """``cmd`` (a launcher and its ranks, in a process group of their own) run to
     its end; where it has not ended within ``timeout`` seconds, every process
     of it killed and the test failed: a hung job must not hang the tests, or
-    leave its ranks behind."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
+    leave its ranks behind. ``extra``: variables for every rank."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(**extra),
                             start_new_session=True)
     try:
         out, err = proc.communicate(timeout=timeout)
@@ -1122,6 +1122,7 @@ def test_a_rank_that_sees_another_source_than_rank_0_fails_that_file(tmp_path, w
     assert sorted(p.name for p in dst.iterdir()) == sorted(Path(f["destination"]).name for f in doc["files"]
                                                            if f["status"] == "copied")
 
+
 @needs_mpi
 def test_a_rank_that_sees_another_file_than_rank_0_fails_its_read(tmp_path):
     """Ranks 2-3 see another file than rank 0 under the name read (a file
@@ -1177,6 +1178,120 @@ def test_a_rank_that_sees_another_directory_than_rank_0_fails_the_write(tmp_path
         "(rank 0's temporary file is not in it)" for r in (2, 3)]
     assert os.listdir(tmp_path / "out") == [] and os.listdir(other / "out") == []
 
+
+@needs_mpi
+@pytest.mark.parametrize("how", ["a write fails", "another source"])
+def test_fail_fast_stops_every_rank_once_a_file_fails(tmp_path, how):
+    """--fail-fast, as in one process: once a file fails, no file that is not
+    in place yet is copied, on any rank. Rank 1 fails its first file (a write
+    that fails, or a source it sees otherwise than rank 0), while rank 0's
+    workers wait at their first chunk until their job is cancelled: they are,
+    and rank 1's other file is not copied either. Before, rank 0 copied its
+    files (once its workers were let go), and rank 1 its other file where the
+    check had failed the first."""
+    src, other, dst = tmp_path / "src", tmp_path / "other", tmp_path / "dst"
+    for d in (src, other, dst):
+        d.mkdir()
+    names = ["g1", "g2", "g3", "g4"]  # g1 and g2 rank 0's, g3 and g4 rank 1's
+    assert [[p.index for p in share] for share in split_by_bytes([300_000] * 4, 2)] == [[0, 1], [2, 3]]
+    for name in names:
+        (src / name).write_bytes(os.urandom(300_000))
+    line = [*GDSCP, "copy", "--fail-fast", "--json", *(str(src / n) for n in names), str(dst)]
+    if how == "a write fails":
+        cmd = [MPIEXEC, "-n", "2", *line]
+        env = {"GDSCP_MPI_TEST_FAIL": "1:0"}
+    else:
+        (other / "g3").write_bytes(b"other")
+        seen = os.stat(src / "g3")
+        os.utime(other / "g3", ns=(seen.st_atime_ns, seen.st_mtime_ns))  # only the size differs
+        wrap = _own_files_command(tmp_path)
+        if wrap is None:
+            pytest.skip("needs unshare -m and bind mounts (root)")
+        cmd = [MPIEXEC, "-n", "1", *line, ":", "-n", "1", "env", f"OTHER={other}", f"SRC={src}", *wrap, *line]
+        env = {}
+    done = _run_or_kill(cmd, timeout=120, GDSCP_MPI_TEST_HOLD="0", **env)
+    assert done.returncode == 1, done.stderr
+    doc = json.loads(done.stdout)
+    status = {Path(f["source"]).name: (f["status"], f["error"]) for f in doc["files"]}
+    cancelled = ("cancelled", "not copied: an earlier file failed (--fail-fast)")
+    assert status["g1"] == status["g2"] == cancelled, status
+    if how == "a write fails":
+        failed = [n for n in ("g3", "g4") if status[n][0] == "failed"]
+        assert failed and all(status[n] == cancelled for n in ("g3", "g4") if n not in failed), status
+        assert all(status[n][1].startswith(f"rank 1: cannot copy '{src / n}' to '{dst / n}': ") for n in failed)
+    else:
+        assert status["g4"] == cancelled, status
+        assert status["g3"] == ("failed", f"rank 1: cannot copy '{src / 'g3'}' to '{dst / 'g3'}': rank 1 sees "
+                                          f"another '{src / 'g3'}' than rank 0 (size 5, rank 0's 300000)"), status
+    assert (doc["copied"], doc["failed"]) == (0, 4)
+    assert os.listdir(dst) == []
+
+
+@needs_mpi
+@pytest.mark.parametrize("where", ["walk", "plan"])
+def test_fail_fast_over_ranks_copies_nothing_after_a_file_fails_before_the_copy(tmp_path, where):
+    """As one process: with --fail-fast, a file that fails before any rank
+    copies (a source missing in rank 0's walk; a file cut among the ranks
+    whose destination is a directory, found as rank 0 shares the files out)
+    stops the copy there; the other files are reported not copied. Before,
+    the ranks copied them."""
+    dst = tmp_path / "dst"
+    dst.mkdir()
+    (tmp_path / "a").write_bytes(os.urandom(1000))
+    (tmp_path / "big").write_bytes(os.urandom(8_000_000))  # cut among both ranks
+    cancelled = "not copied: an earlier file failed (--fail-fast)"
+    if where == "walk":
+        names = [str(tmp_path / n) for n in ("missing", "a", "big")]
+        expected = [(names[0], "failed", f"cannot stat '{names[0]}': No such file or directory"),
+                    (names[1], "cancelled", cancelled), (names[2], "cancelled", cancelled)]
+    else:
+        (dst / "big").mkdir()
+        names = [str(tmp_path / n) for n in ("a", "big")]
+        said = f"cannot overwrite directory '{dst / 'big'}' with non-directory '{names[1]}'"
+        expected = [(names[0], "cancelled", cancelled), (names[1], "failed", said)]
+    done = _run(["copy", "--fail-fast", "--json", *names, str(dst)], ranks=2)
+    assert done.returncode == 1, done.stderr
+    doc = json.loads(done.stdout)
+    assert [(f["source"], f["status"], f["error"]) for f in doc["files"]] == expected
+    # Nothing copied: only the directory in the way, empty.
+    assert [str(p.relative_to(dst)) for p in dst.rglob("*")] == ([] if where == "walk" else ["big"])
+
+
+# Every rank runs this: an alarm sounded by the ranks named first, then one
+# sounded by rank 0 alone; the agreement that ends each phase must take in
+# every word (a word left over would be heard in the next phase, one too many
+# awaited would hang the job).
+_ALARMS = r"""
+import sys
+from gdscp import mpi
+world = mpi.world()
+first = [int(r) for r in sys.argv[1].split(",")]
+alarm = world.alarm()
+if world.rank in first:
+    alarm.sound()
+while not alarm.sounded():
+    pass
+world.agree(0)
+alarm = world.alarm()
+world.barrier()
+heard_early = alarm.sounded()
+world.barrier()
+if world.rank == 0:
+    alarm.sound()
+while not alarm.sounded():
+    pass
+statuses = world.agree(0, data=heard_early)
+if world.rank == 0:
+    print([s.data for s in statuses])
+"""
+
+
+@needs_mpi
+@pytest.mark.parametrize("first", ["1", "1,2", "0,1,2"])
+def test_an_alarm_is_closed_by_its_phases_agreement(first):
+    done = _run_or_kill([MPIEXEC, "-n", "3", sys.executable, "-c", _ALARMS, first], timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "[False, False, False]\n"
 
 
 @needs_mpi

@@ -40,6 +40,9 @@ if TYPE_CHECKING:
 
 __all__ = ["copy"]
 
+# What a file that --fail-fast kept from being copied says.
+FAIL_FAST_CANCELLED = "not copied: an earlier file failed (--fail-fast)"
+
 _THROUGH_CHUNK = 4 << 20  # a copy through a descriptor: bytes per read and write
 
 
@@ -141,6 +144,16 @@ class _Copier:
         self.staging_size: Optional[int] = None
 
     # -- planning -------------------------------------------------------------------
+    def stopped(self, jobs: list[_Job]) -> bool:
+        """Whether --fail-fast stops the copy before it starts, a source having
+        failed in the walk: then every file and link of ``jobs`` is recorded
+        as not copied, and nothing is made."""
+        if not (self.fail_fast and self.records):  # (the walk records only its failures)
+            return False
+        self.records += [_Record(j.src, j.dst, status="cancelled", error=FAIL_FAST_CANCELLED) for j in jobs
+                         if j.kind in ("file", "link")]
+        return True
+
     def problem(self, message: str, src: str = "", dst: str = "") -> None:
         self.out.error(message)
         self.records.append(_Record(src, dst, status="failed", error=message))
@@ -359,10 +372,9 @@ class _Copier:
                 # --fail-fast: a directory or link that failed stops the copy
                 # as a file that failed would; the directories made so far
                 # still get their modes.
-                cancelled = "not copied: an earlier file failed (--fail-fast)"
                 for _, pending in files:
-                    pending.status, pending.error = "cancelled", cancelled
-                self.records += [_Record(j.src, j.dst, status="cancelled", error=cancelled)
+                    pending.status, pending.error = "cancelled", FAIL_FAST_CANCELLED
+                self.records += [_Record(j.src, j.dst, status="cancelled", error=FAIL_FAST_CANCELLED)
                                  for j in jobs[k + 1 :] if j.kind in ("file", "link")]
                 after += [j for j in jobs[k + 1 :] if j.kind == "dirmeta"]
                 return [], after
@@ -738,10 +750,7 @@ def copy(
         jobs = copier.plan(srcs, dst)
         if descriptor is not None:
             jobs = _through_descriptor(copier, jobs, dst)
-        if fail_fast and copier.records:  # a source failed already: copy nothing
-            cancelled = "not copied: an earlier file failed (--fail-fast)"
-            copier.records += [_Record(j.src, j.dst, status="cancelled", error=cancelled) for j in jobs
-                               if j.kind in ("file", "link")]
+        if copier.stopped(jobs):
             report(out, copier.records, None if host else device, verify, 0.0)
             return
         files = [j for j in jobs if j.kind == "file"]

@@ -37,7 +37,7 @@ import typer
 from .. import _core, mpi
 from ..bulk import clean_temporaries, copy_files, stop_running_jobs, stream_files
 from ..mpi.split import split_by_bytes
-from ..mpi.comm import Status, Unavailable, World, job_code, said, spans, worst
+from ..mpi.comm import Alarm, Status, Unavailable, World, job_code, said, spans, worst
 from . import options
 from .atomic import (DirectoryMoved, commit, discard, fsync_dir, give_owner, keep_owner, link_into_place, make_temp,
                      moved, remove_pending)
@@ -91,6 +91,7 @@ class _Signals:
 
 
 _signals = _Signals()
+_LOOK = 0.05  # seconds between a waiting rank's looks at its alarm
 
 
 def join(out: Output, threads: Optional[int] = None) -> Optional[World]:
@@ -505,6 +506,16 @@ def _share_out(world: World, copier: Any, jobs: list[Any]) -> dict[str, Any]:
         if index not in shared:
             for rank in ranks:
                 shares[rank] = [p for p in shares[rank] if p.index != index]
+    if copier.fail_fast and any(record.status == "failed" for _, record in files):
+        # A file failed before any rank began: --fail-fast copies none of the others.
+        from .copy import FAIL_FAST_CANCELLED  # noqa: PLC0415
+
+        for info in shared.values():
+            discard(info["tmp"])
+        for _, record in files:
+            if record.status not in ("failed", "skipped"):
+                record.status, record.error = "cancelled", FAIL_FAST_CANCELLED
+        shares, shared = [[] for _ in shares], {}
     return {
         # With each file, its size and time as rank 0 found them (_as_found).
         "files": [(j.src, j.dst, *_as_found(j.st)) for j, _ in files],
@@ -552,9 +563,10 @@ def _fallocate(fd: int, size: int) -> bool:
 
 
 def _copy_share(world: World, out: Output, plan: dict[str, Any], where: Optional[int], copier: Any,
-                staging_size: Optional[int]) -> list[tuple]:
+                staging_size: Optional[int], alarm: Optional[Alarm]) -> list[tuple]:
     """This rank's share: its whole files and its ranges of shared ones, in one bulk job.
-    Returns (file index, whole, status, bytes, seconds, error, read backend, write backend) per piece."""
+    Returns (file index, whole, status, bytes, seconds, error, read backend, write backend) per piece.
+    ``alarm`` (--fail-fast): sounded where a file fails here, and stops this rank's job where it sounds."""
     files, shared = plan["files"], plan["shared"]
     pieces = plan["shares"][world.rank]
     if not pieces:
@@ -563,6 +575,10 @@ def _copy_share(world: World, out: Output, plan: dict[str, Any], where: Optional
     done = [(p.index, p.whole, "failed", 0, 0.0, refused[p.index], None, None, p.offset)
             for p in pieces if p.index in refused]
     pieces = [p for p in pieces if p.index not in refused]
+    if alarm is not None and refused:
+        alarm.sound()
+    if alarm is not None and alarm.sounded():
+        return done + [(p.index, p.whole, "cancelled", 0, 0.0, None, None, None, p.offset) for p in pieces]
     if not pieces:
         return done
     pairs, ranges, sizes = [], [], []
@@ -585,11 +601,29 @@ def _copy_share(world: World, out: Output, plan: dict[str, Any], where: Optional
         progress.follow(job)
         with job:  # Ctrl-C while waiting cancels the job: its temporary files go
             _test_pause(world)
-            results = job.results()
+            results = _results(job, alarm)
     return done + [
         (p.index, p.whole, r.status, r.bytes, r.seconds, r.error, r.read_backend, r.write_backend, p.offset)
         for p, r in zip(pieces, results)
     ]
+
+
+def _results(job: Any, alarm: Optional[Alarm]) -> list[Any]:
+    """The results of this rank's ``job`` once it has ended. With an
+    ``alarm`` (--fail-fast): a file failed here sounds it, and its sounding
+    anywhere cancels the job, as a failure cancels a process's own job (its
+    files not yet in place are not copied)."""
+    if alarm is not None:
+        cancelled = False
+        while not job.wait(_LOOK):
+            if job.progress().files_failed:
+                alarm.sound()
+            elif not cancelled and alarm.sounded():
+                job.cancel()
+                cancelled = True
+        if job.progress().files_failed:
+            alarm.sound()
+    return job.results()
 
 
 def _as_found(st: os.stat_result) -> tuple[int, Optional[int]]:
@@ -652,7 +686,11 @@ def _when(ns: int) -> str:
 
 def _copy_commit(world: World, copier: Any, plan: dict[str, Any], everyone: list[Status], interrupted: bool) -> None:
     """Rank 0: the records of every file, and the shared files put in place
-    (mode, times, rename) where every range of them is done, removed otherwise."""
+    (mode, times, rename) where every range of them is done, removed otherwise.
+    With --fail-fast, a file failed anywhere keeps every shared file from its
+    place (none is in place yet), as a failure stops a process's own copy."""
+    from .copy import FAIL_FAST_CANCELLED  # noqa: PLC0415
+
     files, shared = plan["_records"], plan["_shared"]
     for rank, pieces in enumerate(plan["shares"]):
         for p in pieces:
@@ -675,15 +713,19 @@ def _copy_commit(world: World, copier: Any, plan: dict[str, Any], everyone: list
                     record.status = "failed"
                     record.error = f"rank {s.rank}: cannot copy '{record.source}' to '{record.destination}': {error}"
                     copier.out.error(record.error)
+                elif copier.fail_fast and status == "cancelled":
+                    record.status, record.error = "cancelled", FAIL_FAST_CANCELLED
                 else:
                     record.status, record.error = "cancelled", f"rank {s.rank}: not copied ({status})"
             else:
                 parts.setdefault(index, []).append((s.rank, status, nbytes, seconds, error, rb, wb, offset))
+    stop = copier.fail_fast and (any(r.status == "failed" for r in copier.records)
+                                 or any(g[1] == "failed" for got in parts.values() for g in got))
     for index, info in shared.items():
         record = files[index][1]
         got = parts.get(index, [])
         bad = [g for g in got if g[1] != "done"]
-        ok = not interrupted and len(got) == len(info["ranks"]) and not bad
+        ok = not interrupted and len(got) == len(info["ranks"]) and not bad and not stop
         record.ranks = sorted(g[0] for g in got)
         record.bytes = sum(g[2] for g in got)
         record.seconds = max((g[3] for g in got), default=0.0)
@@ -700,8 +742,9 @@ def _copy_commit(world: World, copier: Any, plan: dict[str, Any], everyone: list
                 record.status = "failed"
                 record.error = f"rank 0: cannot copy '{record.source}' to '{record.destination}': {describe(exc)[0]}"
                 copier.out.error(record.error)
+                stop = copier.fail_fast
         else:
-            record.status = "failed" if bad else "cancelled"
+            record.status = "failed" if any(g[1] == "failed" for g in bad) else "cancelled"
             for rank, status, _n, _s, error, _rb, _wb, offset in bad:
                 if status == "failed":
                     # The rank's job wrote into the temporary file, and its error
@@ -711,7 +754,8 @@ def _copy_commit(world: World, copier: Any, plan: dict[str, Any], everyone: list
                                     f"(its part at offset {offset}): {error}")
                     copier.out.error(record.error)
             if record.error is None:
-                record.error = "not copied: the job was interrupted" if interrupted else "not copied"
+                record.error = ("not copied: the job was interrupted" if interrupted
+                                else FAIL_FAST_CANCELLED if stop else "not copied")
         discard(info["tmp"])
 
 
@@ -764,7 +808,8 @@ def copy(world: World, out: Output, copier: Any, srcs: list[str], dst: str, *, h
             removed = _clean(dst)
             if removed:
                 out.note(f"removed {removed} temporary file{'s' if removed != 1 else ''} of earlier runs")
-        return copier.plan(srcs, dst)
+        jobs = copier.plan(srcs, dst)
+        return [] if copier.stopped(jobs) else jobs  # --fail-fast, a source failed: nothing is made
 
     jobs = phase(world, out, walk)
     staging = options.staging_size(chunk_size, 1, world.bcast(_largest(jobs) if world.root else None))
@@ -795,8 +840,11 @@ def copy(world: World, out: Output, copier: Any, srcs: list[str], dst: str, *, h
     # The job's time, as docs/cluster.md gives it: from every rank having its
     # plan (rank 0's walk before it, as a process on its own walks before its clock).
     start = time.perf_counter()
-    # 3. Every rank copies its share.
-    code, messages, pieces = _run(world, _copy_share, world, out, shared_plan, where, copier, staging)
+    # 3. Every rank copies its share; with --fail-fast, a file failed on any
+    # rank stops every rank's (the alarm; it is opened on every rank, the
+    # share's work runs or not).
+    alarm = world.alarm() if copier.fail_fast else None
+    code, messages, pieces = _run(world, _copy_share, world, out, shared_plan, where, copier, staging, alarm)
     everyone = world.agree(code, messages, data=pieces)
     # 4. Rank 0 puts the shared files in place (or removes them), and reports.
     code, messages = 0, []
@@ -928,15 +976,17 @@ def read(world: World, out: Output, make_plan: Any, *, host: bool, device: Optio
 
 
 def _test_fault(world: World) -> None:
-    """GDSCP_MPI_TEST_FAIL=RANK:SKIP: that rank's writes fail with EIO after SKIP of them."""
+    """GDSCP_MPI_TEST_FAIL=RANK:SKIP: that rank's writes fail with EIO after
+    SKIP of them. GDSCP_MPI_TEST_HOLD=RANK: that rank's workers wait at their
+    first chunk until its job is cancelled (or a minute)."""
     hook = os.environ.get("GDSCP_MPI_TEST_FAIL")
-    if not hook:
-        return
-    rank, skip = (int(v) for v in hook.split(":"))
-    if rank == world.rank:
-        from .. import _core  # noqa: PLC0415
-
-        _core.testing.arm_fault("pwrite", skip, 1 << 30, errno.EIO)
+    if hook:
+        rank, skip = (int(v) for v in hook.split(":"))
+        if rank == world.rank:
+            _core.testing.arm_fault("pwrite", skip, 1 << 30, errno.EIO)
+    hold = os.environ.get("GDSCP_MPI_TEST_HOLD")
+    if hold and int(hold) == world.rank:
+        _core.testing.arm_hold(0)
 
 
 def _test_pause(world: World) -> None:

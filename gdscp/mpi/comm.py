@@ -9,7 +9,10 @@ Ctrl-C and SIGTERM are seen while waiting; a rank interrupted there goes on
 waiting for the others (they were interrupted too, or will learn of it from
 this agreement) up to ``GDSCP_MPI_ABORT_AFTER`` seconds (60; at most a
 day), then calls MPI_Abort as a last resort. ``said()`` gives the ranks'
-messages as rank 0 says them, each text once. Only here is mpi4py imported.
+messages as rank 0 says them, each text once. While a phase's work runs,
+an ``Alarm`` carries one word among the ranks (a file failed, under
+--fail-fast), which the agreement that ends the phase closes. Only here is
+mpi4py imported.
 """
 
 from __future__ import annotations
@@ -24,11 +27,13 @@ from typing import Any, Iterator, Mapping, NamedTuple, Optional
 from .._errors import invalid_variable
 from .launch import Launch
 
-__all__ = ["Status", "Unavailable", "World", "abort_after", "connect", "job_code", "said", "spans", "worst"]
+__all__ = ["Alarm", "Status", "Unavailable", "World", "abort_after", "connect", "job_code", "said", "spans", "worst"]
 
 _POLL = 0.005  # seconds between looks at a pending barrier
 _ABORT_AFTER = 60.0
 _MOST_ABORT_AFTER = 86400.0  # a day: a longer wait for ranks that do not come is a mistake
+_ALARM_TAG = 7  # an alarm's word; the agreements themselves are collectives, which no tag matches
+_WORD = b"\x01"
 
 
 class Unavailable(Exception):
@@ -52,6 +57,7 @@ class World:
         self.launch = launch
         self.interrupted = 0  # 130 or 143 once a signal arrived
         self.signals = 0  # how many arrived
+        self._alarm: Optional[Alarm] = None
         try:
             self.abort_after = abort_after()
         except ValueError:  # checked as the command started: this rank joins only to say so (gdscp.cli.main)
@@ -88,11 +94,22 @@ class World:
                 self.note_signal(code)
 
     def agree(self, code: int, messages: Optional[list] = None, data: Any = None) -> list[Status]:
-        """Everyone's status after a phase (in rank order), on every rank."""
+        """Everyone's status after a phase (in rank order), on every rank; the
+        phase's alarm, where it had one, closed."""
         self._wait(self.comm.Ibarrier())
         code = code or self.interrupted
         mine = Status(self.rank, code, list(messages or []), data)
-        return [Status(*s) for s in self.comm.allgather(tuple(mine))]
+        alarm, self._alarm = self._alarm, None
+        gathered = self.comm.allgather((tuple(mine), alarm is not None and alarm.sent))
+        if alarm is not None:
+            alarm.close(sum(sent for rank, (_, sent) in enumerate(gathered) if rank != self.rank))
+        return [Status(*s) for s, _ in gathered]
+
+    def alarm(self) -> "Alarm":
+        """The alarm of the phase about to run, which its agreement closes:
+        every rank opens one for the same phase, or none does."""
+        self._alarm = Alarm(self)
+        return self._alarm
 
     def bcast(self, obj: Any) -> Any:
         """Rank 0's ``obj`` on every rank (after an agreement, so no rank is missing)."""
@@ -104,6 +121,55 @@ class World:
     def abort(self, code: int) -> None:
         """The last resort: end every rank of the job now."""
         self.comm.Abort(code)
+
+
+class Alarm:
+    """One word among the ranks while a phase's work runs: ``sound()`` sends
+    it to every other rank at once, ``sounded()`` says whether any rank has
+    (this one, or one whose word has come). Under --fail-fast a rank whose
+    file fails sounds it, and the others stop their jobs on it, as a file
+    that fails stops a process's own job. Only the main thread calls MPI, so
+    the ranks look for the word as they wait for their work. The phase's
+    agreement receives every word sent (``close``): none outlives its phase
+    to be taken for the next one's."""
+
+    def __init__(self, world: World):
+        from mpi4py import MPI  # noqa: PLC0415 - imported already, by connect
+
+        self._world = world
+        self._byte, self._anyone = MPI.BYTE, MPI.ANY_SOURCE
+        self._inbox = bytearray(1)
+        self._listening = world.comm.Irecv([self._inbox, MPI.BYTE], source=MPI.ANY_SOURCE, tag=_ALARM_TAG)
+        self._heard = False
+        self._sends: list[Any] = []
+        self.sent = False
+
+    def sound(self) -> None:
+        """Tell every other rank (once)."""
+        if self.sent:
+            return
+        self.sent = True
+        world = self._world
+        self._sends = [world.comm.Isend([_WORD, self._byte], dest=rank, tag=_ALARM_TAG)
+                       for rank in range(world.size) if rank != world.rank]
+
+    def sounded(self) -> bool:
+        if not self._heard and not self.sent:
+            self._heard = self._listening.Test()
+        return self.sent or self._heard
+
+    def close(self, words: int) -> None:
+        """After the phase's barrier, with ``words`` the number of other ranks
+        that sounded it (each has sent by now): this rank takes in every word
+        sent to it, and one of its own, which the receive still posted takes
+        where no other word came; then its own sends are done."""
+        world, comm = self._world, self._world.comm
+        own = comm.Isend([_WORD, self._byte], dest=world.rank, tag=_ALARM_TAG)
+        world._wait(self._listening)  # one of words + 1 (done already where a word was heard)
+        for _ in range(words):
+            world._wait(comm.Irecv([self._inbox, self._byte], source=self._anyone, tag=_ALARM_TAG))
+        for request in [own, *self._sends]:
+            world._wait(request)
 
 
 def job_code(statuses: list[Status]) -> int:

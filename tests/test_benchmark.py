@@ -648,6 +648,19 @@ def test_wrong_bytes_are_caught(tmp_path):
         measure.check_read(liar, str(path), buf, MiB)
 
 
+@pytest.mark.parametrize("cupy, upload, download", [
+    (None, "cuMemcpyHtoD into the device buffer", "cuMemcpyDtoH into host"),
+    (object(), "cupy .set(host) into the device buffer", "cupy .get(out=host)"),
+])
+def test_the_python_baseline_names_the_copy_it_makes_to_the_gpu(cupy, upload, download):
+    # Without CuPy the device buffer is gdscp's own, copied with the driver's calls (GpuTarget.upload).
+    python = tools.PythonTool(types.SimpleNamespace(kind="gpu", cupy=cupy), np.empty(1, dtype=np.uint8))
+    assert python.describe("read") == (
+        f"open(path, 'rb', buffering=0).readinto(host) into a preallocated buffer then {upload}")
+    assert python.describe("randread") == f"f.seek(offset); f.readinto(view) then {upload}, one call at a time"
+    assert python.describe("write") == f"{download} then open(path, 'wb', buffering=0).write(host) then os.fsync"
+
+
 @pytest.mark.parametrize("make", [lambda t, b: tools.GdscpTool(t, 2), lambda t, b: tools.PythonTool(t, b)])
 def test_tools_move_the_right_bytes(tmp_path, make):
     source, copy = tmp_path / "source", tmp_path / "copy"

@@ -1960,6 +1960,13 @@ def scenario_cli_without_cupy(folder):
                 "--dir", folder)
     assert doc["ok"] and doc["config"]["memory"] == "gpu", doc["config"]
     assert doc["baselines"]["numpy_cupy"] == {"available": False, "reason": "not measured: CuPy is not installed"}
+    # The Python baseline's copy to and from the GPU is the driver's, as its calls say.
+    assert doc["baselines"]["python"]["what"] == {
+        "read": "open(path, 'rb', buffering=0).readinto(host) into a preallocated buffer then cuMemcpyHtoD into the "
+                "device buffer",
+        "write": "cuMemcpyDtoH into host then open(path, 'wb', buffering=0).write(host) then os.fsync",
+        "randread": "f.seek(offset); f.readinto(view) then cuMemcpyHtoD into the device buffer, one call at a time",
+    }
     assert doc["machine"]["gpu"]["available"] and doc["machine"]["gpu"]["cupy"] is None
     assert [g["name"] for g in doc["machine"]["gpu"]["devices"]] == ["gdscp stand-in GPU"]
     assert any(r["tool"] == "gdscp" for r in doc["results"])

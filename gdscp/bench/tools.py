@@ -229,11 +229,16 @@ class PythonTool(Tool):
         return done
 
     def describe(self, mode: str) -> str:
-        gpu = self.target.kind == "gpu"
+        # The copies target.download and target.upload make: CuPy's where the
+        # device buffer is a CuPy array, else the driver's own.
+        if self.target.kind != "gpu":
+            prefix = suffix = ""
+        elif self.target.cupy is not None:
+            prefix, suffix = "cupy .get(out=host) then ", " then cupy .set(host) into the device buffer"
+        else:
+            prefix, suffix = "cuMemcpyDtoH into host then ", " then cuMemcpyHtoD into the device buffer"
         if mode == "write":
-            prefix = "cupy .get(out=host) then " if gpu else ""
             return prefix + "open(path, 'wb', buffering=0).write(host) then os.fsync"
-        suffix = " then cupy .set(host) into the device buffer" if gpu else ""
         if mode == "randread":
             return "f.seek(offset); f.readinto(view)" + suffix + ", one call at a time"
         return "open(path, 'rb', buffering=0).readinto(host) into a preallocated buffer" + suffix

@@ -8,6 +8,7 @@ consistency are, and so are the bytes the tools moved.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import glob
 import json
@@ -1511,6 +1512,92 @@ def test_files_document_figures_are_consistent_and_cp_is_the_best_baseline(capsy
     read = doc["workloads"][1]
     assert next(r for r in read["results"] if r["tool"] == "python")["best"] is True
     assert list(tmp_path.iterdir()) == []
+
+
+def _fake_kvikio(monkeypatch, read):
+    """A KvikIO of version 99.0 whose CuFile(path).read(buf) is ``read``."""
+    kvikio = types.ModuleType("kvikio")
+    kvikio.__version__ = "99.0"
+    kvikio_defaults = types.ModuleType("kvikio.defaults")
+    kvikio_defaults.set = lambda name, value: contextlib.nullcontext()
+    kvikio.defaults = kvikio_defaults
+
+    class CuFile:
+        def __init__(self, path, mode="r"):
+            self.path = path
+
+        def read(self, buf):
+            return read(self.path, buf)
+
+        def close(self):
+            pass
+
+    kvikio.CuFile = CuFile
+    monkeypatch.setitem(sys.modules, "kvikio", kvikio)
+    monkeypatch.setitem(sys.modules, "kvikio.defaults", kvikio_defaults)
+
+
+def _files_read(tmp_path) -> dict:
+    from gdscp.bench import many
+
+    doc = many.run_files_benchmark(many.FilesConfig(files=4, low=1024, high=4096, modes=["read"], dir=str(tmp_path),
+                                                    memory="host", threads=[1, 2]))
+    (read,) = doc["workloads"]
+    assert list(tmp_path.iterdir()) == []
+    return read
+
+
+def test_files_read_says_kvikio_absent_with_no_version(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "kvikio", None)  # import kvikio raises ImportError
+    with pytest.raises(ImportError) as refused:
+        import kvikio  # noqa: F401
+    read = _files_read(tmp_path)
+    assert read["kvikio"] == {"available": False, "version": None,
+                              "reason": f"kvikio is not importable ({type(refused.value).__name__}: {refused.value})"}
+    assert [(r["tool"], r["threads"]) for r in read["results"]] == [("gdscp", None), ("gdscp-one-file", None),
+                                                                    ("python", None)]
+    assert read["results"][0]["factor"] == {"python": read["results"][0]["factor"]["python"], "kvikio": None}
+
+
+def test_files_read_drops_a_failing_kvikio_and_keeps_every_run_of_the_others(tmp_path, monkeypatch):
+    def broken(path, buf):
+        raise RuntimeError("no CUDA driver")
+
+    _fake_kvikio(monkeypatch, broken)
+    read = _files_read(tmp_path)
+    assert read["kvikio"] == {"available": False, "version": "99.0",
+                              "reason": "failed: RuntimeError: no CUDA driver"}
+    assert [r["tool"] for r in read["results"]] == ["gdscp", "gdscp-one-file", "python"]
+    assert all(len(r["seconds"]) == 3 for r in read["results"])
+    assert read["results"][0]["factor"]["kvikio"] is None
+
+
+def test_files_read_blames_a_failing_python_loop_on_python_alone(tmp_path, monkeypatch):
+    """The Python loop failing in a timed run leaves KvikIO's entry and runs as they were."""
+    from gdscp.bench import many
+
+    def fill(path, buf):
+        with open(path, "rb", buffering=0) as f:
+            f.readinto(buf)
+
+    _fake_kvikio(monkeypatch, fill)
+    opened = []
+    real_open = open
+
+    def python_open(path, *args, **kwargs):
+        if kwargs.get("buffering") == 0:  # only the Python loop opens files unbuffered
+            opened.append(path)
+            if len(opened) > 4:  # its warm-up round passes, its first timed run fails
+                raise OSError(errno.EIO, "Input/output error")
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(many, "open", python_open, raising=False)
+    read = _files_read(tmp_path)
+    assert read["kvikio"] == {"available": True, "version": "99.0", "reason": "importable"}
+    assert [(r["tool"], r["threads"]) for r in read["results"]] == [("gdscp", None), ("gdscp-one-file", None),
+                                                                    ("kvikio", 1), ("kvikio", 2)]
+    assert all(len(r["seconds"]) == 3 for r in read["results"])
+    assert read["results"][0]["factor"]["python"] is None and read["results"][0]["factor"]["kvikio"] > 0
 
 
 @pytest.mark.parametrize("stdout, stderr, said", [

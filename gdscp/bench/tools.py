@@ -174,12 +174,12 @@ class KvikioTool(Tool):
         return "kvikio.CuFile(path, 'r').pread(buf).get()"
 
 
-def kvikio_status() -> tuple[bool, str, str]:
-    """``(importable, reason, version)`` for KvikIO."""
+def kvikio_status() -> tuple[bool, str, Optional[str]]:
+    """``(importable, reason, version)`` for KvikIO (no version where it is not importable)."""
     try:
         import kvikio
     except Exception as exc:
-        return False, f"kvikio is not importable ({type(exc).__name__}: {exc})", ""
+        return False, f"kvikio is not importable ({type(exc).__name__}: {exc})", None
     return True, "importable", str(getattr(kvikio, "__version__", "unknown"))
 
 

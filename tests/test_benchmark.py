@@ -1514,6 +1514,26 @@ def test_files_document_figures_are_consistent_and_cp_is_the_best_baseline(capsy
     assert list(tmp_path.iterdir()) == []
 
 
+def test_multi_gpu_thread_counts_are_at_least_the_gpus(tmp_path, monkeypatch):
+    """A job spread over N GPUs needs N workers: a smaller count given is
+    refused before anything is written, the default counts are raised to N."""
+    from gdscp import defaults
+    from gdscp.bench import multi
+
+    config = multi.MultiConfig(devices=[0, 1, 2], size=MiB, dir=str(tmp_path), threads=[8, 2])
+    with pytest.raises(BenchConfigError) as refused:
+        multi.run_multi_benchmark(config)
+    assert refused.value.option == "threads"
+    assert str(refused.value) == "2 is too small: a job spread over 3 GPUs needs at least 3 worker threads"
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    with defaults.set("num_threads", 1):
+        assert multi._threads(multi.MultiConfig(devices=[0, 1, 2])) == [3]
+        assert multi._threads(multi.MultiConfig(devices=[0, 1])) == [2]
+    with defaults.set("num_threads", 4):
+        assert multi._threads(multi.MultiConfig(devices=[0, 1])) == [4]
+
+
 def _fake_kvikio(monkeypatch, read):
     """A KvikIO of version 99.0 whose CuFile(path).read(buf) is ``read``."""
     kvikio = types.ModuleType("kvikio")

@@ -716,6 +716,7 @@ def scenario_benchmark_devices_checks(folder):
         (["--size", "200T"], "--size: 200 TiB needs 400 TiB of disk"),
         (["--threads", "0"], "--threads: 0 is too small"),
         (["--threads", "2000"], "--threads: 2000 is too large"),
+        (["--threads", "4,1"], "--threads: 1 is too small: a job spread over 2 GPUs needs at least 2 worker threads"),
         (["--runs", "2"], "--runs"),
         (["--dir", os.path.join(folder, "missing")], "--dir: " + os.path.join(folder, "missing") + ": no such directory"),
         (["--dir", a_file], f"--dir: {a_file}: not a directory"),

@@ -33,7 +33,7 @@ import numpy as np
 from .. import defaults, memory
 from ..bulk import read_files
 from .ceilings import host_memcpy_rate, multi_pinned_copy_rate, page_cache_rate, pinned_copy_rate
-from .config import check_dir, check_room, check_runs, check_size, check_threads, human
+from .config import BenchConfigError, check_dir, check_room, check_runs, check_size, check_threads, human
 from .files import available_memory, free_disk, make_file, scratch_dir, warm_cache
 from .machine import describe_machine, now_iso
 from .measure import BenchError
@@ -84,10 +84,18 @@ def _size(config: MultiConfig) -> int:
 
 
 def _threads(config: MultiConfig) -> list[int]:
+    """The thread counts to measure: those given, each once (a job spread
+    over N GPUs needs at least N workers: a smaller count is refused), else
+    gdscp's default and twice the cores (at most 64), at least N each."""
+    gpus = len(config.devices)
     if config.threads is not None:
-        return sorted(check_threads(config.threads))
+        counts = sorted(check_threads(config.threads))
+        if counts[0] < gpus:
+            raise BenchConfigError("threads", f"{counts[0]} is too small: a job spread over {gpus} GPUs needs at "
+                                              f"least {gpus} worker threads")
+        return counts
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    base = int(defaults.get("num_threads"))
+    base = max(int(defaults.get("num_threads")), gpus)
     return sorted({base, max(base, min(64, 2 * cpus))})
 
 

@@ -171,6 +171,55 @@ def test_json_holds_every_mode_baseline_and_ceiling(capsys, page_cache_folder):
     assert summary[("write", None, None, "touched")]["share_of_ceiling"] > 0
 
 
+def test_json_objects_have_exactly_the_documented_keys(capsys, tmp_path):
+    """Each object of the document holds the keys docs/benchmark-json.md lists
+    for it, no more and no fewer, and the nulls it says."""
+    code, out, err = cli(capsys, "--host", "--size", "1M", "--threads", "1,2", "--io-size", "64K,4K", "--ops", "100",
+                         "--dir", tmp_path, "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert list(doc) == ["command", "ok", "schema", "date", "duration_s", "machine", "gdscp", "config", "cache_drop",
+                         "baselines", "ceilings", "results", "summary"]
+    assert set(doc["machine"]) == {"cpu", "memory", "gpu", "os", "python", "filesystem", "numa", "nvidia_fs"}
+    assert set(doc["gdscp"]) == {"version", "settings", "backend", "backend_reason"}
+    assert set(doc["config"]) == {"size", "size_reason", "memory", "memory_reason", "device", "modes", "threads",
+                                  "threads_reason", "task_size", "io_sizes", "runs", "random_ops", "drop_cache", "dir",
+                                  "ceilings", "baselines", "seed"}
+    assert doc["config"]["io_sizes"] == [4096, 65536]  # each once, smallest first
+    for entry in doc["baselines"].values():
+        assert set(entry) in ({"available", "what"}, {"available", "what", "version"}, {"available", "reason"})
+    assert list(doc["ceilings"]) == ["pinned_h2d", "pinned_d2h", "host_memcpy", "page_cache_read", "disk_direct_read",
+                                     "disk_buffered_read", "disk_direct_write", "disk_buffered_write"]
+    for name, entry in doc["ceilings"].items():
+        figures = {"available", "what", "bytes", "threads", "runs", "seconds", "gb_per_s"}
+        if not entry["available"]:
+            assert set(entry) - {"what", "applies"} == {"available", "reason"}, name
+        elif name in ("host_memcpy", "page_cache_read", "disk_direct_read", "disk_direct_write"):
+            assert set(entry) == figures | {"by_threads"}, name  # measured at each of the two thread counts
+            assert [set(row) for row in entry["by_threads"]] == [{"threads", "gb_per_s", "seconds"}] * 2
+        else:
+            assert set(entry) == figures, name
+    record = {"tool", "mode", "cache", "buffer", "memory", "threads", "task_size", "io_size", "bytes", "runs",
+              "seconds", "what", "gb_per_s", "ceiling", "share_of_ceiling"}
+    for r in doc["results"]:
+        keys = set(record)
+        if r["tool"] == "gdscp":
+            keys.add("factor")
+        if r["mode"] == "randread":
+            keys |= {"ops", "latency_us", "iops"} | ({"factor_p99"} if r["tool"] == "gdscp" else set())
+            assert set(r["latency_us"]) == {"p50", "p99", "mean"}
+        assert set(r) == keys, r
+        library = r["tool"] in ("gdscp", "kvikio")
+        assert (r["threads"] is None, r["task_size"] is None) == (not library, not library), r
+        assert (r["io_size"] is None) is (r["mode"] != "randread") and (r["cache"] is None) is (r["mode"] == "write")
+    for row in doc["summary"]:
+        keys = {"mode", "cache", "io_size", "buffer", "best", "ceiling", "share_of_ceiling", "factor"}
+        assert set(row) == keys | ({"factor_p99"} if row["mode"] == "randread" else set()), row
+        for best in row["best"].values():
+            assert set(best) == {"threads", "gb_per_s"} | ({"p50_us", "p99_us"} if row["mode"] == "randread" else set())
+        assert row["ceiling"] is None or set(row["ceiling"]) == {"name", "gb_per_s"}
+
+
 def test_table_names_gdscp_and_each_baseline(capsys, tmp_path):
     code, out, err = cli(
         capsys,

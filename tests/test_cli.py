@@ -2545,6 +2545,41 @@ def test_info_json(capsys, tmp_path):
         assert doc["gpus"] == [] and doc["paths"][0]["backend"] == "posix"
 
 
+def test_info_json_has_the_documented_keys_and_types(capsys, tmp_path):
+    """Exactly the keys docs/info-json.md lists, each of its type; a PATH
+    that cannot be checked is its own entry, and the document says ok false."""
+    import gdscp
+
+    random_file(tmp_path / "f.bin", 4096)
+    code, doc, err = cli_json(capsys, "info", tmp_path / "f.bin", tmp_path / "missing", "/dev/null")
+    assert code == 1
+    assert error_lines(err) == [f"gdscp info: error: cannot check '{tmp_path / 'missing'}': No such file or directory"]
+    assert list(doc) == ["command", "ok", "gdscp", "cuda", "gpus", "cufile", "nvidia_fs", "cufile_json", "settings",
+                         "compat_mode_preferred", "paths"]
+    assert (doc["command"], doc["ok"]) == ("info", False)
+    assert set(doc["gdscp"]) == {"version", "python", "numpy", "cupy"} and doc["gdscp"]["version"] == gdscp.__version__
+    assert set(doc["cuda"]) == {"available", "driver_version", "cuda_version", "library", "error"}
+    for gpu in doc["gpus"]:
+        assert set(gpu) == {"index", "name", "pci_bus_id", "total_memory"} and isinstance(gpu["total_memory"], int)
+    assert set(doc["cufile"]) == {"available", "version", "version_code", "library", "error"}
+    assert set(doc["nvidia_fs"]) == {"present", "version"}
+    assert set(doc["cufile_json"]) == {"path", "source", "exists", "allow_compat_mode", "error"}
+    assert doc["settings"] == json.loads(json.dumps(gdscp.defaults.current()))
+    assert isinstance(doc["compat_mode_preferred"], bool)
+    checked, missing, null = doc["paths"]
+    keys = ["path", "kind", "filesystem", "mount_point", "source", "o_direct", "o_direct_reason", "backend",
+            "backend_reason"]
+    assert list(checked) == keys and list(null) == keys
+    assert (checked["path"], checked["kind"]) == (str(tmp_path / "f.bin"), "file")
+    assert checked["o_direct"] in (True, False, None) and checked["backend"] in ("posix", "cufile", None)
+    assert missing == {"path": str(tmp_path / "missing"), "error": "No such file or directory"}
+    why = "not probed: a character device is read and written front to back"
+    assert (null["kind"], null["o_direct"], null["o_direct_reason"], null["backend"], null["backend_reason"]) == (
+        "character device", None, why, "posix", why)
+    code, doc, err = cli_json(capsys, "info", "--compat-mode", "bogus")
+    assert code == 2 and list(doc) == ["command", "ok", "error", "exit_code"] and doc["exit_code"] == 2
+
+
 def test_info_says_a_directory_without_room_for_a_test_file_was_not_tested(capsys):
     """O_DIRECT and the backend of a directory are found with a test file
     made in it: where none can be made (procfs takes no new files), the

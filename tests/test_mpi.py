@@ -259,6 +259,9 @@ def _env(**extra: str) -> dict:
     env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     # Every rank runs on this machine: Open MPI needs no ssh/rsh agent for that.
     env.update(OMPI_MCA_plm="^rsh")
+    # Open MPI 5 starts no more ranks than the machine has cores unless told
+    # it may oversubscribe them (these tests start up to 4 ranks anywhere).
+    env.update(PRTE_MCA_rmaps_default_mapping_policy=":oversubscribe")
     env.update(extra)
     return env
 

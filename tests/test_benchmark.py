@@ -594,6 +594,31 @@ def test_many_files_workload_bounds_runs_and_threads_as_the_one_file_benchmark(t
     assert list(tmp_path.iterdir()) == []
 
 
+def test_ranks_past_a_few_per_core_are_refused_before_any_launcher_is_looked_for(capsys, tmp_path, monkeypatch):
+    """--ranks starts every rank on this machine: a count past 4 per usable
+    core is a usage error naming the option and the most it takes, before
+    mpiexec is looked for (or could start anything); the most is taken."""
+    from gdscp.bench import many
+
+    def launcher() -> str:
+        raise BenchConfigError("ranks", "looked for a launcher")
+
+    monkeypatch.setattr(many, "_mpiexec", launcher)
+    cores = len(os.sched_getaffinity(0))
+    most = 4 * cores
+    for ranks in (most + 1, 10**5):
+        code, out, err = cli(capsys, "--files", "5", "--file-size", "1K", "--host", "--mode", "copy", "--dir",
+                             tmp_path, "--ranks", ranks, "--json")
+        assert code == 2, err
+        assert err.splitlines() == [f"gdscp benchmark: error: --ranks: {ranks}: at most {most} ranks start on this "
+                                    f"machine (4 per usable core, {cores} core{'s' if cores != 1 else ''})"], err
+        assert json.loads(out)["exit_code"] == 2
+    with pytest.raises(BenchConfigError, match="looked for a launcher"):
+        many.run_files_benchmark(many.FilesConfig(files=5, low=1024, high=1024, modes=["copy"], dir=str(tmp_path),
+                                                  memory="host", ranks=most))
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_many_files_workload_measures_each_thread_count_once(capsys, tmp_path):
     code, out, err = cli(capsys, "--files", "5", "--file-size", "1K", "--host", "--mode", "read", "--dir", tmp_path,
                          "--threads", "4,1,4", "--json")

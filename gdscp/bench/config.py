@@ -20,6 +20,7 @@ __all__ = [
     "Plan",
     "BenchConfigError",
     "default_threads",
+    "usable_cores",
     "default_size",
     "resolve",
     "check_dir",
@@ -108,15 +109,20 @@ class Plan:
         return data
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity), at least 1."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def default_threads(cpus: Optional[int] = None) -> tuple[list[int], str]:
     """Thread counts to sweep: 1 (no parallelism), 4 (a few), gdscp's default
     (one per core, 4 to 32) and 16 where there are 16 cores (where KvikIO and
     gdscp peak on the reference H200)."""
     if cpus is None:
-        try:
-            cpus = len(os.sched_getaffinity(0))
-        except (AttributeError, OSError):
-            cpus = os.cpu_count() or 1
+        cpus = usable_cores()
     counts = {1, 4, int(gdscp_defaults.get("num_threads"))}
     if cpus >= 16:
         counts.add(16)

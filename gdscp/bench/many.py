@@ -29,7 +29,7 @@ import numpy as np
 from .. import memory
 from . import ceilings as ceil
 from .config import (BenchConfig, BenchConfigError, _choose_memory, check_dir, check_runs, check_threads,
-                     default_threads)
+                     default_threads, usable_cores)
 from .files import allocation_unit, available_memory, free_disk, scratch_dir
 from .machine import describe_machine, now_iso
 from .measure import BenchError
@@ -48,6 +48,10 @@ _MAX_FILES = 10_000_000
 _REUSE_BLOCKS_FILES = 64
 # The disk write ceilings write a file of the tree's size, but at least this.
 _CEILING_MIN = 1 << 20
+# --ranks starts every rank on this machine, each a Python process with its
+# own workers: past a few per core they only take turns (and memory), and a
+# slip ("--ranks 40000" for 4) would start processes until the machine gives out.
+RANKS_PER_CORE = 4
 
 
 @dataclass
@@ -85,6 +89,11 @@ def _check(config: FilesConfig) -> Optional[list[int]]:
     if config.ranks is not None:
         if config.ranks < 2:
             raise BenchConfigError("ranks", f"{config.ranks}: one job over MPI ranks needs at least 2")
+        cores = usable_cores()
+        if config.ranks > RANKS_PER_CORE * cores:
+            raise BenchConfigError("ranks", f"{config.ranks}: at most {RANKS_PER_CORE * cores} ranks start on this "
+                                            f"machine ({RANKS_PER_CORE} per usable core, {cores} "
+                                            f"core{'s' if cores != 1 else ''})")
         if "copy" not in config.modes:
             raise BenchConfigError("ranks", "times the copy over MPI ranks: it needs --mode copy")
         _mpiexec()

@@ -489,8 +489,8 @@ def benchmark(
             "--ranks",
             parser=options.whole_number,
             metavar="N",
-            help="With --files and --mode copy: also time the copy as one job over N MPI ranks "
-            "(mpiexec -n N gdscp copy -r; needs gdscp\\[mpi]).",
+            help="With --files and --mode copy: also time the copy as one job over N MPI ranks on this machine "
+            "(mpiexec -n N gdscp copy -r; at most 4 per usable core; needs gdscp\\[mpi]).",
             rich_help_panel=_MEASURE,
         ),
     ] = None,

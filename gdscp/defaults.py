@@ -14,7 +14,7 @@ address-space limit), the pool runs the workers that started,
 ``get("num_threads")`` says how many, and a ``RuntimeWarning`` says so at
 import; a ``set()`` the system refuses raises instead. A value in
 ``gdscp._preset.PRESET`` (the ``gdscp`` command's ``--threads``) comes
-before its variable.
+before its variable, which is still checked: a bad one raises all the same.
 
 KvikIO's settings: ``compat_mode`` (ON: never cuFile; OFF: cuFile or an
 error; AUTO: cuFile where GPUDirect Storage really works), ``num_threads``
@@ -376,17 +376,22 @@ def _load_environment() -> None:
     for name, spec in _SPEC.items():
         variable = "GDSCP_" + name.upper()
         raw = _os.environ.get(variable)
+        given = None
+        if raw is not None and raw.strip() != "":
+            # Checked even where a preset comes first: a bad variable is the
+            # same mistake whatever else the command line says.
+            try:
+                given = spec.check(variable, spec.from_text(raw))
+            except (TypeError, ValueError, OverflowError) as exc:
+                raise _invalid_variable(variable, raw, exc, spec.accepted) from None
         value = _preset(name)
         if value is not None:
             asked = None
-        elif raw is None or raw.strip() == "":
+        elif given is None:
             value = _built_in(name)
             asked = f"the default {name} ({value})"
         else:
-            try:
-                value = spec.check(variable, spec.from_text(raw))
-            except (TypeError, ValueError, OverflowError) as exc:
-                raise _invalid_variable(variable, raw, exc, spec.accepted) from None
+            value = given
             asked = f"{variable}={raw.strip()}"
         if name == "num_threads":
             _start_pool(value, asked)

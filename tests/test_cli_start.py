@@ -197,6 +197,24 @@ def test_bad_environment_variable_is_one_line_exit_2(tmp_path, variable, value, 
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("value", ["abc", "0", "100000"])
+@pytest.mark.parametrize("args", [["copy", "in", "out"], ["write", "out", "--size", "4K"], ["read", "in", "--host"]])
+def test_a_bad_thread_count_variable_stops_a_command_given_threads(tmp_path, value, args):
+    """--threads comes before GDSCP_NUM_THREADS, and a bad GDSCP_NUM_THREADS
+    is still the mistake it is without --threads (as a bad GDSCP_TASK_SIZE is
+    beside --task-size): one line naming it, exit 2, nothing written."""
+    (tmp_path / "in").write_bytes(b"data")
+    argv = [str(tmp_path / a) if a in ("in", "out") else a for a in args]
+    result = _gdscp_with({"GDSCP_NUM_THREADS": value}, *argv, "--threads", "2")
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines() == [
+        f"gdscp: error: GDSCP_NUM_THREADS={value!r} is not valid: "
+        + (f"{value!r} is not a whole number; " if value == "abc" else "")
+        + "GDSCP_NUM_THREADS takes an integer from 1 to 4096"], result.stderr
+    assert result.stdout == ""
+    assert sorted(os.listdir(tmp_path)) == ["in"]
+
+
 @pytest.mark.parametrize("variable, value, accepted", BAD_VARIABLES)
 @pytest.mark.parametrize("args", [["--help"], ["copy", "--help"], ["read", "-h"]])
 def test_help_is_printed_despite_a_bad_environment_variable(variable, value, accepted, args):

@@ -391,3 +391,18 @@ def scenario_gpu_memory_into_a_descriptor(folder):
 
 def test_gpu_memory_into_a_descriptor(go):
     go(scenario_gpu_memory_into_a_descriptor)
+
+
+def test_a_chunk_size_past_the_source_allocates_no_more_than_the_source(tmp_path):
+    """``gdscp copy SRC /dev/stdout --chunk-size 4E``: the buffer is no
+    larger than SRC (as the bulk path's staging), so a small file goes
+    through whatever chunk size is asked for, where a buffer of the whole
+    size is more memory than any machine has."""
+    data = random_file(tmp_path / "src.bin", SIZE + 1)
+    log = tmp_path / "log"
+    with open(log, "wb") as out:
+        done = gdscp(["copy", str(tmp_path / "src.bin"), "/dev/stdout", "--chunk-size", str(1 << 62), "-q"],
+                     stdout=out)
+    assert (done.returncode, done.stderr) == (0, b"")
+    assert log.read_bytes() == data
+    assert temp_files(tmp_path) == []

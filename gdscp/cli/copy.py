@@ -826,7 +826,13 @@ def _copy_through(out: Output, copier: _Copier, job: _Job, descriptor: int, wher
     copier.records.append(record)
     from .. import memory  # noqa: PLC0415  (numpy: only this route of copy needs it)
 
-    buffer = memory.allocate(chunk_size or _THROUGH_CHUNK, where)
+    # No larger than a regular source (a page at least: procfs files say 0):
+    # "--chunk-size 1T" for a small file would otherwise allocate all of it,
+    # as the bulk path's staging never does (options.staging_size).
+    size = chunk_size or _THROUGH_CHUNK
+    if stat.S_ISREG(job.st.st_mode):
+        size = min(size, max(job.st.st_size, options.MIN_CHUNK_SIZE))
+    buffer = memory.allocate(size, where)
     with TransferProgress(out, job.st.st_size, 1, "copy", enabled=out.show_progress) as progress:
         start = time.perf_counter()
         try:

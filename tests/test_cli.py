@@ -1915,6 +1915,18 @@ def test_write_several_files_usage_errors(capsys, tmp_path, extra, message):
     assert not a.exists() and os.listdir(tmp_path / "d") == []
 
 
+def test_write_several_files_refuses_a_chunk_size_it_would_not_use(capsys, tmp_path):
+    """Several FILEs are written from one buffer of SIZE bytes: --chunk-size,
+    which would bound the memory of one FILE's write, is refused rather than
+    passed over (the buffer would be SIZE whatever it says)."""
+    a, b = tmp_path / "a.bin", tmp_path / "b.bin"
+    code, out, err = cli(capsys, "write", a, b, "--size", "1M", "--chunk-size", "64K", "--host")
+    assert (code, out) == (2, ""), err
+    assert err.splitlines() == ["gdscp write: error: --chunk-size cannot be used with several FILEs: they are "
+                                "written from one buffer of SIZE bytes"], err
+    assert os.listdir(tmp_path) == []
+
+
 @pytest.mark.parametrize("name", ["d", "d/", "d/new/"])
 def test_write_to_a_directory_fails_before_writing(capsys, tmp_path, name):
     (tmp_path / "d").mkdir()
@@ -2164,8 +2176,7 @@ def test_several_writes_whose_destination_directory_is_moved_leave_no_temporary_
     _core.testing.arm_hold(4)
     mover = _move_when_held(folder, moved_to, seen)
     try:
-        code, _, err = cli(capsys, "write", folder / "a", folder / "b", "--size", "8M", "--chunk-size", "64K",
-                           "--host")
+        code, _, err = cli(capsys, "write", folder / "a", folder / "b", "--size", "8M", "--host")
     finally:
         _core.testing.disarm_fault()
         mover.join()

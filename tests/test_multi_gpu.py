@@ -622,6 +622,10 @@ def scenario_command_line(folder):
     assert code == 2 and "GPU 3 does not exist" in err, err
     code, _, err = cli("read", paths[0], "--replicate")
     assert code == 2 and "--replicate needs --devices" in err, err
+    code, out, err = cli("read", paths[0], "--devices", "0,1", "--replicate", "--chunk-size", "1M")
+    assert (code, out) == (2, ""), err
+    assert err.splitlines() == ["gdscp read: error: --replicate copies whole files GPU to GPU, through no buffer of "
+                                "--chunk-size; it cannot be used with --chunk-size"], err
 
 
 # ==========================================================================

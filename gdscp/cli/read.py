@@ -207,6 +207,9 @@ def read(
                 raise UsageError("--replicate needs --devices: the GPUs to load each file into")
             if offset or length is not None:
                 raise UsageError("--replicate loads whole files; it cannot be used with --offset or --length")
+            if chunk_size is not None:
+                raise UsageError("--replicate copies whole files GPU to GPU, through no buffer of --chunk-size; "
+                                 "it cannot be used with --chunk-size")
             for f in plan:
                 if f.stream or not stat.S_ISREG(os.stat(f.path).st_mode):
                     raise UsageError(f"--replicate needs regular files; '{f.path}' is not one")

@@ -146,6 +146,9 @@ def write(
         if seed >= 1 << 64:
             raise UsageError(f"--seed {seed} does not fit in 64 bits")
         if len(paths) > 1:
+            if chunk_size is not None:
+                raise UsageError("--chunk-size cannot be used with several FILEs: they are written from one buffer "
+                                 "of SIZE bytes")
             _write_many(out, paths, size, kind=pattern.value, seed=seed, fsync=fsync, verify=verify,
                         fail_fast=fail_fast, host=host, device=device, devices=devices, threads=threads)
             return

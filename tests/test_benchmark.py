@@ -619,6 +619,30 @@ def test_ranks_past_a_few_per_core_are_refused_before_any_launcher_is_looked_for
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("size, said", [("1", "1 byte is too small: the task size must be at least 4 KiB"),
+                                         ("2T", "2 TiB is too large: the task size must be at most 1 TiB")])
+@pytest.mark.parametrize("workload", [["--files", "5", "--file-size", "1K", "--host"], ["--devices", "0,1", "--size", "1M"]])
+def test_task_size_has_the_one_file_benchmarks_bounds_in_every_workload(capsys, tmp_path, size, said, workload):
+    """--task-size is refused outside 4 KiB..1 TiB whichever workload it is
+    given to, before anything is measured or written (or a GPU looked for)."""
+    code, out, err = cli(capsys, *workload, "--dir", tmp_path, "--task-size", size, "--json")
+    assert code == 2, err
+    assert err.splitlines() == [f"gdscp benchmark: error: --task-size: {said}"], err
+    assert json.loads(out)["exit_code"] == 2
+    code, out, err = cli(capsys, "--size", "1M", "--host", "--dir", tmp_path, "--task-size", size)
+    assert (code, err.splitlines()) == (2, [f"gdscp benchmark: error: --task-size: {said}"])
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_many_files_workload_measures_each_mode_once(capsys, tmp_path):
+    code, out, err = cli(capsys, "--files", "5", "--file-size", "1K", "--host", "--mode", "read,read", "--dir",
+                         tmp_path, "--runs", "3", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["config"]["modes"] == ["read"] and [w["mode"] for w in doc["workloads"]] == ["read"]
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_many_files_workload_measures_each_thread_count_once(capsys, tmp_path):
     code, out, err = cli(capsys, "--files", "5", "--file-size", "1K", "--host", "--mode", "read", "--dir", tmp_path,
                          "--threads", "4,1,4", "--json")

@@ -25,6 +25,7 @@ __all__ = [
     "resolve",
     "check_dir",
     "check_size",
+    "check_task_size",
     "check_threads",
     "check_runs",
     "check_room",
@@ -236,6 +237,12 @@ def check_size(size: int) -> int:
     return _check("size", size, MIN_SIZE, 1 << 50, "the file size", size=True)
 
 
+def check_task_size(task_size: int) -> int:
+    """A task size given for gdscp's transfers, if within MIN_TASK_SIZE..1 TiB:
+    the bounds of every workload's --task-size."""
+    return _check("task_size", task_size, MIN_TASK_SIZE, 1 << 40, "the task size", size=True)
+
+
 def check_threads(counts: Sequence[int]) -> list[int]:
     """The thread counts asked for, each once, each within 1..MAX_THREADS."""
     return _check_list("threads", counts, 1, MAX_THREADS, "a thread count")
@@ -299,9 +306,7 @@ def resolve(config: BenchConfig) -> Plan:
         threads = sorted(check_threads(config.threads))
         threads_reason = "given"
 
-    task_size = config.task_size
-    if task_size is not None:
-        task_size = _check("task_size", task_size, MIN_TASK_SIZE, 1 << 40, "the task size", size=True)
+    task_size = None if config.task_size is None else check_task_size(config.task_size)
 
     runs = check_runs(config.runs)
     random_ops = _check(

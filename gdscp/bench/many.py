@@ -73,8 +73,9 @@ class FilesConfig:
 
 
 def _check(config: FilesConfig) -> Optional[list[int]]:
-    """Refuses a setting it cannot run (``BenchConfigError`` naming it); the
-    thread counts asked for, each once and in order (None where none were)."""
+    """Refuses a setting it cannot run (``BenchConfigError`` naming it), and
+    leaves each mode once in ``config.modes``; the thread counts asked for,
+    each once and in order (None where none were)."""
     if not isinstance(config.files, int) or not 1 <= config.files <= _MAX_FILES:
         raise BenchConfigError("files", f"{config.files!r}: the file count must be between 1 and {_MAX_FILES}")
     if config.low < 0 or config.high < config.low:
@@ -84,6 +85,7 @@ def _check(config: FilesConfig) -> Optional[list[int]]:
             raise BenchConfigError("mode", f"unknown mode {mode!r} with --files (choose from {', '.join(FILE_MODES)})")
     if not config.modes:
         raise BenchConfigError("mode", f"needs at least one mode ({', '.join(FILE_MODES)})")
+    config.modes = list(dict.fromkeys(config.modes))  # each once, in order, as the one-file workload's
     check_runs(config.runs)
     threads = None if config.threads is None else sorted(check_threads(config.threads))
     if config.ranks is not None:

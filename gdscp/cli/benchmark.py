@@ -20,7 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from .._sizes import parse_integer
-from ..bench.config import DEFAULT_RANDOM_OPS, DEFAULT_RUNS, MODES, BenchConfig, BenchConfigError
+from ..bench.config import DEFAULT_RANDOM_OPS, DEFAULT_RUNS, MODES, BenchConfig, BenchConfigError, check_task_size
 from ..bench.many import FILE_MODES, FilesConfig, run_files_benchmark
 from ..bench.measure import BenchError
 from ..bench.tree import parse_size_range
@@ -62,6 +62,17 @@ def _size(option: str, text: Optional[str]) -> Optional[int]:
         return parse_size(text)
     except ValueError as exc:
         raise UsageError(f"{option}: {exc}") from None
+
+
+def _task_size(task_size: Optional[int]) -> Optional[int]:
+    """--task-size, if within the bounds the one-file workload holds it to
+    (``check_task_size``); for the workloads that set it as gdscp's setting."""
+    if task_size is None:
+        return None
+    try:
+        return check_task_size(task_size)
+    except BenchConfigError as exc:
+        raise UsageError(f"--task-size: {exc}") from None
 
 
 def _dir_option(text: str) -> Path:
@@ -532,13 +543,13 @@ def benchmark(
     one_file_only = {"--io-size": io_size is not None, "--ops": ops is not None,
                      "--drop-cache": drop_cache, "--plot": plot_file is not None}
     if devices is not None:
-        with out.guard(), options.settings(None, task_size, compat_mode):
+        with out.guard(), options.settings(None, _task_size(task_size), compat_mode):
             _ignored("--devices", {**one_file_only, "--mode": mode is not None, "--files": files is not None,
                                    "--file-size": file_size is not None, "--ranks": ranks is not None})
             _multi_benchmark(out, devices, host, device, size, threads, runs, directory)
         return
     if files is not None or file_size is not None:
-        with out.guard(), options.settings(None, task_size, compat_mode):
+        with out.guard(), options.settings(None, _task_size(task_size), compat_mode):
             _ignored("--files", {**one_file_only, "--size": size is not None})
             _files_benchmark(out, files, file_size, mode, threads, runs, directory, host, device, json, ranks)
         return

@@ -167,7 +167,12 @@ def _compat_mode(name: str, value: _typing.Any) -> CompatMode:
         if text in _FALSE:
             return CompatMode.OFF
         raise ValueError(f"{name} must be ON, OFF or AUTO, not {value!r}")
-    number = _integer(0, 2, 255)(name, value)
+    try:
+        number = _integer(0, 2, 255)(name, value)
+    except TypeError:
+        raise TypeError(
+            f"{name} must be a CompatMode, 0, 1, 2 or ON, OFF or AUTO, not {type(value).__name__}"
+        ) from None
     return CompatMode(number)
 
 
@@ -179,7 +184,10 @@ def _flag(name: str, value: _typing.Any) -> bool:
         raise ValueError(f"{name} must be true or false, not {value!r}")
     if isinstance(value, bool):
         return value
-    number = _whole(name, value)
+    try:
+        number = _whole(name, value)
+    except TypeError:
+        raise TypeError(f"{name} must be true or false (a bool, 0 or 1), not {type(value).__name__}") from None
     if number not in (0, 1):
         raise ValueError(f"{name} must be true or false, not {_args.shown(value)}")
     return bool(number)
@@ -192,6 +200,8 @@ def _direct_io(name: str, value: _typing.Any) -> str:
         return "on" if _flag(name, value) else "off"
     except ValueError:
         raise ValueError(f"{name} must be on, off or auto, not {_args.shown(value)}") from None
+    except TypeError:
+        raise TypeError(f"{name} must be on, off or auto (or a bool), not {type(value).__name__}") from None
 
 
 def _truth(name: str, value: _typing.Any) -> bool:

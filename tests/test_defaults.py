@@ -423,6 +423,24 @@ def test_invalid_direct_io(value, error):
         defaults.set("direct_io", value)
 
 
+@pytest.mark.parametrize("name, value, said", [
+    ("direct_io", None, "direct_io must be on, off or auto (or a bool), not NoneType"),
+    ("direct_io", [1], "direct_io must be on, off or auto (or a bool), not list"),
+    ("mapped_reads", None, "mapped_reads must be true or false (a bool, 0 or 1), not NoneType"),
+    ("mapped_reads", b"yes", "mapped_reads must be true or false (a bool, 0 or 1), not bytes"),
+    ("compat_mode", None, "compat_mode must be a CompatMode, 0, 1, 2 or ON, OFF or AUTO, not NoneType"),
+    ("compat_mode", object(), "compat_mode must be a CompatMode, 0, 1, 2 or ON, OFF or AUTO, not object"),
+])
+def test_a_value_of_the_wrong_type_is_told_what_the_setting_takes(name, value, said):
+    """A TypeError for a setting that is no number says what it takes, not
+    that it "must be an integer"; nothing changes."""
+    before = defaults.get(name)
+    with pytest.raises(TypeError) as info:
+        defaults.set(name, value)
+    assert str(info.value) == said
+    assert defaults.get(name) == before
+
+
 @pytest.mark.parametrize(
     "value, expect",
     [

@@ -117,6 +117,9 @@ void define_testing(nb::module_& core) {
   t.def("arm_worker_limit", &detail::fault::arm_worker_limit, "n"_a,
         "The thread pool's workers from index `n` on cannot start, refused their thread as by a system out of "
         "threads (EAGAIN); a negative `n` (or disarm_fault()) lifts the limit.");
+  t.def("arm_memory_available", &detail::fault::arm_memory_available, "nbytes"_a,
+        "Pinned staging finds `nbytes` of memory available instead of what /proc/meminfo says; a negative "
+        "`nbytes` (or disarm_fault()) lifts it.");
   t.def("arm_source_swap", &detail::fault::arm_source_swap, "replacement"_a,
         "The next bulk source read as a file handle (1 MiB or more, or through device memory) has `replacement` "
         "renamed over its path once it is opened and measured, before that handle is made; disarm_fault() drops it.");

@@ -339,6 +339,10 @@ def test_a_bounce_buffer_larger_than_memory_is_a_clear_memory_error(go):
     go(scenario_bounce_buffer_too_large)
 
 
+def test_pinned_staging_past_the_memory_available_is_refused_before_it_is_mapped(go):
+    go(scenario_pinned_staging_past_the_memory_available)
+
+
 def test_masked_device_arrays_are_refused(go):
     go(scenario_masked_device_array)
 
@@ -2319,6 +2323,46 @@ def scenario_bounce_buffer_too_large(folder):
         with settings(**base, bounce_buffer_size=64 * KiB), gdscp.CuFile(path, "r") as f:
             buf = poisoned(len(data))
             assert f.read(buf) == len(data) and buf.bytes() == data
+
+
+def scenario_pinned_staging_past_the_memory_available(folder):
+    """Pinned staging is populated whole and can be neither swapped nor
+    reclaimed, and the kernel may map more than there is (overcommit): a
+    buffer past the memory available would be populated until the OOM killer
+    ended the process. Against the memory available (the figure
+    /proc/meminfo gives, made small here), a staging buffer past it fails
+    the transfer, or gdscp.prepare, with a MemoryError that names the
+    buffer, the setting and what is available, before anything is mapped or
+    moved; buffers that fit move exact bytes."""
+    import gdscp
+    from gdscp import _core
+
+    data = random_bytes(MiB + 77, seed=43)
+    path = new_file(folder, "m.bin", data)
+    base = {"compat_mode": "on", "gds_threshold": 0, "num_threads": 2}
+    said = ("cannot allocate a pinned staging buffer of 16777216 bytes (bounce_buffer_size sets its size): Cannot "
+            "allocate memory (8388608 bytes of memory are available)")
+    _core.testing.arm_memory_available(8 * MiB)
+    try:
+        m = mark()
+        with settings(**base, bounce_buffer_size=16 * MiB), gdscp.CuFile(path, "r+") as f:
+            for op in ("read", "write"):
+                buf = poisoned(len(data)) if op == "read" else standin.cuda.alloc(len(data)).set(data)
+                with pytest.raises(MemoryError) as info:
+                    (f.read if op == "read" else f.write)(buf)
+                assert str(info.value) == said
+                if op == "read":
+                    assert buf.bytes() == bytes([POISON]) * len(data)
+            with pytest.raises(MemoryError) as info:
+                gdscp.prepare(0)
+            assert str(info.value) == said
+        assert since(m, "cuMemHostRegister", lib="cuda") == []
+        assert file_bytes(path) == data
+        with settings(**base, bounce_buffer_size=MiB), gdscp.CuFile(path, "r") as f:
+            buf = poisoned(len(data))
+            assert f.read(buf) == len(data) and buf.bytes() == data
+    finally:
+        _core.testing.disarm_fault()
 
 
 def scenario_default_streams(folder, compat):

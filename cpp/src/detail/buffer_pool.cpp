@@ -1,17 +1,21 @@
 #include "gdscp/detail/buffer_pool.hpp"
 
+#include <fcntl.h>
 #include <pthread.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <climits>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <new>
 #include <string>
 
 #include "gdscp/detail/device_pointer.hpp"
+#include "gdscp/detail/fault.hpp"
 #include "gdscp/detail/numa.hpp"
 #include "gdscp/error.hpp"
 #include "gdscp/shim/cuda_driver.hpp"
@@ -29,15 +33,67 @@ namespace {
 // than the machine has.
 class NoStagingMemory : public std::bad_alloc {
  public:
-  NoStagingMemory(size_t size, int err, bool pinned = true)
+  NoStagingMemory(size_t size, int err, bool pinned = true, const std::string& more = "")
       : what_(pinned ? "cannot allocate a pinned staging buffer of " + std::to_string(size) +
-                           " bytes (bounce_buffer_size sets its size): " + std::strerror(err)
+                           " bytes (bounce_buffer_size sets its size): " + std::strerror(err) + more
                      : "cannot allocate a staging buffer of " + std::to_string(size) + " bytes: " +
-                           std::strerror(err)) {}
+                           std::strerror(err) + more) {}
   const char* what() const noexcept override { return what_.c_str(); }
 
  private:
   std::string what_;
+};
+
+// MemAvailable of /proc/meminfo in bytes: what can be had without swapping
+// (free memory, and the page cache the kernel would give back). SIZE_MAX
+// where it cannot be read: nothing is refused on a guess. Plain read(2), as
+// sysfs.cpp reads (no iostreams).
+size_t memory_available() {
+  if (const long long armed = fault::memory_available(); armed >= 0) return static_cast<size_t>(armed);
+  const int fd = ::open("/proc/meminfo", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return SIZE_MAX;
+  std::string text;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(fd, buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR))
+    if (n > 0) text.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  const size_t at = text.find("\nMemAvailable:");
+  if (at == std::string::npos) return SIZE_MAX;
+  char* end = nullptr;
+  const unsigned long long kib = std::strtoull(text.c_str() + at + 14, &end, 10);
+  if (end == text.c_str() + at + 14 || kib > SIZE_MAX / 1024) return SIZE_MAX;
+  return static_cast<size_t>(kib) * 1024;
+}
+
+// The pinned buffers being mapped and populated now, by every pool: a claim
+// on the memory available, so that workers making buffers side by side
+// (gdscp.prepare) do not each count the same memory as free.
+std::atomic<size_t> populating{0};
+
+class PinnedClaim {
+ public:
+  // Pinned pages are neither swapped nor reclaimed, and the kernel may map
+  // more than there is (overcommit, vm.overcommit_memory=1): populated, a
+  // buffer past the memory available ends only in the OOM killer, which ends
+  // the process (or another). Refused instead, with the other buffers being
+  // made now counted against what is available.
+  explicit PinnedClaim(size_t size) : size_(size) {
+    const size_t others = populating.fetch_add(size);
+    const size_t available = memory_available();
+    if (available != SIZE_MAX && (others > available || size > available - others)) {
+      populating.fetch_sub(size);
+      throw NoStagingMemory(size, ENOMEM, true,
+                            " (" + std::to_string(available) + " bytes of memory are available" +
+                                (others ? ", " + std::to_string(others) + " of them being pinned now" : "") + ")");
+    }
+  }
+  ~PinnedClaim() { populating.fetch_sub(size_); }
+  PinnedClaim(const PinnedClaim&) = delete;
+  PinnedClaim& operator=(const PinnedClaim&) = delete;
+
+ private:
+  size_t size_;
 };
 
 }  // namespace
@@ -71,6 +127,7 @@ void* BufferPool::allocate(size_t size) {
     // pins under a lock the driver holds across threads, so that the first
     // buffers of every worker of a new process were made one at a time.
     const CudaDriver& drv = CudaDriver::require();
+    const PinnedClaim claim(size);
     void* p = map_on_node(size, node_);
     if (!p) throw NoStagingMemory(size, errno);
     const CUresult r = drv.cuMemHostRegister(p, size, CU_MEMHOSTREGISTER_PORTABLE);

@@ -26,6 +26,7 @@ std::atomic<bool> progress_armed{false};
 std::atomic<bool> unmap_armed{false};
 std::atomic<bool> unmap_holding{false};
 std::atomic<long> worker_limit{-1};
+std::atomic<long long> available{-1};
 std::atomic<bool> swap_armed{false};
 std::mutex swap_mutex;
 std::string swap_from;  // under swap_mutex
@@ -67,6 +68,7 @@ void disarm() noexcept {
   unmap_armed = false;
   unmap_holding = false;
   worker_limit = -1;
+  available = -1;
   swap_armed = false;
   move_armed = false;
   shortage_armed = false;
@@ -120,6 +122,10 @@ bool worker_refused(unsigned index) noexcept {
   const long limit = worker_limit.load(std::memory_order_relaxed);
   return limit >= 0 && static_cast<long>(index) >= limit;
 }
+
+void arm_memory_available(long long bytes) noexcept { available = bytes < 0 ? -1 : bytes; }
+
+long long memory_available() noexcept { return available.load(std::memory_order_relaxed); }
 
 void arm_source_swap(const std::string& replacement) {
   std::lock_guard<std::mutex> lock(swap_mutex);

@@ -6,8 +6,9 @@
 // or refuse the thread pool its workers past a count, as a system out of
 // threads (a pids limit, RLIMIT_NPROC, RLIMIT_AS) does; or rename another
 // file over a bulk job's source once it is measured; or have a bulk job's
-// first files all fail to open for want of descriptors at once. Disarmed,
-// a check is one relaxed atomic load.
+// first files all fail to open for want of descriptors at once; or have
+// pinned staging find less memory available than the machine has.
+// Disarmed, a check is one relaxed atomic load.
 #pragma once
 
 #include <atomic>
@@ -70,6 +71,13 @@ void arm_worker_limit(long n) noexcept;
 // Called before a worker's thread starts (thread_pool.cpp): whether the
 // worker of index `index` is refused its thread.
 bool worker_refused(unsigned index) noexcept;
+
+// Pinned staging (buffer_pool.cpp) finds `bytes` of memory available
+// instead of what /proc/meminfo says: a machine with less memory than a
+// staging buffer asks for. A negative `bytes` lifts it; disarm() too.
+void arm_memory_available(long long bytes) noexcept;
+// The bytes armed, or -1.
+long long memory_available() noexcept;
 
 // The next bulk source read as a File (1 MiB or more, or through device
 // memory) has `replacement` renamed over its path once it is opened and

@@ -1915,6 +1915,27 @@ def test_write_several_files_usage_errors(capsys, tmp_path, extra, message):
     assert not a.exists() and os.listdir(tmp_path / "d") == []
 
 
+def test_write_refuses_a_chunk_size_whose_host_buffers_are_more_than_the_memory_available(capsys, tmp_path,
+                                                                                           monkeypatch):
+    """write fills its two buffers of --chunk-size whole; in host memory,
+    which the kernel may grant past what there is, buffers past the memory
+    available would end in the OOM killer: a usage error naming the option,
+    nothing written. Buffers that fit write the pattern."""
+    monkeypatch.setattr(memory, "host_memory", lambda: (3 * MiB, 3 * MiB))
+    out = tmp_path / "a.bin"
+    code, stdout, err = cli(capsys, "write", out, "--size", "4M", "--chunk-size", "2M", "--host", "--pattern", "seq")
+    assert (code, stdout) == (2, ""), err
+    assert err.splitlines() == ["gdscp write: error: --chunk-size: 2 buffers of 2.00 MiB need 4.00 MiB of host "
+                                "memory; 3.00 MiB is available"], err
+    code, stdout, err = cli(capsys, "write", out, "--size", "4M", "--chunk-size", "8M", "--host", "--pattern", "seq")
+    assert (code, err.splitlines()) == (2, ["gdscp write: error: --chunk-size: 1 buffer of 4.00 MiB needs 4.00 MiB "
+                                            "of host memory; 3.00 MiB is available"]), err
+    assert os.listdir(tmp_path) == []
+    code, stdout, err = cli(capsys, "write", out, "--size", "4M", "--chunk-size", "1M", "--host", "--pattern", "seq")
+    assert code == 0, err
+    assert out.read_bytes() == memory.pattern(4 * MiB, "seq").tobytes()
+
+
 def test_write_several_files_refuses_a_chunk_size_it_would_not_use(capsys, tmp_path):
     """Several FILEs are written from one buffer of SIZE bytes: --chunk-size,
     which would bound the memory of one FILE's write, is refused rather than

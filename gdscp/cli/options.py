@@ -278,13 +278,27 @@ def memory_name(device: Optional[int]) -> str:
 
 def chunk_size(requested: Optional[int], largest: int, device: Optional[int], buffers: int) -> int:
     """Bytes per buffer when ``buffers`` buffers move files of up to ``largest`` bytes:
-    ``requested`` if given, else enough for the largest file, but at most 1GiB
-    and an eighth of the memory available (``memory.available_bytes``: free
-    GPU memory, or host RAM available without swapping) divided among the buffers."""
+    ``requested`` if given (a usage error where the buffers of host memory it
+    makes are more than is available), else enough for the largest file, but
+    at most 1GiB and an eighth of the memory available
+    (``memory.available_bytes``: free GPU memory, or host RAM available
+    without swapping) divided among the buffers."""
     from .. import memory  # noqa: PLC0415
 
     if requested is not None:
-        return max(1, min(requested, largest)) if largest else 1
+        chunk = max(1, min(requested, largest)) if largest else 1
+        if device is None:
+            # Host memory may be granted past what there is (overcommit), and
+            # the buffers are filled whole: past the memory available they
+            # would end in the OOM killer, not in an error.
+            need = chunk * min(buffers, -(-largest // chunk))
+            available = memory.available_bytes(None)
+            if need > available:
+                count = need // chunk
+                raise UsageError(f"--chunk-size: {count} buffer{'s' if count != 1 else ''} of {format_bytes(chunk)} "
+                                 f"need{'s' if count == 1 else ''} {format_bytes(need)} of host memory; "
+                                 f"{format_bytes(available)} is available")
+        return chunk
     cap = min(1 << 30, max(memory.available_bytes(device) // (8 * buffers), 16 << 20))
     cap -= cap % memory.PAGE_SIZE
     return max(1, min(largest, cap))

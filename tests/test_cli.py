@@ -1980,7 +1980,7 @@ def test_copy_interrupted_by_a_signal(capsys, tmp_path, monkeypatch, signum, cod
                 time.sleep(0.001)
             in_flight.append(_core.testing.hold_reached() and not self.done())
             in_flight.append(temp_files(tmp_path))
-        os.kill(os.getpid(), signum)  # the signal lands while the copy runs
+            os.kill(os.getpid(), signum)  # the signal lands while the copy runs (once)
         return real_wait(self, timeout)
 
     monkeypatch.setattr(BulkJob, "wait", signal_then_wait)

@@ -626,8 +626,8 @@ main()
 def test_a_signal_as_the_result_is_written_leaves_one_whole_document(tmp_path, when, sig, code):
     """A Ctrl-C or SIGTERM as the command's --json result is being made or
     written: stdout still holds one whole JSON document, the failure's where
-    the signal came before the result began, else the result itself; the
-    exit code is the signal's."""
+    the signal came before the result began (listing the file, copied by
+    then), else the result itself; the exit code is the signal's."""
     import json
 
     (tmp_path / "a").write_bytes(b"12345")
@@ -638,7 +638,9 @@ def test_a_signal_as_the_result_is_written_leaves_one_whole_document(tmp_path, w
     doc = json.loads(done.stdout)
     if when == "serialising":
         word = "interrupted" if sig == "SIGINT" else "terminated"
-        assert doc == {"command": "copy", "ok": False, "error": word, "exit_code": code}
+        assert {k: doc[k] for k in ("command", "ok", "error", "exit_code", "copied", "failed", "bytes")} == {
+            "command": "copy", "ok": False, "error": word, "exit_code": code, "copied": 1, "failed": 0, "bytes": 5}
+        assert [(f["source"], f["status"], f["bytes"]) for f in doc["files"]] == [(str(tmp_path / "a"), "copied", 5)]
     else:
         assert doc["ok"] is True and doc["copied"] == 1
 

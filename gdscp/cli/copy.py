@@ -20,17 +20,17 @@ import os
 import stat
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, Iterator, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Iterator, Optional
 
 import typer
 
 from .. import _core
 from .._interrupts import through_interrupts
-from ..bulk import FileResult, clean_temporaries, copy_files, stop_running_jobs
+from ..bulk import BulkJob, FileResult, clean_temporaries, copy_files, stop_running_jobs
 from . import options, ranks
 from .atomic import DirectoryMoved, commit, discard, fsync_dir, give_owner, make_temp_link, moved
 from .jobs import run_job
-from .output import EXIT_FAILURE, Failure, Output, describe
+from .output import EXIT_FAILURE, Failure, Output, describe, signals_held
 from .progress import TransferProgress
 from .special import SequentialWriter, copy_through, own_descriptor, writes_in_place
 from .units import format_bytes, format_rate, format_seconds, gb_per_s
@@ -58,8 +58,14 @@ class _Job:
 class _Record:
     source: str
     destination: str
+    # What the copy left at the destination: all of it once copied, and
+    # nothing where the copy was not put in place (its temporary file is
+    # removed); written through a descriptor (``_copy_through``), what went
+    # through, also where it stopped part-way.
     bytes: int = 0
-    status: str = "copied"  # copied, skipped, failed, cancelled (after a failure, with --fail-fast)
+    # copied, skipped, failed, cancelled (not copied: after a failure with
+    # --fail-fast, or the command interrupted first)
+    status: str = "copied"
     error: Optional[str] = None
     read_backend: Optional[str] = None
     write_backend: Optional[str] = None
@@ -129,6 +135,7 @@ class _Copier:
         self.fail_fast = fail_fast
         self.umask = _umask()
         self.records: list[_Record] = []
+        self.pending: list[_Record] = []  # the files' records, in records, until the job gives their outcomes
         self.created_dirs: set[str] = set()
         self.made: dict[str, tuple[int, int]] = {}  # each directory made: its (device, inode), to find it moved
         self.home = "."  # the directory every destination lies in: DST, or the one DST is made in
@@ -355,30 +362,52 @@ class _Copier:
         files: list[tuple[_Job, _Record]] = []
         after: list[_Job] = []
         for k, job in enumerate(jobs):
-            # By name, not by where links lead: a failed directory that is a
-            # link to / or to an ancestor would otherwise take every file with it.
-            if self.failed_dirs and any(job.dst.startswith(bad.rstrip(os.sep) + os.sep) for bad in self.failed_dirs):
+            if self._below_failed_dir(job):
                 continue  # its directory could not be made; that was reported once
             if job.kind == "dirmeta":
                 after.append(job)
                 continue
             record = _Record(job.src, job.dst)
             if job.kind == "file":
+                self.pending.append(record)  # first: an interrupt in between leaves no record saying copied
                 self.records.append(record)
                 files.append((job, record))
                 continue
-            self._step(job, record)
+            # A link's record is there once it is in place, or not: an
+            # interrupt waits for the step's end.
+            with signals_held():
+                self._step(job, record)
             if self.fail_fast and record.status == "failed":
                 # --fail-fast: a directory or link that failed stops the copy
                 # as a file that failed would; the directories made so far
                 # still get their modes.
                 for _, pending in files:
                     pending.status, pending.error = "cancelled", FAIL_FAST_CANCELLED
+                self.pending = []
                 self.records += [_Record(j.src, j.dst, status="cancelled", error=FAIL_FAST_CANCELLED)
                                  for j in jobs[k + 1 :] if j.kind in ("file", "link")]
                 after += [j for j in jobs[k + 1 :] if j.kind == "dirmeta"]
                 return [], after
         return files, after
+
+    def _below_failed_dir(self, job: _Job) -> bool:
+        """Whether ``job`` lies in a directory this copy could not make. By
+        name, not by where links lead: a failed directory that is a link to /
+        or to an ancestor would otherwise take every file with it."""
+        return any(job.dst.startswith(bad.rstrip(os.sep) + os.sep) for bad in self.failed_dirs)
+
+    def unfinished(self, jobs: list[_Job], message: str) -> list[_Record]:
+        """Every record, once a failure or interrupt (``message``) has ended
+        the copy part-way: each file and link of ``jobs`` that it did not
+        copy (its job never started, or it was not reached) cancelled."""
+        why = f"not copied: {message}"
+        for record in self.pending:
+            record.status, record.error, record.bytes = "cancelled", why, 0
+        self.pending = []
+        seen = {(r.source, r.destination) for r in self.records}
+        self.records += [_Record(j.src, j.dst, status="cancelled", error=why) for j in jobs
+                         if j.kind in ("file", "link") and (j.src, j.dst) not in seen and not self._below_failed_dir(j)]
+        return self.records
 
     def finish(self, jobs: list[_Job]) -> None:
         """The modes and times of every directory of ``jobs`` made (or, with
@@ -452,11 +481,26 @@ class _Copier:
             record.status = "failed"
             self.out.error(record.error)
 
-        results = run_job(job, progress, failed)
+        try:
+            results = run_job(job, progress, failed)
+        except BaseException as exc:
+            # The job stopped (its wait cancelled it): each file's outcome,
+            # for the document of what ends the command.
+            self._settle(job, files, _stopped(job), failed, f"not copied: {describe(exc)[0]}")
+            raise
+        why = " (--fail-fast)" if self.fail_fast else ", and the copy could not go on"
+        self._settle(job, files, results, failed, f"not copied: an earlier file failed{why}")
+
+    def _settle(self, job: BulkJob, files: list[tuple[_Job, _Record]], results: list[FileResult],
+                failed: Callable[[FileResult], None], cancelled: str) -> None:
+        """The records of ``files`` given the outcomes of ``job`` (finished):
+        ``cancelled`` says why a file it cancelled was not copied."""
         for d, n in job.device_bytes().items():
             self.device_bytes[d] = self.device_bytes.get(d, 0) + n
         for (_, record), result in zip(files, results):
-            record.bytes, record.seconds = result.bytes, result.seconds
+            # A file not put in place left nothing at its destination.
+            record.bytes = result.bytes if result.status == "done" else 0
+            record.seconds = result.seconds
             record.read_backend, record.write_backend = result.read_backend, result.write_backend
             if result.status == "done":
                 record.status = "copied"
@@ -464,9 +508,12 @@ class _Copier:
                 record.status = "skipped"
                 when = "it appeared during the copy" if result.note == "appeared" else "it exists"
                 self.out.note(f"not replacing '{record.destination}' ({when}; --no-clobber)")
-            elif result.status == "cancelled":
-                why = " (--fail-fast)" if self.fail_fast else ", and the copy could not go on"
-                record.status, record.error = "cancelled", f"not copied: an earlier file failed{why}"
+            elif result.status == "failed":
+                if record.status != "failed":  # not yet said: the job was stopped before its failures were read
+                    failed(result)
+            else:
+                record.status, record.error = "cancelled", cancelled
+        self.pending = []
 
     def _foreign_link(self, path: str) -> bool:
         """A symbolic link inside the destination: as cp, never followed (only
@@ -630,6 +677,20 @@ class _Copier:
             raise
 
 
+def _stopped(job: BulkJob) -> list[FileResult]:
+    """The results of ``job``, cancelled (and waited for) first, through any
+    further interrupt meanwhile (the exception on its way is the one
+    reported)."""
+    got: list[FileResult] = []
+
+    def results() -> None:
+        job.cancel()
+        got[:] = job.results()
+
+    through_interrupts(results)
+    return got
+
+
 def _leads_to(link: str, path: str) -> bool:
     """Whether symbolic link ``link`` leads to ``path``, which is no link."""
     try:
@@ -750,6 +811,15 @@ def copy(
         jobs = copier.plan(srcs, dst)
         if descriptor is not None:
             jobs = _through_descriptor(copier, jobs, dst)
+
+        def so_far(message: str) -> dict[str, Any]:
+            """Once the copy has started, what ends it part-way (Ctrl-C,
+            SIGTERM, a failure of the command) lists every file all the
+            same, each with its outcome."""
+            return summary(out, copier.unfinished(jobs, message), copier.device, verify,
+                           time.perf_counter() - start, spread=copier.devices,
+                           device_bytes=copier.device_bytes if copier.devices else None)
+
         if copier.stopped(jobs):
             report(out, copier.records, None if host else device, verify, 0.0)
             return
@@ -758,6 +828,8 @@ def copy(
         spread = options.choose_devices(host, device, devices)
         if descriptor is not None and [j.kind for j in jobs] == ["file"]:
             where = spread[0] if spread else options.copy_memory(out, host, device)
+            copier.device, start = where, time.perf_counter()
+            out.so_far(so_far)
             seconds = _copy_through(out, copier, files[0], descriptor, where, chunk_size, verify)
             report(out, copier.records, where, verify, seconds)
             return
@@ -789,6 +861,7 @@ def copy(
             if removed:
                 out.note(f"removed {removed} temporary file{'s' if removed != 1 else ''} of earlier runs")
         start = time.perf_counter()
+        out.so_far(so_far)
         with TransferProgress(out, total, len(files), "copy", enabled=out.show_progress) as progress:
             copier.run(jobs, progress)
         seconds = time.perf_counter() - start
@@ -822,7 +895,10 @@ def _copy_through(out: Output, copier: _Copier, job: _Job, descriptor: int, wher
     what it refers to is the caller's, never replaced. Through GPU ``where``'s
     memory where one is asked for (gdscp.cli.special.copy_through says the
     rest). The seconds it took."""
+    # Pending (in copier.pending) until it ends; what went through the
+    # descriptor stays there, also where the copy stops part-way.
     record = _Record(job.src, job.dst, read_backend="posix", write_backend="posix")
+    copier.pending.append(record)
     copier.records.append(record)
     from .. import memory  # noqa: PLC0415  (numpy: only this route of copy needs it)
 
@@ -841,9 +917,14 @@ def _copy_through(out: Output, copier: _Copier, job: _Job, descriptor: int, wher
                 if copier.preserve:
                     _preserve_through(out, job, writer.fileno(), record.bytes)
         except Failure as exc:
-            record.status, record.error = "failed", str(exc)
+            record.status, record.error, record.bytes = "failed", str(exc), progress.bytes_done
             out.error(record.error)
-        record.seconds = time.perf_counter() - start
+        except BaseException:
+            record.bytes = progress.bytes_done  # the record is cancelled by copier.unfinished
+            raise
+        finally:
+            record.seconds = time.perf_counter() - start
+        copier.pending.remove(record)
         progress.file_done()
     return record.seconds
 
@@ -883,16 +964,16 @@ def _kept_in_place(out: Output, job: _Job, st: os.stat_result) -> None:
     out.warn(f"--preserve: '{job.dst}' keeps its own mode and times: it is {kind}, not a copy of '{job.src}'")
 
 
-def report(out: Output, records: list[_Record], where: Optional[int], verify: bool, seconds: float,
-           extra: Optional[dict[str, Any]] = None, *, spread: Optional[list[int]] = None,
-           device_bytes: Optional[dict[int, int]] = None) -> None:
-    """The summary (a table, or the JSON document); exit code 1 if any file failed.
+def summary(out: Output, records: list[_Record], where: Optional[int], verify: bool, seconds: float,
+            extra: Optional[dict[str, Any]] = None, *, spread: Optional[list[int]] = None,
+            device_bytes: Optional[dict[int, int]] = None) -> dict[str, Any]:
+    """The JSON document of a copy: its counts, and each file's record.
     ``spread``: the GPUs a job spread over, and ``device_bytes`` each one's share."""
     copied = [r for r in records if r.status == "copied"]
     skipped = [r for r in records if r.status == "skipped"]
     failed = [r for r in records if r.status in ("failed", "cancelled")]
-    nbytes = sum(r.bytes for r in copied)
-    data = {
+    nbytes = sum(r.bytes for r in records)  # what the copy left at the destinations
+    return {
         "command": "copy",
         "ok": not failed,
         "memory": "host" if where is None else "gpu",
@@ -911,6 +992,14 @@ def report(out: Output, records: list[_Record], where: Optional[int], verify: bo
         **(extra or {}),
     }
 
+
+def report(out: Output, records: list[_Record], where: Optional[int], verify: bool, seconds: float,
+           extra: Optional[dict[str, Any]] = None, *, spread: Optional[list[int]] = None,
+           device_bytes: Optional[dict[int, int]] = None) -> None:
+    """The summary (a table, or the JSON document); exit code 1 if any file failed."""
+    data = summary(out, records, where, verify, seconds, extra, spread=spread, device_bytes=device_bytes)
+    nbytes = data["bytes"]
+
     def render() -> Table:
         on_ranks = f" on each of {data['ranks']} ranks" if data.get("ranks") else ""
         if spread is not None:
@@ -924,14 +1013,14 @@ def report(out: Output, records: list[_Record], where: Optional[int], verify: bo
         table = Table(title=f"copy {how}{on_ranks}", title_justify="left")
         for name in ("copied", "skipped", "failed", "bytes", "time", "rate"):
             table.add_column(name, justify="right")
-        table.add_row(str(len(copied)), str(len(skipped)), str(len(failed)), format_bytes(nbytes),
+        table.add_row(str(data["copied"]), str(data["skipped"]), str(data["failed"]), format_bytes(nbytes),
                       format_seconds(seconds), format_rate(nbytes, seconds))
-        if verify and not failed:
+        if verify and not data["failed"]:
             table.caption = "every copy was compared with its source"
         elif verify:
-            table.caption = f"the copies made were compared with their sources; {len(failed)} failed"
+            table.caption = f"the copies made were compared with their sources; {data['failed']} failed"
         return table
 
     out.result(data, render)
-    if failed:
+    if data["failed"]:
         raise typer.Exit(EXIT_FAILURE)

@@ -46,6 +46,7 @@ __all__ = [
     "describe",
     "Output",
     "shown",
+    "signals_held",
 ]
 
 
@@ -233,9 +234,11 @@ def _raise_for(signum: int) -> None:
 
 
 @contextlib.contextmanager
-def _result_held() -> Iterator[None]:
-    """The running command's signals held while its result is written (none
-    to hold outside a command, or off the main thread)."""
+def signals_held() -> Iterator[None]:
+    """The running command's signals held through the block (a result being
+    written, a step whose outcome must be known): one that lands meanwhile
+    is raised at its end (none to hold outside a command, or off the main
+    thread)."""
     signals = _CommandSignals.active
     if signals is None or threading.current_thread() is not threading.main_thread():
         yield
@@ -358,6 +361,7 @@ class Output:
         self._result_written = False
         self._stderr_lost = False
         self._table_on_stderr = False
+        self._so_far: Optional[Callable[[str], dict[str, Any]]] = None
 
     # Rich's consoles are made when first used: a command whose only output is
     # its JSON document (--json -q) never imports Rich's console.
@@ -473,7 +477,7 @@ class Output:
         if self.json:
             text = json_text(data) + "\n"  # a signal meanwhile: no document yet, the failure's comes
             # Whole or not at all: a signal from here waits until the document is written.
-            with _result_held():
+            with signals_held():
                 self._result_written = Documents.written = True
                 with _stdout_errors():
                     _write_stdout(text)
@@ -494,6 +498,12 @@ class Output:
     def result_written(self) -> bool:
         return self._result_written
 
+    def so_far(self, work: Callable[[str], dict[str, Any]]) -> None:
+        """From here on, a failure or interrupt that ends the command adds
+        ``work(message)`` (what the command did until then, each file and how
+        it ended) to its JSON document, after ``error`` and ``exit_code``."""
+        self._so_far = work
+
     # -- failures -----------------------------------------------------------------
     def fail(self, exc: BaseException) -> int:
         """Report ``exc`` on stderr (and as the JSON result with --json); its exit code."""
@@ -510,8 +520,14 @@ class Output:
         self.error(message if rank is None else f"rank {rank}: {message}")
         # Under a launcher whose ranks cannot connect, still one document: rank 0's.
         if self.json and not self._result_written and rank is None:
+            doc: dict[str, Any] = {"command": self.command, "ok": False, "error": message, "exit_code": code}
+            if self._so_far is not None:
+                try:
+                    doc.update((k, v) for k, v in self._so_far(message).items() if k not in doc)
+                except Exception as lost:  # noqa: BLE001 - the failure's own document still goes out
+                    self.error(f"cannot list what was done before the failure: {describe(lost)[0]}")
             try:
-                self.result({"command": self.command, "ok": False, "error": message, "exit_code": code})
+                self.result(doc)
             except Failure as lost:  # stdout gone too: said, and the first failure's code stands
                 self.error(str(lost))
         return code

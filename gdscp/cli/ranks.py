@@ -757,6 +757,9 @@ def _copy_commit(world: World, copier: Any, plan: dict[str, Any], everyone: list
                 record.error = ("not copied: the job was interrupted" if interrupted
                                 else FAIL_FAST_CANCELLED if stop else "not copied")
         discard(info["tmp"])
+    for _, record in files:
+        if record.status != "copied":
+            record.bytes = 0  # not put in place: nothing of it left at the destination
 
 
 def _put_in_place(copier: Any, info: dict[str, Any], job: Any) -> None:

@@ -31,6 +31,7 @@ from gdscp import memory
 from gdscp.bench import ceilings, config, files, measure, report, runner, tools
 from gdscp.bench.config import BenchConfig, BenchConfigError
 from gdscp.bench.targets import HostTarget
+from gdscp.cli import benchmark as benchmark_command
 from gdscp.cli.app import run
 from gdscp.info import mount_of
 
@@ -1438,9 +1439,12 @@ def test_the_headline_shows_a_directory_name_escaped_as_error_lines_do(capsys, t
 
 def test_the_files_headline_gives_a_range_of_sizes_only_where_the_sizes_differ(capsys, tmp_path):
     """Files of one size are "N files of 1 KiB", not "1 KiB-1 KiB"; a range
-    is "1 KiB-2 KiB". The JSON document keeps both numbers, equal or not."""
+    is "1 KiB-2 KiB", and one whose ends one label would round together is
+    told apart ("1 KiB-1.001 KiB"). The JSON document keeps both numbers,
+    equal or not."""
     for size, headline, low, high in (("1K", "3 files of 1 KiB (3 KiB in all)", 1024, 1024),
-                                      ("1K-2K", "3 files of 1 KiB-2 KiB (", 1024, 2048)):
+                                      ("1K-2K", "3 files of 1 KiB-2 KiB (", 1024, 2048),
+                                      ("1024-1025", "3 files of 1 KiB-1.001 KiB (", 1024, 1025)):
         args = ["--host", "--files", "3", "--file-size", size, "--mode", "read", "--threads", "1", "--dir", tmp_path]
         code, out, err = cli(capsys, *args)
         assert code == 0, err
@@ -1451,6 +1455,24 @@ def test_the_files_headline_gives_a_range_of_sizes_only_where_the_sizes_differ(c
         config = json.loads(out)["config"]
         assert (config["low"], config["high"]) == (low, high)
     assert leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize("low, high, shown", [
+    (1024, 1024, "1 KiB"),
+    (1024, 2048, "1 KiB-2 KiB"),
+    (1536, 2048, "1.50 KiB-2 KiB"),
+    (1024, 1025, "1 KiB-1.001 KiB"),
+    (1536, 1537, "1.5 KiB-1.501 KiB"),
+    (5121, 5122, "5.001 KiB-5.002 KiB"),
+    (1 << 30, (1 << 30) + (1 << 20), "1 GiB-1.001 GiB"),
+    (1 << 30, (1 << 30) + 1, "1073741824 B-1073741825 B"),
+    (1000, 1023, "1000 B-1023 B"),
+])
+def test_a_range_of_sizes_shows_two_labels_only_where_they_differ(low, high, shown):
+    """Two sizes whose labels would read the same ("1 KiB-1 KiB" for 1024
+    and 1025 bytes) get the decimals that tell them apart, or their exact
+    counts where six decimals do not."""
+    assert benchmark_command._size_range(low, high) == shown
 
 
 @pytest.mark.parametrize("threads", ["0", "-1"])

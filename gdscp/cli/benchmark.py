@@ -141,10 +141,28 @@ def _num(value: float) -> str:
     return f"{value:.2f}" if value < 100 else f"{value:.0f}"
 
 
-def _size_label(n: Optional[int]) -> str:
+def _size_label(n: Optional[int], places: int = 2) -> str:
+    """``"1 KiB"``, ``"1.50 KiB"``; with more ``places``, without their trailing zeros (``"1.001 KiB"``)."""
     if n is None:
         return ""
-    return format_bytes(n).replace(".00 ", " ")
+    if places == 2:
+        return format_bytes(n).replace(".00 ", " ")
+    number, _, unit = format_bytes(n, places).partition(" ")
+    return f"{number.rstrip('0').rstrip('.') if '.' in number else number} {unit}"
+
+
+def _size_range(low: int, high: int) -> str:
+    """``"1 KiB-2 KiB"``, or one label where the sizes are one. Two sizes
+    that their labels would round together (1024 and 1025 bytes) get the
+    decimals that tell them apart (``"1 KiB-1.001 KiB"``), or past six,
+    their exact counts."""
+    if low == high:
+        return _size_label(low)
+    for places in range(2, 7):
+        first, last = _size_label(low, places), _size_label(high, places)
+        if first != last:
+            return f"{first}-{last}"
+    return f"{low} B-{high} B"
 
 
 def _table(title: str) -> Table:
@@ -298,9 +316,7 @@ def _legend(doc: dict) -> str:
 def _files_render(doc: dict) -> Group:
     config = doc["config"]
     where = "host memory" if config["memory"] == "host" else f"GPU {config['device']}"
-    sizes = _size_label(config["low"])
-    if config["high"] != config["low"]:
-        sizes += f"-{_size_label(config['high'])}"
+    sizes = _size_range(config["low"], config["high"])
     parts: list[Any] = [
         f"gdscp benchmark: {config['files']} files of {sizes} "
         f"({_size_label(config['bytes'])} in all) in {shown(config['dir'])}, through {where}; median of "

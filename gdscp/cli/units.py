@@ -57,12 +57,12 @@ def size_option_at_least(minimum: int):
 _BINARY_UNITS = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"]
 
 
-def format_bytes(n: int) -> str:
-    """``1536`` -> ``"1.50 KiB"``; exact counts below 1 KiB (``"512 B"``)."""
+def format_bytes(n: int, places: int = 2) -> str:
+    """``1536`` -> ``"1.50 KiB"`` (``places`` decimals); exact counts below 1 KiB (``"512 B"``)."""
     if n < 1024:
         return f"{n} B"
     unit, suffix = filesize.pick_unit_and_suffix(n, _BINARY_UNITS, 1024)
-    return f"{n / unit:.2f} {suffix}"
+    return f"{n / unit:.{places}f} {suffix}"
 
 
 def byte_count(n: int) -> str:

@@ -3101,6 +3101,53 @@ def test_a_copy_through_a_link_onto_another_source_keeps_that_source(capsys, tmp
     assert temp_files(tmp_path) == []
 
 
+def test_a_link_that_the_same_tree_copy_puts_over_a_source_file_copies_neither(capsys, tmp_path, monkeypatch):
+    """``copy -r s d/s/x d`` where s/x is a symbolic link and d/s/x a file:
+    the link would replace d/s/x before the file is read (links are made
+    first), and its bytes would be lost (cp -r replaces it and copies the
+    link it finds). Neither is copied, each naming the other; the rest is."""
+    monkeypatch.chdir(tmp_path)
+    Path("s").mkdir()
+    os.symlink("new", "s/x")
+    Path("s/y").write_bytes(b"y")
+    Path("d/s").mkdir(parents=True)
+    Path("d/s/x").write_bytes(b"precious")
+    code, doc, err = cli_json(capsys, "copy", "--host", "-r", "s", "d/s/x", "d")
+    assert code == 1 and (doc["copied"], doc["failed"]) == (1, 2), err
+    failed = [{"source": "d/s/x", "destination": "d/x", "bytes": 0, "status": "failed",
+               "error": "will not copy 'd/s/x': this copy replaces it with 's/x'"},
+              {"source": "s/x", "destination": "d/s/x", "bytes": 0, "status": "failed",
+               "error": "will not copy 's/x' to 'd/s/x': it would replace 'd/s/x', which this copy reads"}]
+    assert [{k: f[k] for k in failed[0]} for f in doc["files"] if f["status"] == "failed"] == failed
+    assert error_lines(err) == [f"gdscp copy: error: {f['error']}" for f in failed]
+    assert Path("d/s/x").read_bytes() == b"precious" and Path("d/s/y").read_bytes() == b"y"
+    assert sorted(os.listdir("d")) == ["s"] and temp_files(tmp_path) == []
+
+
+@pytest.mark.parametrize("order, refused", [(("s", "d/s/x"), True), (("d/s/x", "s"), False)])
+def test_a_link_that_the_same_tree_copy_puts_over_a_source_link(capsys, tmp_path, monkeypatch, order, refused):
+    """``copy -r s d/s/x d`` where s/x and d/s/x are symbolic links: made in
+    that order, s/x's link would replace d/s/x before d/s/x is read, and
+    where d/s/x pointed would be lost (as cp -r loses it): neither is copied.
+    In the other order d/s/x is copied first, as it was, then replaced:
+    both are copied."""
+    monkeypatch.chdir(tmp_path)
+    Path("s").mkdir()
+    os.symlink("new", "s/x")
+    Path("d/s").mkdir(parents=True)
+    os.symlink("old", "d/s/x")
+    code, doc, err = cli_json(capsys, "copy", "--host", "-r", *order, "d")
+    if refused:
+        assert code == 1 and (doc["copied"], doc["failed"]) == (0, 2), err
+        assert error_lines(err) == [
+            "gdscp copy: error: will not copy 'd/s/x': this copy replaces it with 's/x'",
+            "gdscp copy: error: will not copy 's/x' to 'd/s/x': it would replace 'd/s/x', which this copy reads"]
+        assert os.readlink("d/s/x") == "old" and not os.path.lexists("d/x")
+    else:
+        assert code == 0 and (doc["copied"], doc["failed"]) == (2, 0), err
+        assert os.readlink("d/x") == "old" and os.readlink("d/s/x") == "new"
+
+
 @pytest.mark.parametrize(
     "args",
     [

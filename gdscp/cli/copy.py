@@ -229,8 +229,9 @@ class _Copier:
         makes is not overwritten by a later one; the later one fails. So does
         a file whose destination is, through a symbolic link already in the
         destination tree, where an earlier file lands: the two would be copied
-        at once, and one of them lost. And a file whose source another file
-        of this command replaces fails, as does the one replacing it."""
+        at once, and one of them lost. And a file (or link) whose source
+        another file or link of this command replaces, where it would be
+        lost, fails, as does the one replacing it."""
         placed = [job for job in jobs if job.kind in ("file", "link")]
         clashes = _core.same_destinations([job.dst for job in placed], [job.kind == "file" for job in placed], False)
         dropped = set()
@@ -245,12 +246,20 @@ class _Copier:
         # through a symbolic link to it, or inside a tree copied over it):
         # the one job would read it before or after the replacement took its
         # name, as it happened. Both fail: the replacement alone would
-        # destroy a source that was never copied anywhere.
-        files = [job for job in placed if job.kind == "file" and id(job) not in dropped]
-        names = [job.dst for job in files] + [job.src for job in files]
-        for a, b in _core.same_destinations(names, [], False):
-            if a < len(files) <= b and a != b - len(files):
-                first, job = files[a], files[b - len(files)]
+        # destroy a source that was never copied anywhere. So do a file and
+        # a link put in place over it: the links are made before any file
+        # is read. A link is replaced itself, never what it points at; and
+        # read as it is made, before any file replaces it, it is lost only
+        # to a link made before it.
+        items = [job for job in placed if id(job) not in dropped]
+        n = len(items)
+        follow = [job.kind == "file" for job in items]
+        names = [job.dst for job in items] + [job.src for job in items]
+        for a, b in _core.same_destinations(names, follow + follow, False):
+            if a < n <= b and a != b - n:
+                first, job = items[a], items[b - n]
+                if job.kind == "link" and (first.kind == "file" or a > b - n):
+                    continue  # the link is copied before it is replaced
                 if id(job) not in dropped:
                     self.problem(f"will not copy '{job.src}': this copy replaces it with '{first.src}'", job.src,
                                  job.dst)

@@ -2577,7 +2577,7 @@ def test_info_json(capsys, tmp_path):
         assert doc["gpus"] == [] and doc["paths"][0]["backend"] == "posix"
 
 
-def test_info_json_has_the_documented_keys_and_types(capsys, tmp_path):
+def test_info_json_has_the_documented_keys_and_types(capsys, tmp_path, monkeypatch):
     """Exactly the keys docs/info-json.md lists, each of its type; a PATH
     that cannot be checked is its own entry, and the document says ok false."""
     import gdscp
@@ -2595,7 +2595,9 @@ def test_info_json_has_the_documented_keys_and_types(capsys, tmp_path):
         assert set(gpu) == {"index", "name", "pci_bus_id", "total_memory"} and isinstance(gpu["total_memory"], int)
     assert set(doc["cufile"]) == {"available", "version", "version_code", "library", "error"}
     assert set(doc["nvidia_fs"]) == {"present", "version"}
-    assert set(doc["cufile_json"]) == {"path", "source", "exists", "allow_compat_mode", "error"}
+    # and, where the machine's file sets them in its properties, three more keys
+    optional = {"use_poll_mode", "max_direct_io_size_kb", "max_device_cache_size_kb"}
+    assert set(doc["cufile_json"]) - optional == {"path", "source", "exists", "allow_compat_mode", "error"}
     assert doc["settings"] == json.loads(json.dumps(gdscp.defaults.current()))
     assert isinstance(doc["compat_mode_preferred"], bool)
     checked, missing, null = doc["paths"]
@@ -2610,6 +2612,20 @@ def test_info_json_has_the_documented_keys_and_types(capsys, tmp_path):
         "character device", None, why, "posix", why)
     code, doc, err = cli_json(capsys, "info", "--compat-mode", "bogus")
     assert code == 2 and list(doc) == ["command", "ok", "error", "exit_code"] and doc["exit_code"] == 2
+    # The cufile.json entry of a file of this test's own (read by gdscp alone:
+    # no libcufile of this process is pointed at it), and of none.
+    from gdscp.info import cufile_json
+
+    path = tmp_path / "cufile.json"
+    path.write_text('{ // comments, as libcufile allows\n "properties": {"allow_compat_mode": true, '
+                    '"use_poll_mode": false, "max_direct_io_size_kb": 16384}}')
+    monkeypatch.setenv("CUFILE_ENV_PATH_JSON", str(path))
+    assert cufile_json() == {"path": str(path), "source": "CUFILE_ENV_PATH_JSON", "exists": True,
+                             "allow_compat_mode": True, "error": None, "use_poll_mode": False,
+                             "max_direct_io_size_kb": 16384}
+    monkeypatch.setenv("CUFILE_ENV_PATH_JSON", str(tmp_path / "none.json"))
+    assert cufile_json() == {"path": str(tmp_path / "none.json"), "source": "CUFILE_ENV_PATH_JSON",
+                             "exists": False, "allow_compat_mode": None, "error": None}
 
 
 def test_info_says_a_directory_without_room_for_a_test_file_was_not_tested(capsys):

@@ -233,3 +233,36 @@ def test_an_interrupt_while_links_are_made_lists_the_files_not_reached(capsys, t
         _record("src/z", "dst/z", 0, "cancelled", why, (None, None)),
     ])
     assert sorted(os.listdir("dst")) == ["l1", "l2"]
+
+
+def test_an_interrupted_copy_into_a_descriptor_counts_what_went_through(capsys, tmp_path, monkeypatch):
+    """Bytes written into a descriptor of the process (a pipe, /dev/fd/N)
+    stay written when the copy is interrupted part-way: the cancelled file's
+    ``bytes`` are those, and the total sums them."""
+    monkeypatch.chdir(tmp_path)
+    Path("s").write_bytes(b"s" * 10_000)
+    r, w = os.pipe()
+    w_name = w
+    real = copy_module.copy_through
+
+    def interrupted_part_way(src, writer, buffer, progress, verify):
+        writer.pwrite(memoryview(b"s" * 3_000), 3_000, 0)
+        progress.advance(3_000)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(copy_module, "copy_through", interrupted_part_way)
+    try:
+        capsys.readouterr()
+        code = run(["copy", "s", f"/dev/fd/{w}", "--json"])
+        out, err = capsys.readouterr()
+        os.close(w)
+        w = -1
+        assert os.read(r, 10_000) == b"s" * 3_000
+    finally:
+        os.close(r)
+        if w >= 0:
+            os.close(w)
+    assert real is not copy_module.copy_through and code == 130, err
+    assert _timed(json.loads(out)) == _document("interrupted", 130, 0, 1, 3_000, [
+        _record("s", f"/dev/fd/{w_name}", 3_000, "cancelled", "not copied: interrupted"),
+    ])

@@ -410,8 +410,8 @@ class _Copier:
         the copy part-way: each file and link of ``jobs`` that it did not
         copy (its job never started, or it was not reached) cancelled."""
         why = f"not copied: {message}"
-        for record in self.pending:
-            record.status, record.error, record.bytes = "cancelled", why, 0
+        for record in self.pending:  # (bytes: none yet, or what went through a descriptor)
+            record.status, record.error = "cancelled", why
         self.pending = []
         seen = {(r.source, r.destination) for r in self.records}
         self.records += [_Record(j.src, j.dst, status="cancelled", error=why) for j in jobs

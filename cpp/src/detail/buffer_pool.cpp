@@ -78,15 +78,18 @@ class PinnedClaim {
   // buffer past the memory available ends only in the OOM killer, which ends
   // the process (or another). Refused instead, with the other buffers being
   // made now counted against what is available.
+  // A buffer larger than all of it is refused whatever else is being made
+  // (the same message every time); one that fits only without the others,
+  // with them named.
   explicit PinnedClaim(size_t size) : size_(size) {
     const size_t others = populating.fetch_add(size);
     const size_t available = memory_available();
-    if (available != SIZE_MAX && (others > available || size > available - others)) {
-      populating.fetch_sub(size);
-      throw NoStagingMemory(size, ENOMEM, true,
-                            " (" + std::to_string(available) + " bytes of memory are available" +
-                                (others ? ", " + std::to_string(others) + " of them being pinned now" : "") + ")");
-    }
+    if (available == SIZE_MAX || (size <= available && others <= available - size)) return;
+    populating.fetch_sub(size);
+    std::string why = " (" + std::to_string(available) + " bytes of memory are available";
+    if (size <= available)
+      why += ", and other staging buffers of " + std::to_string(others) + " bytes are being pinned now";
+    throw NoStagingMemory(size, ENOMEM, true, why + ")");
   }
   ~PinnedClaim() { populating.fetch_sub(size_); }
   PinnedClaim(const PinnedClaim&) = delete;
